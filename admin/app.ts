@@ -1,0 +1,122 @@
+// The admin API: one route table (also read by the BOLA sweep and the docs test),
+// one dispatcher that authenticates, runs the handler and turns every error into
+// the contract's body.
+import { GuardError, toErrorResponse } from '../shared/errors.js';
+import type { Logger } from '../shared/log.js';
+import { agentHandlers } from './agents.js';
+import { auditHandlers } from './audit.js';
+import { createAuth } from './auth.js';
+import type { AdminContext, Handler } from './context.js';
+import { credentialHandlers } from './credentials.js';
+import type { AdminRequest, AdminResponse } from './http.js';
+import { policyHandlers } from './policy.js';
+
+export interface Route {
+  method: 'GET' | 'POST' | 'DELETE';
+  /** `:name` matches one path segment. */
+  pattern: string;
+  /** false for the routes under /auth/. */
+  auth: boolean;
+  handler: Handler;
+}
+
+interface CompiledRoute extends Route {
+  regex: RegExp;
+  names: string[];
+}
+
+export interface AdminApp {
+  routes: readonly Route[];
+  handle(req: AdminRequest): Promise<AdminResponse>;
+}
+
+export function createAdminApp(ctx: AdminContext, log: Logger): AdminApp {
+  const auth = createAuth({
+    store: ctx.store,
+    jwtSecret: ctx.secrets.jwtSecret,
+    jwtTtlSeconds: ctx.config.jwtTtlSeconds,
+    loginMaxFailures: ctx.config.loginMaxFailures,
+    loginWindowSeconds: ctx.config.loginWindowSeconds,
+  });
+  const agents = agentHandlers(ctx);
+  const credentials = credentialHandlers(ctx);
+  const policy = policyHandlers(ctx);
+  const audit = auditHandlers(ctx);
+
+  const routes: Route[] = [
+    { method: 'POST', pattern: '/auth/signup', auth: false, handler: (req) => auth.signup(req) },
+    { method: 'POST', pattern: '/auth/login', auth: false, handler: (req) => auth.login(req) },
+    { method: 'GET', pattern: '/agents', auth: true, handler: agents.list },
+    { method: 'POST', pattern: '/agents', auth: true, handler: agents.create },
+    { method: 'GET', pattern: '/agents/:id/proxy-url', auth: true, handler: agents.proxyUrl },
+    { method: 'DELETE', pattern: '/agents/:id', auth: true, handler: agents.remove },
+    { method: 'GET', pattern: '/agents/:id/policy', auth: true, handler: policy.get },
+    { method: 'POST', pattern: '/agents/:id/policy', auth: true, handler: policy.set },
+    { method: 'GET', pattern: '/credentials', auth: true, handler: credentials.list },
+    { method: 'POST', pattern: '/credentials', auth: true, handler: credentials.create },
+    { method: 'DELETE', pattern: '/credentials/:id', auth: true, handler: credentials.remove },
+    { method: 'POST', pattern: '/policy/check', auth: true, handler: policy.check },
+    { method: 'POST', pattern: '/audit', auth: true, handler: audit.write },
+    { method: 'GET', pattern: '/audit', auth: true, handler: audit.list },
+    { method: 'GET', pattern: '/audit/export/pdf', auth: true, handler: audit.exportPdf },
+  ];
+  const compiled: CompiledRoute[] = routes.map((route) => {
+    const names: string[] = [];
+    const source = route.pattern.replace(/:([a-z]+)/g, (_m, name: string) => {
+      names.push(name);
+      return '([^/]+)';
+    });
+    return { ...route, regex: new RegExp(`^${source}/?$`), names };
+  });
+
+  async function dispatch(req: AdminRequest): Promise<AdminResponse> {
+    let allowed: string[] | null = null;
+    for (const route of compiled) {
+      const m = route.regex.exec(req.path);
+      if (!m) continue;
+      if (route.method !== req.method) {
+        (allowed ??= []).push(route.method);
+        continue;
+      }
+      const params: Record<string, string> = {};
+      route.names.forEach((name, i) => {
+        params[name] = safeDecode(m[i + 1]!);
+      });
+      const caller = route.auth ? await auth.authenticate(req) : { userId: '', orgId: '' };
+      return route.handler(req, caller, params);
+    }
+    if (allowed) throw new GuardError('method_not_allowed', undefined, undefined, { allow: allowed.join(', ') });
+    throw new GuardError('not_found', 'No such endpoint.');
+  }
+
+  async function handle(req: AdminRequest): Promise<AdminResponse> {
+    try {
+      return await dispatch(req);
+    } catch (err) {
+      if (!(err instanceof GuardError)) log.error('admin request failed', { method: req.method, path: req.path, err });
+      else if (err.status >= 500) log.warn('admin request failed', { method: req.method, path: req.path, code: err.code });
+      const { status, body, headers } = toErrorResponse(isStoreDown(err) ? new GuardError('unavailable') : err);
+      return { status, headers: { 'content-type': 'application/json', ...headers }, body };
+    }
+  }
+
+  return { routes, handle };
+}
+
+function safeDecode(segment: string): string {
+  try {
+    return decodeURIComponent(segment);
+  } catch {
+    return segment;
+  }
+}
+
+/** Store connection failures become 503 `unavailable` rather than 500. */
+function isStoreDown(err: unknown): boolean {
+  if (err instanceof GuardError || !(err instanceof Error)) return false;
+  const code = (err as { code?: unknown }).code;
+  return (
+    code === 'SQLITE_BUSY' || code === 'SQLITE_CANTOPEN' || code === 'ECONNREFUSED' || code === 'ECONNRESET' ||
+    err.name === 'MongoNetworkError' || err.name === 'MongoServerSelectionError'
+  );
+}

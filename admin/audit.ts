@@ -1,0 +1,155 @@
+// Audit: write one entry (POST /audit), list with filters, export as PDF.
+import { randomUUID } from 'node:crypto';
+import { GuardError } from '../shared/errors.js';
+import type { AuditDecision, AuditFilter, AuditRecord } from '../shared/types.js';
+import { renderAuditPdf } from './report/audit-pdf.js';
+import type { AdminContext, Handler } from './context.js';
+import { enumField, integerField, isUuid, json, queryInteger, readJsonObject, stringField } from './http.js';
+import { requireAgent } from './agents.js';
+
+const DECISIONS: readonly AuditDecision[] = ['allowed', 'denied'];
+export const AUDIT_LIMIT_DEFAULT = 50;
+export const AUDIT_LIMIT_MAX = 1000;
+export const AUDIT_OFFSET_MAX = 1_000_000;
+export const PDF_DAYS_DEFAULT = 7;
+export const PDF_DAYS_MAX = 365;
+const INT32_MAX = 2_147_483_647;
+
+export function auditJson(r: AuditRecord) {
+  return {
+    id: r.id,
+    timestamp: r.timestamp,
+    agent_id: r.agentId,
+    agent_name: r.agentName,
+    tool_name: r.toolName,
+    action: r.action,
+    tool_url: r.toolUrl,
+    decision: r.decision,
+    reasoning: r.reasoning,
+    task_id: r.taskId,
+    latency_ms: r.latencyMs,
+    status_code: r.statusCode,
+    rule_matched: r.ruleMatched,
+    source: r.source,
+    request_bytes: r.requestBytes,
+    response_bytes: r.responseBytes,
+    output_hash: r.outputHash,
+    output: r.output,
+    output_truncated: r.outputTruncated,
+  };
+}
+
+function isoParam(query: URLSearchParams, name: string): string | undefined {
+  const raw = query.get(name);
+  if (raw === null) return undefined;
+  // ISO 8601 date or date-time; a time without a zone is read as UTC.
+  const m = /^\d{4}-\d{2}-\d{2}(T\d{2}:\d{2}(:\d{2}(\.\d{1,9})?)?(Z|[+-]\d{2}:\d{2})?)?$/.exec(raw);
+  const time = m ? Date.parse(m[1] === undefined ? `${raw}T00:00:00Z` : m[4] === undefined ? `${raw}Z` : raw) : NaN;
+  if (Number.isNaN(time)) {
+    throw new GuardError('invalid_request', `Query parameter '${name}' must be an ISO 8601 date or date-time.`, { field: name });
+  }
+  return new Date(time).toISOString();
+}
+
+export function auditHandlers(ctx: AdminContext) {
+  const write: Handler = async (req, caller) => {
+    const body = readJsonObject(req);
+    const agentId = stringField(body, 'agent_id');
+    const toolName = stringField(body, 'tool_name', { min: 1, max: 1024 });
+    const action = stringField(body, 'action', { min: 1, max: 32 });
+    const decision = enumField(body, 'decision', DECISIONS);
+    const toolUrl = stringField(body, 'tool_url', { optional: true, max: 8192 }) ?? '';
+    const reasoning = stringField(body, 'reasoning', { optional: true, max: 65536 }) ?? '';
+    const taskId = stringField(body, 'task_id', { optional: true, max: 1024 }) ?? '';
+    const latencyMs = integerField(body, 'latency_ms', INT32_MAX) ?? 0;
+    const statusCode = integerField(body, 'status_code', 999) ?? 0;
+    const agent = await requireAgent(ctx, caller.orgId, agentId);
+    const record: AuditRecord = {
+      id: randomUUID(),
+      timestamp: new Date().toISOString(),
+      orgId: caller.orgId,
+      agentId: agent.id,
+      agentName: agent.name,
+      toolName,
+      action,
+      toolUrl,
+      decision,
+      reasoning,
+      taskId,
+      latencyMs,
+      statusCode,
+      ruleMatched: '',
+      source: 'api',
+      requestBytes: 0,
+      responseBytes: 0,
+      outputHash: null,
+      output: null,
+      outputTruncated: false,
+      requestId: randomUUID(),
+    };
+    try {
+      await ctx.auditBatcher.enqueueDurable(record);
+    } catch {
+      throw new GuardError('unavailable', 'The audit store cannot accept entries now; retry later.');
+    }
+    return json(201, auditJson(record));
+  };
+
+  const list: Handler = async (req, caller) => {
+    const q = req.query;
+    const filter: AuditFilter = {};
+    const agentId = q.get('agent_id');
+    if (agentId !== null) {
+      if (!isUuid(agentId)) throw new GuardError('invalid_request', "Query parameter 'agent_id' must be a UUID.", { field: 'agent_id' });
+      filter.agentId = agentId.toLowerCase();
+    }
+    const decision = q.get('decision');
+    if (decision !== null) {
+      if (!DECISIONS.includes(decision as AuditDecision)) {
+        throw new GuardError('invalid_request', "Query parameter 'decision' must be one of: allowed, denied.", { field: 'decision' });
+      }
+      filter.decision = decision as AuditDecision;
+    }
+    const toolName = q.get('tool_name');
+    if (toolName !== null) filter.toolName = toolName;
+    const taskId = q.get('task_id');
+    if (taskId !== null) filter.taskId = taskId;
+    const since = isoParam(q, 'since');
+    if (since !== undefined) filter.since = since;
+    const until = isoParam(q, 'until');
+    if (until !== undefined) filter.until = until;
+    const limit = queryInteger(q, 'limit', AUDIT_LIMIT_DEFAULT, 1, AUDIT_LIMIT_MAX);
+    const offset = queryInteger(q, 'offset', 0, 0, AUDIT_OFFSET_MAX);
+    const page = await ctx.auditStore.list(caller.orgId, filter, limit, offset);
+    return json(200, page.rows.map(auditJson), { 'x-total-count': String(page.total) });
+  };
+
+  const exportPdf: Handler = async (req, caller) => {
+    const days = queryInteger(req.query, 'days', PDF_DAYS_DEFAULT, 1, PDF_DAYS_MAX);
+    const until = new Date();
+    const since = new Date(until.getTime() - days * 86_400_000);
+    const data = await ctx.auditStore.report(caller.orgId, since, until, ctx.config.pdfMaxEntries, 10);
+    const user = await ctx.store.findUserById(caller.userId);
+    const pdf = await renderAuditPdf({
+      orgName: user?.email ?? caller.orgId,
+      orgId: caller.orgId,
+      since,
+      until,
+      days,
+      generatedAt: until,
+      maxEntries: ctx.config.pdfMaxEntries,
+      data,
+    });
+    return {
+      status: 200,
+      headers: {
+        'content-type': 'application/pdf',
+        'content-disposition': `attachment; filename="audit-${until.toISOString().slice(0, 10)}.pdf"`,
+        'cache-control': 'no-store',
+      },
+      body: pdf,
+    };
+  };
+
+  return { write, list, exportPdf };
+}

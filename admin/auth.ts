@@ -1,0 +1,147 @@
+// Accounts: signup, login, and the bearer-token check every other admin route uses.
+import argon2 from 'argon2';
+import { SignJWT, jwtVerify } from 'jose';
+import { LRUCache } from 'lru-cache';
+import { GuardError } from '../shared/errors.js';
+import type { MetadataStore } from '../shared/stores/metadata-store.js';
+import type { User } from '../shared/types.js';
+import { json, readJsonObject, stringField, type AdminRequest, type AdminResponse } from './http.js';
+
+export const JWT_ISSUER = 'tool-call-guard';
+export const JWT_AUDIENCE = 'tool-call-guard-admin';
+export const PASSWORD_MIN = 8;
+export const PASSWORD_MAX = 256;
+export const EMAIL_MAX = 254;
+
+// OWASP Password Storage Cheat Sheet: argon2id, m=19 MiB, t=2, p=1 is the
+// minimum; we use m=19 MiB, t=3 so a login costs ~30 ms on this 2-core machine.
+export const ARGON2_OPTIONS = { type: argon2.argon2id, memoryCost: 19456, timeCost: 3, parallelism: 1 } as const;
+
+/** The authenticated caller of an admin route. */
+export interface Caller {
+  userId: string;
+  orgId: string;
+}
+
+export interface AuthOptions {
+  store: MetadataStore;
+  jwtSecret: Uint8Array;
+  jwtTtlSeconds: number;
+  loginMaxFailures: number;
+  loginWindowSeconds: number;
+}
+
+export function createAuth(options: AuthOptions) {
+  const { store, jwtSecret, jwtTtlSeconds } = options;
+  const limiter = createFailureLimiter(options.loginMaxFailures, options.loginWindowSeconds * 1000);
+  // A hash of a random password, verified when the email is unknown so that an
+  // unknown email costs the same argon2 work as a wrong password.
+  const decoyHash = argon2.hash(crypto.randomUUID(), ARGON2_OPTIONS);
+
+  async function issueToken(user: User): Promise<{ access_token: string; token_type: 'bearer'; expires_in: number }> {
+    const token = await new SignJWT({ org: user.orgId })
+      .setProtectedHeader({ alg: 'HS256', typ: 'JWT' })
+      .setSubject(user.id)
+      .setIssuer(JWT_ISSUER)
+      .setAudience(JWT_AUDIENCE)
+      .setIssuedAt()
+      .setExpirationTime(`${jwtTtlSeconds}s`)
+      .sign(jwtSecret);
+    return { access_token: token, token_type: 'bearer', expires_in: jwtTtlSeconds };
+  }
+
+  function readAccount(req: AdminRequest): { email: string; password: string } {
+    const body = readJsonObject(req);
+    const email = stringField(body, 'email').trim().toLowerCase();
+    if (email.length === 0 || email.length > EMAIL_MAX || email.split('@').length !== 2 || email.startsWith('@') || email.endsWith('@') || /\s/.test(email)) {
+      throw new GuardError('invalid_request', `Field 'email' must be an email address of at most ${EMAIL_MAX} characters.`, { field: 'email' });
+    }
+    const password = stringField(body, 'password', { min: PASSWORD_MIN, max: PASSWORD_MAX });
+    return { email, password };
+  }
+
+  async function signup(req: AdminRequest): Promise<AdminResponse> {
+    const { email, password } = readAccount(req);
+    if (await store.findUserByEmail(email)) throw new GuardError('conflict', 'An account with that email already exists.');
+    const hash = await argon2.hash(password, ARGON2_OPTIONS);
+    const user = await store.createUserWithOrg(email, hash);
+    return json(201, await issueToken(user));
+  }
+
+  async function login(req: AdminRequest): Promise<AdminResponse> {
+    const { email, password } = readAccount(req);
+    const keys = [`email:${email}`, `addr:${req.remoteAddress}`];
+    const retryAfter = limiter.blockedFor(keys);
+    if (retryAfter > 0) {
+      throw new GuardError('rate_limited', 'Too many failed logins; retry later.', undefined, { 'retry-after': String(retryAfter) });
+    }
+    const user = await store.findUserByEmail(email);
+    const ok = user
+      ? await argon2.verify(user.passwordHash, password)
+      : (await argon2.verify(await decoyHash, password), false);
+    if (!user || !ok) {
+      limiter.fail(keys);
+      throw new GuardError('invalid_credentials');
+    }
+    limiter.clear(`email:${email}`);
+    return json(200, await issueToken(user));
+  }
+
+  /** The caller named by a valid bearer token, or 401 `unauthorized`. */
+  async function authenticate(req: AdminRequest): Promise<Caller> {
+    const header = req.headers.authorization ?? '';
+    const match = /^Bearer ([A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+)$/i.exec(header);
+    if (!match) throw new GuardError('unauthorized');
+    let payload;
+    try {
+      ({ payload } = await jwtVerify(match[1]!, jwtSecret, {
+        algorithms: ['HS256'],
+        issuer: JWT_ISSUER,
+        audience: JWT_AUDIENCE,
+        requiredClaims: ['sub', 'exp', 'iat'],
+        clockTolerance: 5,
+      }));
+    } catch {
+      throw new GuardError('unauthorized', 'The bearer token is invalid or expired.');
+    }
+    if (typeof payload.sub !== 'string' || typeof payload.org !== 'string') throw new GuardError('unauthorized');
+    // A deleted user's token stops working even before it expires.
+    const user = await store.findUserById(payload.sub);
+    if (!user || user.orgId !== payload.org) throw new GuardError('unauthorized');
+    return { userId: user.id, orgId: user.orgId };
+  }
+
+  return { signup, login, authenticate };
+}
+
+export type Auth = ReturnType<typeof createAuth>;
+
+/**
+ * Counts failed logins per key (an email, a client address) in a fixed window.
+ * Bounded by an LRU so a flood of distinct keys cannot grow memory without limit.
+ */
+function createFailureLimiter(maxFailures: number, windowMs: number) {
+  const failures = new LRUCache<string, { count: number; resetAt: number }>({ max: 100_000 });
+  return {
+    blockedFor(keys: string[]): number {
+      const now = Date.now();
+      let wait = 0;
+      for (const key of keys) {
+        const entry = failures.get(key);
+        if (entry && entry.resetAt > now && entry.count >= maxFailures) wait = Math.max(wait, Math.ceil((entry.resetAt - now) / 1000));
+      }
+      return wait;
+    },
+    fail(keys: string[]): void {
+      const now = Date.now();
+      for (const key of keys) {
+        const entry = failures.get(key);
+        if (!entry || entry.resetAt <= now) failures.set(key, { count: 1, resetAt: now + windowMs });
+        else entry.count += 1;
+      }
+    },
+    clear(key: string): void {
+      failures.delete(key);
+    },
+  };
+}

@@ -1,0 +1,108 @@
+// The admin API's request and response, independent of the server that carries
+// them (the public uWS listener in all-in-one mode, the admin process in split mode).
+import { GuardError } from '../shared/errors.js';
+
+export const MAX_ADMIN_BODY_BYTES = 1024 * 1024;
+
+export interface AdminRequest {
+  method: string; // upper case
+  path: string; // without the query
+  query: URLSearchParams;
+  /** Lower-cased names; a repeated header keeps its first value. */
+  headers: Record<string, string>;
+  body: Buffer;
+  remoteAddress: string;
+}
+
+export interface AdminResponse {
+  status: number;
+  headers: Record<string, string>;
+  body: string | Buffer;
+}
+
+export function json(status: number, value: unknown, headers: Record<string, string> = {}): AdminResponse {
+  return { status, headers: { 'content-type': 'application/json', ...headers }, body: JSON.stringify(value) };
+}
+
+export function noContent(): AdminResponse {
+  return { status: 204, headers: {}, body: '' };
+}
+
+/** The body as a JSON object, or the contract's 415/400. Size is checked (413) by the server while reading. */
+export function readJsonObject(req: AdminRequest): Record<string, unknown> {
+  const type = req.headers['content-type'] ?? '';
+  if (!/^application\/([a-z0-9.+-]*\+)?json\s*(;|$)/i.test(type)) {
+    throw new GuardError('unsupported_media_type');
+  }
+  let value: unknown;
+  try {
+    value = JSON.parse(req.body.toString('utf8'));
+  } catch {
+    throw new GuardError('invalid_request', 'The body is not valid JSON.');
+  }
+  if (value === null || typeof value !== 'object' || Array.isArray(value)) {
+    throw new GuardError('invalid_request', 'The body must be a JSON object.');
+  }
+  return value as Record<string, unknown>;
+}
+
+interface StringRule {
+  min?: number;
+  max?: number;
+  optional?: boolean;
+}
+
+/** A string field, checked for presence, type and length (in characters); the message names the field. */
+export function stringField(body: Record<string, unknown>, name: string, rule: StringRule & { optional: true }): string | undefined;
+export function stringField(body: Record<string, unknown>, name: string, rule?: StringRule): string;
+export function stringField(body: Record<string, unknown>, name: string, rule: StringRule = {}): string | undefined {
+  const value = body[name];
+  if (value === undefined || value === null) {
+    if (rule.optional) return undefined;
+    throw new GuardError('invalid_request', `Field '${name}' is required.`, { field: name });
+  }
+  if (typeof value !== 'string') {
+    throw new GuardError('invalid_request', `Field '${name}' must be a string.`, { field: name });
+  }
+  const length = [...value].length;
+  if (rule.min !== undefined && length < rule.min) {
+    throw new GuardError('invalid_request', `Field '${name}' must be at least ${rule.min} characters.`, { field: name });
+  }
+  if (rule.max !== undefined && length > rule.max) {
+    throw new GuardError('invalid_request', `Field '${name}' must be at most ${rule.max} characters.`, { field: name });
+  }
+  return value;
+}
+
+export function enumField<T extends string>(body: Record<string, unknown>, name: string, values: readonly T[], fallback?: T): T {
+  const value = body[name];
+  if ((value === undefined || value === null) && fallback !== undefined) return fallback;
+  if (typeof value !== 'string' || !values.includes(value as T)) {
+    throw new GuardError('invalid_request', `Field '${name}' must be one of: ${values.join(', ')}.`, { field: name });
+  }
+  return value as T;
+}
+
+export function integerField(body: Record<string, unknown>, name: string, max: number): number | undefined {
+  const value = body[name];
+  if (value === undefined || value === null) return undefined;
+  if (typeof value !== 'number' || !Number.isInteger(value) || value < 0 || value > max) {
+    throw new GuardError('invalid_request', `Field '${name}' must be an integer from 0 to ${max}.`, { field: name });
+  }
+  return value;
+}
+
+/** An integer query parameter within [min, max], or the default when absent. */
+export function queryInteger(query: URLSearchParams, name: string, fallback: number, min: number, max: number): number {
+  const raw = query.get(name);
+  if (raw === null) return fallback;
+  if (!/^\d{1,10}$/.test(raw) || Number(raw) < min || Number(raw) > max) {
+    throw new GuardError('invalid_request', `Query parameter '${name}' must be an integer from ${min} to ${max}.`, { field: name });
+  }
+  return Number(raw);
+}
+
+const UUID_RE = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
+export function isUuid(value: string): boolean {
+  return UUID_RE.test(value);
+}

@@ -1,0 +1,96 @@
+// The proxy's caches: key hash → agent, agent → compiled policy, (org, authority)
+// → opened credential. Bounded in entries and age; a warm hit answers without any
+// store round-trip. Every change the metadata store reports evicts the entries it
+// touches at once, so a delete or a replace takes effect on the next request.
+import { LRUCache } from 'lru-cache';
+import { parsePolicy, type CompiledPolicy } from '../shared/policy/index.js';
+import { credentialAssociatedData, openValue } from '../shared/secrets.js';
+import type { MetadataStore } from '../shared/stores/metadata-store.js';
+import type { Agent, CredType } from '../shared/types.js';
+
+/** What the proxy injects: the credential's shape and its opened value. */
+export interface InjectedCredential {
+  credType: CredType;
+  /** Lower-cased header name (bearer: 'authorization'), or the query parameter name. */
+  name: string;
+  /** The header value ('Bearer …' for bearer) or the query pair `param=value`, encoded. */
+  value: string;
+}
+
+// Absent entries are cached as NONE so that a miss is not a store round-trip too.
+export const NONE = 0 as const;
+type Cached<T> = T | typeof NONE;
+
+export interface ProxyCaches {
+  agents: LRUCache<string, Cached<Agent>>;
+  /** Unknown keys, kept apart so that a flood of bogus keys cannot evict real agents. */
+  unknownKeys: LRUCache<string, true>;
+  policies: LRUCache<string, Cached<CompiledPolicy>>;
+  credentials: LRUCache<string, Cached<InjectedCredential>>;
+  stats: { hits: number; misses: number };
+  /** Stop listening to the store's changes. */
+  close(): void;
+}
+
+export function credentialCacheKey(orgId: string, authority: string): string {
+  return `${orgId}|${authority}`;
+}
+
+export function createProxyCaches(
+  store: MetadataStore,
+  encryptionKey: Buffer,
+  options: { maxEntries: number; ttlMs: number },
+): ProxyCaches {
+  const common = { max: options.maxEntries, ttl: options.ttlMs, ttlAutopurge: false, updateAgeOnGet: false };
+
+  const agents = new LRUCache<string, Cached<Agent>>({
+    ...common,
+    fetchMethod: async (keyHash) => (await store.findAgentByKeyHash(keyHash)) ?? NONE,
+  });
+  const unknownKeys = new LRUCache<string, true>({ max: Math.min(options.maxEntries, 10_000), ttl: options.ttlMs });
+  const policies = new LRUCache<string, Cached<CompiledPolicy>>({
+    ...common,
+    fetchMethod: async (agentId) => {
+      const record = await store.getPolicy(agentId);
+      return record ? parsePolicy(record.rulesYaml) : NONE;
+    },
+  });
+  const credentials = new LRUCache<string, Cached<InjectedCredential>>({
+    ...common,
+    fetchMethod: async (key) => {
+      const split = key.indexOf('|');
+      const orgId = key.slice(0, split);
+      const authority = key.slice(split + 1);
+      const sealed = await store.findCredentialForHost(orgId, authority);
+      if (!sealed) return NONE;
+      const value = openValue(encryptionKey, sealed.sealedValue, credentialAssociatedData(orgId, sealed.hostname));
+      switch (sealed.credType) {
+        case 'bearer':
+          return { credType: 'bearer', name: 'authorization', value: `Bearer ${value}` };
+        case 'header':
+          return { credType: 'header', name: sealed.headerName ?? sealed.name.toLowerCase(), value };
+        case 'query': {
+          const param = sealed.queryParam ?? sealed.name;
+          return { credType: 'query', name: param, value: `${encodeURIComponent(param)}=${encodeURIComponent(value)}` };
+        }
+      }
+    },
+  });
+
+  const unsubscribe = store.onChange((change) => {
+    switch (change.kind) {
+      case 'agent':
+        agents.delete(change.keyHash);
+        policies.delete(change.agentId);
+        break;
+      case 'policy':
+        policies.delete(change.agentId);
+        break;
+      case 'credential':
+        credentials.delete(credentialCacheKey(change.orgId, change.hostname));
+        break;
+    }
+  });
+
+  return { agents, unknownKeys, policies, credentials, stats: { hits: 0, misses: 0 }, close: unsubscribe };
+}

@@ -1,0 +1,160 @@
+// One proxied call: the context object every stage fills in, in the order a request
+// meets them (resolve-agent → authorize → guard-target → inject-credential →
+// forward → stream-response), and the one place that answers the client and
+// builds the audit record at the end of the exchange.
+import { isUtf8 } from 'node:buffer';
+import { randomUUID, type Hash } from 'node:crypto';
+import type { HttpResponse } from 'uWebSockets.js';
+import { ERRORS, STATUS_TEXT, errorBody, type ErrorCode } from '../shared/errors.js';
+import type { PolicyDecision } from '../shared/policy/index.js';
+import type { Agent, AuditDecision, AuditRecord } from '../shared/types.js';
+import type { InjectedCredential } from './caches.js';
+import type { RequestBody } from './request-body.js';
+import type { ParsedTarget } from './target-address.js';
+
+/** A stage: done (undefined), answered the client and stopped (false), or later (a Promise). */
+export type StageResult = undefined | false | Promise<undefined | false>;
+
+export class ProxyExchange {
+  readonly res: HttpResponse;
+  readonly id = randomUUID();
+  readonly startedAt = performance.now();
+  readonly timestamp = Date.now();
+
+  // From the request head (copied before the handler returns: uWS frees the request after).
+  method = '';
+  keyHash = '';
+  keyPrefix = '';
+  /** The target as the agent wrote it: `host[:port]/path`, and the raw query. */
+  rawTarget = '';
+  query = '';
+  /** Headers to forward, as a flat [name, value, ...] list (hop-by-hop and X-Agent-* removed). */
+  headers: string[] = [];
+  reasoning = '';
+  taskId = '';
+  requestId = '';
+  /** The request's Content-Length, or -1 when it has none (no body, or chunked). */
+  contentLength = -1;
+  /** Transfer-Encoding: chunked (a body of unknown length). */
+  chunked = false;
+  /** A request-head problem found while copying it (answered once the agent is known). */
+  headError: { code: ErrorCode; message: string } | null = null;
+  body: RequestBody | null = null;
+
+  // Filled in by the stages.
+  agent: Agent | null = null;
+  target: ParsedTarget | null = null;
+  decision: PolicyDecision | null = null;
+  address = '';
+  credential: InjectedCredential | null = null;
+
+  // The exchange's outcome.
+  aborted = false;
+  finished = false;
+  statusCode = 0;
+  auditDecision: AuditDecision = 'allowed';
+  ruleMatched = '';
+  requestBytes = 0;
+  responseBytes = 0;
+  outputHash: Hash | null = null;
+  capture: Buffer | null = null;
+  captureLength = 0;
+  captureTruncated = false;
+  /** Aborts the upstream request, once one is under way. */
+  abortUpstream: ((reason?: Error) => void) | null = null;
+
+  constructor(res: HttpResponse) {
+    this.res = res;
+  }
+
+  /**
+   * Answers with the contract's error body (corked: this may run after an await)
+   * and marks the call denied when the proxy itself refused it.
+   */
+  answerError(code: ErrorCode, message?: string, extra?: Record<string, unknown>, decision: AuditDecision = 'denied'): false {
+    if (this.finished) return false;
+    this.auditDecision = decision;
+    if (!this.aborted) this.body?.discard();
+    const status = ERRORS[code].status;
+    this.statusCode = status;
+    if (!this.aborted) {
+      const body = errorBody(code, message, extra);
+      this.responseBytes = Buffer.byteLength(body);
+      this.res.cork(() => {
+        this.res.writeStatus(`${status} ${STATUS_TEXT[status] ?? ''}`).writeHeader('content-type', 'application/json');
+        if (status === 405) this.res.writeHeader('allow', 'GET, POST, PUT, PATCH, DELETE, HEAD, OPTIONS');
+        this.res.end(body);
+      });
+    }
+    this.finish();
+    return false;
+  }
+
+  /** Ends the exchange once: queues the audit record (when the agent is known). Safe to call twice. */
+  finish(): void {
+    if (this.finished) return;
+    this.finished = true;
+    if (this.aborted) this.statusCode = 499;
+    this.onFinish?.(this);
+  }
+
+  /** Set by the proxy: turns the finished exchange into an audit record. */
+  onFinish: ((ex: ProxyExchange) => void) | null = null;
+
+  /** The target URL as the agent sent it (no injected query credential). */
+  toolUrl(): string {
+    return `https://${this.rawTarget}${this.query.length > 0 ? `?${this.query}` : ''}`;
+  }
+
+  toAuditRecord(): AuditRecord {
+    const agent = this.agent!;
+    let output: string | null = null;
+    if (this.capture !== null) {
+      output = captureToText(this.capture.subarray(0, this.captureLength), this.captureTruncated);
+    }
+    return {
+      id: this.id,
+      timestamp: new Date(this.timestamp).toISOString(),
+      orgId: agent.orgId,
+      agentId: agent.id,
+      agentName: agent.name,
+      toolName: this.target?.hostname ?? '',
+      action: this.method,
+      toolUrl: this.toolUrl(),
+      decision: this.auditDecision,
+      reasoning: this.reasoning,
+      taskId: this.taskId,
+      latencyMs: Math.round(performance.now() - this.startedAt),
+      statusCode: this.statusCode,
+      ruleMatched: this.ruleMatched,
+      source: 'proxy',
+      requestBytes: this.requestBytes,
+      responseBytes: this.responseBytes,
+      outputHash: this.outputHash !== null ? this.outputHash.digest('hex') : null,
+      output,
+      outputTruncated: this.captureTruncated,
+      requestId: this.requestId || this.id,
+    };
+  }
+}
+
+/** UTF-8 text when the captured bytes are text (a character cut by the cap is dropped), else base64. */
+function captureToText(bytes: Buffer, truncated: boolean): string {
+  let end = bytes.length;
+  if (truncated) {
+    // Step back over a UTF-8 sequence the cap cut in half.
+    let i = end - 1;
+    while (i >= 0 && i > end - 4 && (bytes[i]! & 0xc0) === 0x80) i--;
+    if (i >= 0) {
+      const lead = bytes[i]!;
+      const need = lead >= 0xf0 ? 4 : lead >= 0xe0 ? 3 : lead >= 0xc0 ? 2 : 1;
+      if (end - i < need) end = i;
+    }
+  }
+  const text = bytes.subarray(0, end);
+  return isUtf8Text(text) ? text.toString('utf8') : bytes.toString('base64');
+}
+
+function isUtf8Text(bytes: Buffer): boolean {
+  return isUtf8(bytes) && !bytes.includes(0);
+}

@@ -1,0 +1,112 @@
+// The proxy's stages wired in order, run synchronously while every cache is warm
+// and resumed after a Promise only when a stage had to wait (a cache miss, DNS,
+// the rest of a small body). Each finished exchange whose agent is known becomes
+// one audit record.
+import type { AuditBatcher } from '../shared/audit/audit-batcher.js';
+import type { Config } from '../shared/config.js';
+import type { Logger } from '../shared/log.js';
+import type { MetadataStore } from '../shared/stores/metadata-store.js';
+import { authorize } from './authorize.js';
+import { createProxyCaches, type ProxyCaches } from './caches.js';
+import type { ProxyExchange, StageResult } from './exchange.js';
+import { createForwarder } from './forward.js';
+import { createTargetGuard } from './guard-target.js';
+import { injectCredential } from './inject-credential.js';
+import { checkRequest } from './parse-target.js';
+import { resolveAgent } from './resolve-agent.js';
+
+type Stage = (ex: ProxyExchange) => StageResult;
+
+export interface ProxyPipeline {
+  run(ex: ProxyExchange): void;
+  caches: ProxyCaches;
+  /** Exchanges started and not yet finished. */
+  readonly inFlight: number;
+  close(): Promise<void>;
+}
+
+export function createProxyPipeline(deps: {
+  config: Readonly<Config>;
+  store: MetadataStore;
+  encryptionKey: Buffer;
+  batcher: AuditBatcher;
+  log: Logger;
+}): ProxyPipeline {
+  const { config, batcher, log } = deps;
+  const caches = createProxyCaches(deps.store, deps.encryptionKey, { maxEntries: config.cacheMaxEntries, ttlMs: config.cacheTtlMs });
+  const guard = createTargetGuard({ allowTargets: config.allowTargets, dnsServer: config.dnsServer });
+  const forwarder = createForwarder(config);
+  let inFlight = 0;
+
+  const stages: Stage[] = [
+    (ex) => resolveAgent(ex, caches),
+    (ex) => checkRequest(ex, batcher),
+    (ex) => authorize(ex, caches),
+    (ex) => guard.guard(ex),
+    (ex) => injectCredential(ex, caches),
+    (ex) => forwarder.forward(ex),
+  ];
+
+  function onFinish(ex: ProxyExchange): void {
+    inFlight--;
+    if (ex.agent === null) return;
+    const record = ex.toAuditRecord();
+    batcher.enqueue(record);
+    log.debug('proxied', {
+      request_id: record.requestId,
+      agent_id: record.agentId,
+      key_prefix: ex.keyPrefix,
+      method: record.action,
+      tool: record.toolName,
+      status: record.statusCode,
+      decision: record.decision,
+      rule: record.ruleMatched,
+      latency_ms: record.latencyMs,
+    });
+  }
+
+  function fail(ex: ProxyExchange, err: unknown): void {
+    log.error('proxy stage failed', { request_id: ex.id, key_prefix: ex.keyPrefix, err });
+    ex.answerError('unavailable');
+  }
+
+  function runFrom(ex: ProxyExchange, first: number): void {
+    for (let i = first; i < stages.length; i++) {
+      if (ex.finished) return;
+      let result: StageResult;
+      try {
+        result = stages[i]!(ex);
+      } catch (err) {
+        fail(ex, err);
+        return;
+      }
+      if (result === false) return;
+      if (result !== undefined) {
+        const next = i + 1;
+        result.then(
+          (value) => {
+            if (value !== false) runFrom(ex, next);
+          },
+          (err: unknown) => fail(ex, err),
+        );
+        return;
+      }
+    }
+  }
+
+  return {
+    caches,
+    get inFlight() {
+      return inFlight;
+    },
+    run(ex) {
+      inFlight++;
+      ex.onFinish = onFinish;
+      runFrom(ex, 0);
+    },
+    async close() {
+      caches.close();
+      await forwarder.close();
+    },
+  };
+}

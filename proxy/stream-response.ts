@@ -1,0 +1,240 @@
+// The upstream response, streamed back to the client through uWS with
+// back-pressure both ways. This is undici's lowest-level handler (the shape its
+// own core calls: onConnect / onHeaders / onData / onComplete / onError), so no
+// adapter or header object is built per request; raw header buffers go straight
+// to uWS. Status, headers and the first body chunk leave in one cork.
+import { createHash } from 'node:crypto';
+import { STATUS_CODES } from 'node:http';
+import type { ProxyExchange } from './exchange.js';
+
+// RFC 9110 §7.6.1 hop-by-hop fields, plus framing that uWS writes itself
+// (content-length via tryEnd, transfer-encoding via write) and the Date and
+// server marker it adds to every response.
+const RESPONSE_DROP = new Set([
+  'connection', 'keep-alive', 'proxy-connection', 'proxy-authenticate', 'transfer-encoding', 'te', 'trailer',
+  'upgrade', 'content-length', 'date',
+]);
+
+const STATUS_LINES = new Map<number, string>();
+function statusLine(code: number): string {
+  let line = STATUS_LINES.get(code);
+  if (line === undefined) {
+    line = `${code} ${STATUS_CODES[code] ?? 'Unknown'}`;
+    if (STATUS_LINES.size < 1000) STATUS_LINES.set(code, line);
+  }
+  return line;
+}
+
+type Resume = () => void;
+
+export class UpstreamResponse {
+  readonly #ex: ProxyExchange;
+  readonly #headOnly: boolean;
+  readonly #captureCap: number;
+  #status = 0;
+  #rawHeaders: Buffer[] | null = null;
+  #headWritten = false;
+  /** Content-Length of the upstream body, or -1 when it is chunked or close-delimited. */
+  #length = -1;
+  #resume: Resume | null = null;
+  #ended = false;
+  /** The chunk uWS could not take yet, and the write offset it started at. */
+  #pending: Buffer | null = null;
+  #pendingOffset = 0;
+  #writableHooked = false;
+  /** write() mode: uWS holds bytes it could not send yet. */
+  #backpressured = false;
+  #chunk: Buffer | null = null;
+  readonly #writeChunkCorked = (): void => this.#writeChunk();
+  readonly #endCorked = (): void => this.#end();
+
+  constructor(ex: ProxyExchange, captureCap: number) {
+    this.#ex = ex;
+    this.#headOnly = ex.method === 'HEAD';
+    this.#captureCap = captureCap;
+  }
+
+  onConnect(abort: (reason?: Error) => void): void {
+    if (this.#ex.aborted) abort(new Error('client aborted'));
+    else this.#ex.abortUpstream = abort;
+  }
+
+  onHeaders(status: number, rawHeaders: Buffer[], resume: Resume): boolean {
+    if (status < 200) return true; // 1xx: undici handles them; wait for the final status
+    this.#status = status;
+    this.#rawHeaders = rawHeaders;
+    this.#resume = resume;
+    this.#ex.statusCode = status;
+    if (this.#ex.agent!.logOutputs === 'hash') this.#ex.outputHash = createHash('sha256');
+    return true;
+  }
+
+  onData(chunk: Buffer): boolean {
+    const ex = this.#ex;
+    if (ex.aborted) return true;
+    ex.responseBytes += chunk.length;
+    if (ex.outputHash !== null) ex.outputHash.update(chunk);
+    else if (ex.agent!.logOutputs === 'full') this.#capture(chunk);
+    this.#chunk = chunk;
+    ex.res.cork(this.#writeChunkCorked);
+    return this.#pending === null && !this.#backpressured;
+  }
+
+  onComplete(): void {
+    const ex = this.#ex;
+    if (ex.aborted || ex.finished) return;
+    ex.res.cork(this.#endCorked);
+  }
+
+  onError(err: Error): void {
+    const ex = this.#ex;
+    if (ex.aborted || ex.finished) return;
+    const timeout = isTimeout(err);
+    if (!this.#headWritten) {
+      ex.answerError(
+        timeout ? 'upstream_timeout' : 'upstream_unreachable',
+        timeout ? 'The target did not answer in time.' : `The target could not be reached (${describe(err)}).`,
+        undefined,
+        'allowed',
+      );
+      return;
+    }
+    // Part of the response is out: all we can do is cut the connection so the
+    // client sees a truncated body rather than a complete-looking one.
+    ex.statusCode = timeout ? 504 : 502;
+    ex.body?.abort();
+    ex.res.close();
+    ex.finish();
+  }
+
+  #writeHead(): void {
+    this.#headWritten = true;
+    const res = this.#ex.res;
+    res.writeStatus(statusLine(this.#status));
+    const raw = this.#rawHeaders!;
+    let connectionTokens: string[] | null = null;
+    for (let i = 0; i < raw.length; i += 2) {
+      const name = raw[i]!.toString('latin1').toLowerCase();
+      if (name === 'connection') {
+        connectionTokens = raw[i + 1]!.toString('latin1').toLowerCase().split(',').map((s) => s.trim());
+      }
+      if (name === 'content-length') this.#length = Number(raw[i + 1]!.toString('latin1'));
+    }
+    for (let i = 0; i < raw.length; i += 2) {
+      const nameBuf = raw[i]!;
+      const name = nameBuf.toString('latin1').toLowerCase();
+      if (RESPONSE_DROP.has(name) || (connectionTokens !== null && connectionTokens.includes(name))) continue;
+      res.writeHeader(nameBuf, raw[i + 1]!);
+    }
+    if (!Number.isSafeInteger(this.#length) || this.#length < 0) this.#length = -1;
+  }
+
+  /** Runs corked. */
+  #writeChunk(): void {
+    const res = this.#ex.res;
+    if (!this.#headWritten) this.#writeHead();
+    const chunk = this.#chunk!;
+    this.#chunk = null;
+    if (this.#length >= 0 && !this.#headOnly) {
+      const offset = res.getWriteOffset();
+      const [ok, done] = res.tryEnd(chunk, this.#length);
+      if (done) {
+        this.#done();
+      } else if (!ok) {
+        this.#pending = chunk;
+        this.#pendingOffset = offset;
+        this.#hookWritable();
+      }
+    } else if (!res.write(chunk)) {
+      this.#backpressured = true;
+      this.#hookWritable();
+    }
+  }
+
+  #hookWritable(): void {
+    if (this.#writableHooked) return;
+    this.#writableHooked = true;
+    this.#ex.res.onWritable((offset) => this.#onWritable(offset));
+  }
+
+  #onWritable(offset: number): boolean {
+    if (this.#ex.aborted || this.#ex.finished) return true;
+    const pending = this.#pending;
+    if (pending === null) {
+      // write() mode: uWS kept the bytes; it has now drained, so read on.
+      this.#backpressured = false;
+      this.#resumeUpstream();
+      return true;
+    }
+    const [ok, done] = this.#ex.res.tryEnd(pending.subarray(offset - this.#pendingOffset), this.#length);
+    if (done) {
+      this.#pending = null;
+      this.#done();
+    } else if (ok) {
+      this.#pending = null;
+      this.#resumeUpstream();
+    }
+    return ok;
+  }
+
+  #resumeUpstream(): void {
+    const resume = this.#resume;
+    if (resume !== null) resume();
+  }
+
+  /** Runs corked: the upstream body is complete. */
+  #end(): void {
+    const res = this.#ex.res;
+    if (!this.#headWritten) this.#writeHead();
+    if (this.#ended) return;
+    const status = this.#status;
+    if (this.#headOnly || status === 204 || status === 304) {
+      // No body: HEAD reports the length the GET would have (RFC 9110 §9.3.2).
+      if (this.#headOnly && this.#length >= 0) res.endWithoutBody(this.#length);
+      else res.endWithoutBody();
+      this.#done();
+    } else if (this.#length >= 0) {
+      // All bytes were handed to tryEnd; `done` fires there, or on the last onWritable.
+      if (this.#length === 0) {
+        res.end();
+        this.#done();
+      }
+    } else {
+      res.end();
+      this.#done();
+    }
+  }
+
+  #done(): void {
+    if (this.#ended) return;
+    this.#ended = true;
+    this.#ex.body?.discard();
+    this.#ex.finish();
+  }
+
+  #capture(chunk: Buffer): void {
+    const ex = this.#ex;
+    if (ex.captureTruncated) return;
+    if (ex.capture === null) ex.capture = Buffer.allocUnsafe(this.#length >= 0 ? Math.min(this.#length, this.#captureCap) : this.#captureCap);
+    const room = ex.capture.length - ex.captureLength;
+    const take = Math.min(room, chunk.length);
+    chunk.copy(ex.capture, ex.captureLength, 0, take);
+    ex.captureLength += take;
+    if (take < chunk.length) ex.captureTruncated = true;
+  }
+}
+
+const TIMEOUT_CODES = new Set(['UND_ERR_HEADERS_TIMEOUT', 'UND_ERR_BODY_TIMEOUT', 'UND_ERR_CONNECT_TIMEOUT', 'ETIMEDOUT']);
+function isTimeout(err: Error): boolean {
+  return TIMEOUT_CODES.has((err as NodeJS.ErrnoException).code ?? '');
+}
+
+/** A short, secret-free description of a connection failure. */
+function describe(err: Error): string {
+  const code = (err as NodeJS.ErrnoException).code;
+  if (code === 'ECONNREFUSED') return 'connection refused';
+  if (code === 'ECONNRESET' || code === 'UND_ERR_SOCKET') return 'connection reset';
+  if (code !== undefined && /^(ERR_TLS|CERT_|UNABLE_TO|DEPTH_ZERO|SELF_SIGNED|ERR_SSL)/.test(code)) return `TLS failure: ${code}`;
+  if (code !== undefined && /^[A-Z_]+$/.test(code)) return code;
+  return 'connection failed';
+}

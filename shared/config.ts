@@ -1,0 +1,168 @@
+// Configuration: read from the environment (and an optional `.env` file) once at
+// start, validated, frozen. Nothing else in the service reads process.env.
+import { existsSync, readFileSync } from 'node:fs';
+import { resolve } from 'node:path';
+import { parseEnv } from 'node:util';
+
+export type LogLevel = 'debug' | 'info' | 'warn' | 'error';
+export type SpoolFullPolicy = 'reject' | 'drop';
+
+export interface Config {
+  port: number;
+  host: string;
+  publicUrl: string;
+  dataDir: string;
+  mongodbUrl: string | null;
+  clickhouseUrl: string | null;
+  adminUrl: string | null;
+  jwtSecret: string | null;
+  secretKey: string | null;
+  allowTargets: readonly string[];
+  logLevel: LogLevel;
+  jwtTtlSeconds: number;
+  auditBatchRows: number;
+  auditBatchMs: number;
+  auditRetentionDays: number;
+  auditQueueMax: number;
+  cacheMaxEntries: number;
+  cacheTtlMs: number;
+  upstreamConnectTimeoutMs: number;
+  upstreamHeadersTimeoutMs: number;
+  upstreamBodyTimeoutMs: number;
+  upstreamConnections: number;
+  outputCaptureBytes: number;
+  loginMaxFailures: number;
+  loginWindowSeconds: number;
+  pdfMaxEntries: number;
+  dnsServer: string | null;
+  /** PEM text of NODE_EXTRA_CA_CERTS, trusted for upstream TLS besides Node's roots. */
+  extraCa: string | null;
+}
+
+interface Spec {
+  env: string;
+  key: keyof Config;
+  doc: string;
+  parse: (raw: string) => unknown;
+  fallback: unknown;
+}
+
+class ConfigError extends Error {}
+
+function integer(min: number, max: number) {
+  return (raw: string): number => {
+    if (!/^\d+$/.test(raw)) throw new ConfigError(`must be a whole number from ${min} to ${max}`);
+    const n = Number(raw);
+    if (n < min || n > max) throw new ConfigError(`must be a whole number from ${min} to ${max}`);
+    return n;
+  };
+}
+
+function url(raw: string): string {
+  let u: URL;
+  try {
+    u = new URL(raw);
+  } catch {
+    throw new ConfigError('must be an absolute URL');
+  }
+  if (u.protocol !== 'http:' && u.protocol !== 'https:') throw new ConfigError('must be an http(s) URL');
+  return raw.replace(/\/+$/, '');
+}
+
+function oneOf<T extends string>(values: readonly T[]) {
+  return (raw: string): T => {
+    if (!values.includes(raw as T)) throw new ConfigError(`must be one of ${values.join(', ')}`);
+    return raw as T;
+  };
+}
+
+const text = (raw: string): string => raw;
+
+/** Every variable the service reads, in the order the README's table lists them. */
+export const CONFIG_SPECS: readonly Spec[] = [
+  { env: 'PORT', key: 'port', doc: 'public listener port', parse: integer(0, 65535), fallback: 8080 },
+  { env: 'HOST', key: 'host', doc: 'public listener address', parse: text, fallback: '127.0.0.1' },
+  { env: 'PUBLIC_URL', key: 'publicUrl', doc: 'origin used in proxy_url', parse: url, fallback: null },
+  { env: 'DATA_DIR', key: 'dataDir', doc: 'embedded stores, generated secrets, audit spool', parse: (r) => resolve(r), fallback: resolve('data') },
+  { env: 'MONGODB_URL', key: 'mongodbUrl', doc: 'metadata in MongoDB instead of SQLite', parse: (r) => {
+    if (!/^mongodb(\+srv)?:\/\//.test(r)) throw new ConfigError('must start with mongodb:// or mongodb+srv://');
+    return r;
+  }, fallback: null },
+  { env: 'CLICKHOUSE_URL', key: 'clickhouseUrl', doc: 'audit in a ClickHouse server instead of embedded chDB', parse: url, fallback: null },
+  { env: 'ADMIN_URL', key: 'adminUrl', doc: 'where a split-mode proxy passes admin paths', parse: url, fallback: null },
+  { env: 'JWT_SECRET', key: 'jwtSecret', doc: 'HS256 signing key, at least 32 characters', parse: (r) => {
+    if (r.length < 32) throw new ConfigError('must be at least 32 characters');
+    return r;
+  }, fallback: null },
+  { env: 'SECRET_KEY', key: 'secretKey', doc: 'credential encryption key, 64 hex characters', parse: (r) => {
+    if (!/^[0-9a-fA-F]{64}$/.test(r)) throw new ConfigError('must be 64 hex characters (32 bytes)');
+    return r.toLowerCase();
+  }, fallback: null },
+  { env: 'GUARD_ALLOW_TARGETS', key: 'allowTargets', doc: 'hosts and CIDRs the SSRF guard lets through', parse: (r) =>
+    Object.freeze(r.split(',').map((s) => s.trim().toLowerCase()).filter(Boolean)), fallback: Object.freeze([]) },
+  { env: 'LOG_LEVEL', key: 'logLevel', doc: 'debug, info, warn, error', parse: oneOf(['debug', 'info', 'warn', 'error'] as const), fallback: 'info' },
+  { env: 'JWT_TTL_SECONDS', key: 'jwtTtlSeconds', doc: 'access token lifetime', parse: integer(60, 30 * 86400), fallback: 12 * 3600 },
+  { env: 'AUDIT_BATCH_ROWS', key: 'auditBatchRows', doc: 'audit rows per insert, at most', parse: integer(1, 100_000), fallback: 5000 },
+  { env: 'AUDIT_BATCH_MS', key: 'auditBatchMs', doc: 'longest an audit row waits before its batch is written', parse: integer(1, 60_000), fallback: 250 },
+  { env: 'AUDIT_RETENTION_DAYS', key: 'auditRetentionDays', doc: 'audit rows older than this are dropped (TTL)', parse: integer(1, 36500), fallback: 365 },
+  { env: 'AUDIT_QUEUE_MAX', key: 'auditQueueMax', doc: 'audit rows held in memory before proxying answers 503', parse: integer(100, 10_000_000), fallback: 200_000 },
+  { env: 'CACHE_MAX_ENTRIES', key: 'cacheMaxEntries', doc: 'entries per proxy cache (keys, policies, credentials)', parse: integer(1, 10_000_000), fallback: 100_000 },
+  { env: 'CACHE_TTL_MS', key: 'cacheTtlMs', doc: 'how long a proxy cache entry lives', parse: integer(1, 86_400_000), fallback: 60_000 },
+  { env: 'UPSTREAM_CONNECT_TIMEOUT_MS', key: 'upstreamConnectTimeoutMs', doc: 'TCP+TLS connect deadline', parse: integer(1, 600_000), fallback: 5000 },
+  { env: 'UPSTREAM_HEADERS_TIMEOUT_MS', key: 'upstreamHeadersTimeoutMs', doc: 'deadline for the upstream response head', parse: integer(1, 3_600_000), fallback: 30_000 },
+  { env: 'UPSTREAM_BODY_TIMEOUT_MS', key: 'upstreamBodyTimeoutMs', doc: 'longest gap between upstream body chunks', parse: integer(1, 3_600_000), fallback: 30_000 },
+  { env: 'UPSTREAM_CONNECTIONS', key: 'upstreamConnections', doc: 'keep-alive connections per upstream origin, at most', parse: integer(1, 10_000), fallback: 256 },
+  { env: 'OUTPUT_CAPTURE_BYTES', key: 'outputCaptureBytes', doc: 'cap of the response body stored for log_outputs: full', parse: integer(0, 16 * 1024 * 1024), fallback: 65536 },
+  { env: 'LOGIN_MAX_FAILURES', key: 'loginMaxFailures', doc: 'failed logins per email or client address before 429', parse: integer(1, 1_000_000), fallback: 10 },
+  { env: 'LOGIN_WINDOW_SECONDS', key: 'loginWindowSeconds', doc: 'window of LOGIN_MAX_FAILURES', parse: integer(1, 86_400), fallback: 900 },
+  { env: 'PDF_MAX_ENTRIES', key: 'pdfMaxEntries', doc: 'audit entries listed in a PDF export, at most', parse: integer(0, 100_000), fallback: 500 },
+  { env: 'GUARD_DNS_SERVER', key: 'dnsServer', doc: 'DNS server (ip[:port]) the proxy resolves targets with', parse: text, fallback: null },
+  { env: 'NODE_EXTRA_CA_CERTS', key: 'extraCa', doc: 'extra trusted CA file (PEM) for upstream TLS', parse: (r) => {
+    let pem: string;
+    try {
+      pem = readFileSync(r, 'utf8');
+    } catch {
+      throw new ConfigError('cannot read that file');
+    }
+    if (!pem.includes('-----BEGIN CERTIFICATE-----')) throw new ConfigError('is not a PEM certificate file');
+    return pem;
+  }, fallback: null },
+];
+
+/** Variables that are not ours but that the service honours (Node reads them itself). */
+const FOREIGN_KNOWN = new Set(['NODE_ENV', 'NODE_OPTIONS']);
+
+/**
+ * Build the config from `env` (default: process.env plus `.env` in the working
+ * directory, where the environment wins). Throws one error listing every problem.
+ */
+export function loadConfig(env: NodeJS.ProcessEnv = readEnvironment()): Readonly<Config> {
+  const problems: string[] = [];
+  const out: Record<string, unknown> = {};
+  for (const spec of CONFIG_SPECS) {
+    const raw = env[spec.env];
+    if (raw === undefined || raw === '') {
+      out[spec.key] = spec.fallback;
+      continue;
+    }
+    try {
+      out[spec.key] = spec.parse(raw.trim());
+    } catch (err) {
+      problems.push(`${spec.env}=${JSON.stringify(spec.env.includes('SECRET') ? '***' : raw)}: ${(err as Error).message}`);
+    }
+  }
+  if (problems.length > 0) throw new Error(`invalid configuration:\n  ${problems.join('\n  ')}`);
+  const config = out as unknown as Config;
+  if (config.publicUrl === null) config.publicUrl = `http://localhost:${config.port}`;
+  return Object.freeze(config);
+}
+
+function readEnvironment(): NodeJS.ProcessEnv {
+  const file = resolve('.env');
+  if (!existsSync(file)) return process.env;
+  const parsed = parseEnv(readFileSync(file, 'utf8')) as Record<string, string>;
+  const known = new Set(CONFIG_SPECS.map((s) => s.env));
+  const unknown = Object.keys(parsed).filter((k) => !known.has(k) && !FOREIGN_KNOWN.has(k));
+  if (unknown.length > 0) throw new Error(`invalid configuration: .env names unknown variables: ${unknown.join(', ')}`);
+  return { ...parsed, ...process.env };
+}

@@ -1,0 +1,65 @@
+// One registry of every error the service answers with: code → status → default
+// message. Everything thrown on purpose is a GuardError; `toErrorBody` turns it into
+// the contract's shape `{"error", "message", ...extra}` in one place.
+
+export const ERRORS = {
+  invalid_request: { status: 400, message: 'The request is malformed.' },
+  invalid_policy: { status: 400, message: 'The policy is not valid.' },
+  invalid_target: { status: 400, message: 'The proxy path does not name a valid target host.' },
+  unauthorized: { status: 401, message: 'A valid bearer token is required.' },
+  invalid_credentials: { status: 401, message: 'The email or password is wrong.' },
+  invalid_api_key: { status: 401, message: 'The agent API key is unknown or revoked.' },
+  policy_denied: { status: 403, message: 'The agent policy denies this call.' },
+  target_forbidden: { status: 403, message: 'The target address is not allowed.' },
+  not_found: { status: 404, message: 'Not found.' },
+  method_not_allowed: { status: 405, message: 'The method is not allowed here.' },
+  conflict: { status: 409, message: 'The resource already exists.' },
+  payload_too_large: { status: 413, message: 'The request body is too large.' },
+  uri_too_long: { status: 414, message: 'The request URL is too long.' },
+  unsupported_media_type: { status: 415, message: 'The body must be JSON (Content-Type: application/json).' },
+  rate_limited: { status: 429, message: 'Too many requests; retry later.' },
+  headers_too_large: { status: 431, message: 'The request headers are too large.' },
+  internal: { status: 500, message: 'An internal error occurred.' },
+  upstream_unreachable: { status: 502, message: 'The target could not be reached.' },
+  unavailable: { status: 503, message: 'A backing store is unavailable; retry later.' },
+  upstream_timeout: { status: 504, message: 'The target did not answer in time.' },
+} as const satisfies Record<string, { status: number; message: string }>;
+
+export type ErrorCode = keyof typeof ERRORS;
+
+export class GuardError extends Error {
+  readonly code: ErrorCode;
+  readonly status: number;
+  readonly extra: Record<string, unknown> | undefined;
+  /** Response headers that go with this error (e.g. Retry-After, Allow). */
+  readonly headers: Record<string, string> | undefined;
+
+  constructor(code: ErrorCode, message?: string, extra?: Record<string, unknown>, headers?: Record<string, string>) {
+    super(message ?? ERRORS[code].message);
+    this.name = 'GuardError';
+    this.code = code;
+    this.status = ERRORS[code].status;
+    this.extra = extra;
+    this.headers = headers;
+  }
+}
+
+export function errorBody(code: ErrorCode, message?: string, extra?: Record<string, unknown>): string {
+  return JSON.stringify({ error: code, message: message ?? ERRORS[code].message, ...extra });
+}
+
+/** Any thrown value → status and body. Unknown errors become 500 `internal` with no detail. */
+export function toErrorResponse(err: unknown): { status: number; body: string; headers: Record<string, string> | undefined } {
+  if (err instanceof GuardError) {
+    return { status: err.status, body: errorBody(err.code, err.message, err.extra), headers: err.headers };
+  }
+  return { status: 500, body: errorBody('internal'), headers: undefined };
+}
+
+export const STATUS_TEXT: Record<number, string> = {
+  200: 'OK', 201: 'Created', 204: 'No Content', 400: 'Bad Request', 401: 'Unauthorized',
+  403: 'Forbidden', 404: 'Not Found', 405: 'Method Not Allowed', 409: 'Conflict',
+  413: 'Payload Too Large', 414: 'URI Too Long', 415: 'Unsupported Media Type',
+  429: 'Too Many Requests', 431: 'Request Header Fields Too Large', 500: 'Internal Server Error',
+  502: 'Bad Gateway', 503: 'Service Unavailable', 504: 'Gateway Timeout',
+};

@@ -1,0 +1,88 @@
+// Decides one call against a compiled policy. This runs on every proxied request:
+// rules are tried in order and the first match returns its precomputed, frozen
+// PolicyDecision, so a decision allocates nothing (no upper-casing, no strings, no
+// result object); only a `Pattern` glob runs a RegExp (`test`, no match array).
+
+import { PathMatch, ToolMatch } from './types.js';
+import type { CompiledPolicy, CompiledRule, PolicyDecision } from './types.js';
+
+/** The answer when an agent has no policy: everything is allowed (the contract). */
+export const NO_POLICY_DECISION: PolicyDecision = Object.freeze({
+  decision: 'allow',
+  ruleMatched: 'default',
+  message: 'No policy is set; the default is allow.',
+});
+
+/**
+ * `policy` null means none is set. `tool` is the tool name (for a proxied call the
+ * target hostname without port), `action` the HTTP method in any case, `path` the
+ * target path without its query string ('' when there is none, as for
+ * POST /policy/check: then only rules without a `path` can match).
+ */
+export function evaluatePolicy(policy: CompiledPolicy | null, tool: string, action: string, path: string): PolicyDecision {
+  if (policy === null) return NO_POLICY_DECISION;
+  const rules = policy.rules;
+  for (let i = 0; i < rules.length; i++) {
+    const rule = rules[i]!;
+    if (rule.action !== null && !equalsUpperCased(action, rule.action)) continue;
+    if (!matchesTool(rule, tool)) continue;
+    if (!matchesPath(rule, path)) continue;
+    return rule.result;
+  }
+  return policy.defaultResult;
+}
+
+function matchesTool(rule: CompiledRule, tool: string): boolean {
+  switch (rule.toolMatch) {
+    case ToolMatch.Any:
+      return true;
+    case ToolMatch.Exact:
+      return tool.length === rule.toolText.length && equalsLowerCasedAt(tool, 0, rule.toolText);
+    case ToolMatch.Suffix:
+      return true && equalsLowerCasedAt(tool, tool.length - rule.toolText.length, rule.toolText);
+    default:
+      return rule.toolRegExp!.test(tool);
+  }
+}
+
+function matchesPath(rule: CompiledRule, path: string): boolean {
+  switch (rule.pathMatch) {
+    case PathMatch.Any:
+      return true;
+    case PathMatch.Exact:
+      return path === rule.pathText;
+    case PathMatch.Subtree:
+      return path.startsWith(rule.pathPrefix);
+    default:
+      return rule.pathRegExp!.test(path);
+  }
+}
+
+/** `method` equals `upper` (an upper-case ASCII token) ignoring ASCII case. */
+function equalsUpperCased(method: string, upper: string): boolean {
+  if (method === upper) return true;
+  if (method.length !== upper.length) return false;
+  for (let i = 0; i < upper.length; i++) {
+    let c = method.charCodeAt(i);
+    if (c >= 0x61 && c <= 0x7a) c -= 0x20;
+    if (c !== upper.charCodeAt(i)) return false;
+  }
+  return true;
+}
+
+/**
+ * `text` from `start` equals `lower` (already lower-cased) ignoring case. ASCII is
+ * folded in place; a non-ASCII code unit that differs is lower-cased through a
+ * one-character string (rare: hostnames reach us as ASCII or punycode).
+ */
+function equalsLowerCasedAt(text: string, start: number, lower: string): boolean {
+  for (let i = 0; i < lower.length; i++) {
+    let c = text.charCodeAt(start + i);
+    const expected = lower.charCodeAt(i);
+    if (c === expected) continue;
+    if (c >= 0x41 && c <= 0x5a) c += 0x20;
+    else if (c > 0x7f) c = String.fromCharCode(c).toLowerCase().charCodeAt(0);
+    if (c !== expected) return false;
+  }
+  return true;
+}

@@ -1,0 +1,506 @@
+// Parses, validates and compiles an agent's YAML policy, once per policy text.
+// Every refusal is a GuardError 'invalid_policy' whose message starts with where
+// the problem is ("line 3: ..." or "rule 2 (line 7): ...") and says what it is.
+//
+// The accepted document (the contract's "Policy" section):
+//   version: "1"              required; see VERSION below for the unquoted 1
+//   default: allow | deny     optional, default allow
+//   rules:                    required list, may be empty
+//     - name: no-deletes      optional string; default rule-<n> (1-based position)
+//       tool: "*.github.com"  required glob over the tool name (a hostname)
+//       action: DELETE        required HTTP method token, any case, or "*"
+//       path: /repos/*/**     optional glob over the target path (no query string)
+//       decision: deny        required: allow | deny
+//       message: ...          optional string, reported instead of the generated one
+// Unknown keys are errors (a misspelt `decison` must not silently drop a rule).
+
+import { isAlias, isMap, isPair, isScalar, isSeq, LineCounter, parseDocument, visit } from 'yaml';
+import type { Alias, Document, Node, Pair, YAMLMap } from 'yaml';
+import { GuardError } from '../errors.js';
+import { PathMatch, ToolMatch } from './types.js';
+import type { CompiledPolicy, CompiledRule, PolicyDecision, PolicyVerdict } from './types.js';
+
+/** The largest policy text accepted, in UTF-8 bytes (256 KiB). Checked before parsing. */
+export const MAX_POLICY_BYTES = 256 * 1024;
+/** The most rules one policy may hold. */
+export const MAX_POLICY_RULES = 10_000;
+/**
+ * The most YAML aliases (`*name`) one policy may use. Aliases let a policy reuse a
+ * message or a rule, but each alias the yaml library resolves scans the anchors
+ * before it, and nested aliases are how "billion laughs" bombs are built; a policy
+ * needs few, so more are refused before anything is expanded.
+ */
+export const MAX_POLICY_ALIASES = 100;
+/**
+ * The yaml library's `maxAliasCount` while resolving aliases: it weighs each alias
+ * by the aliases nested inside what it points at and throws past this bound, so a
+ * nested bomb fails after a few hundred steps instead of expanding exponentially.
+ */
+const MAX_ALIAS_EXPANSION = 100;
+
+export interface PolicyLimits {
+  readonly maxBytes: number;
+  readonly maxRules: number;
+  readonly maxAliases: number;
+}
+
+export const POLICY_LIMITS: PolicyLimits = Object.freeze({
+  maxBytes: MAX_POLICY_BYTES,
+  maxRules: MAX_POLICY_RULES,
+  maxAliases: MAX_POLICY_ALIASES,
+});
+
+const TOP_LEVEL_KEYS = ['version', 'default', 'rules'] as const;
+const RULE_KEYS = ['name', 'tool', 'action', 'path', 'decision', 'message'] as const;
+type RuleKey = (typeof RULE_KEYS)[number];
+
+/** RFC 9110 §9.1 / §5.6.2: a method is a token; `*` is excluded so it only means "any". */
+const METHOD_TOKEN = /^[!#$%&'+.^_`|~0-9A-Za-z-]+$/;
+
+/**
+ * Parses, validates and compiles a policy. Throws GuardError('invalid_policy') with a
+ * message naming the line (and rule number) and the problem. `limits` exists so tests
+ * can reach one bound without tripping another; callers use the default.
+ */
+export function parsePolicy(yamlText: string, limits: PolicyLimits = POLICY_LIMITS): CompiledPolicy {
+  // A UTF-16 code unit is at least one UTF-8 byte, so a long string is refused
+  // before its bytes are counted.
+  if (yamlText.length > limits.maxBytes || Buffer.byteLength(yamlText, 'utf8') > limits.maxBytes) {
+    fail(`the policy is larger than ${formatKiB(limits.maxBytes)} (${formatCount(limits.maxBytes)} bytes), the most allowed`);
+  }
+
+  // uniqueKeys is off because the yaml library checks it pairwise (O(n^2): 20,000
+  // keys in 190 KB took 1.7 s); the walk below refuses duplicate keys itself, and
+  // every map it does not walk is refused anyway (it sits under an unknown key or
+  // where a string belongs).
+  const lines = new LineCounter();
+  const doc = parseDocument(yamlText, { lineCounter: lines, prettyErrors: false, uniqueKeys: false, strict: true });
+  const at = (node: { range?: readonly number[] | null | undefined } | null | undefined): number =>
+    node?.range ? lines.linePos(node.range[0]!).line : 1;
+
+  const syntaxError = doc.errors[0] ?? doc.warnings[0];
+  if (syntaxError) {
+    const { line, col } = lines.linePos(syntaxError.pos[0]);
+    fail(`line ${line}, column ${col}: not valid YAML: ${describeYamlError(syntaxError.code, syntaxError.message)}`);
+  }
+
+  const aliasTargets = resolveAliases(doc, limits.maxAliases, at);
+
+  const contents = doc.contents === null ? null : deref(doc.contents as Node, aliasTargets);
+  if (contents === null || (isScalar(contents) && contents.value === null)) {
+    fail(`line 1: the policy is empty; it must be a mapping with 'version' and 'rules'`);
+  }
+  if (!isMap(contents)) {
+    fail(`line ${at(contents)}: the policy must be a mapping with 'version' and 'rules', not ${describeNode(contents)}`);
+  }
+
+  let version: '1' | undefined;
+  let defaultDecision: PolicyVerdict = 'allow';
+  let rules: CompiledRule[] | undefined;
+  const seenKeys = new Set<string>();
+
+  for (const pair of (contents as YAMLMap).items) {
+    const where = `line ${at(pair.key as Node)}`;
+    const key = keyOf(pair, where);
+    if (seenKeys.has(key)) fail(`${where}: the key '${key}' appears twice at the top level`);
+    seenKeys.add(key);
+    const value = pair.value as Node | null;
+    switch (key) {
+      case 'version':
+        version = readVersion(value, aliasTargets, where);
+        break;
+      case 'default':
+        defaultDecision = readVerdict(value, aliasTargets, where, 'default');
+        break;
+      case 'rules':
+        rules = compileRules(value, aliasTargets, limits, at, where);
+        break;
+      default:
+        fail(`${where}: unknown key '${key}' at the top level${suggest(key, TOP_LEVEL_KEYS)}; expected ${TOP_LEVEL_KEYS.join(', ')}`);
+    }
+  }
+  const mapLine = `line ${at(contents)}`;
+  if (version === undefined) fail(`${mapLine}: missing key 'version' (write version: "1")`);
+  if (rules === undefined) fail(`${mapLine}: missing key 'rules' (a list; rules: [] for none)`);
+
+  return Object.freeze({
+    version,
+    defaultDecision,
+    rules: Object.freeze(rules),
+    defaultResult: Object.freeze({
+      decision: defaultDecision,
+      ruleMatched: 'default',
+      message: `No rule matched; the default is ${defaultDecision}.`,
+    }) satisfies PolicyDecision,
+  });
+}
+
+function compileRules(
+  node: Node | null,
+  aliasTargets: ReadonlyMap<Alias, Node>,
+  limits: PolicyLimits,
+  at: (node: Node | null | undefined) => number,
+  where: string,
+): CompiledRule[] {
+  const list = node === null ? null : deref(node, aliasTargets);
+  if (!isSeq(list)) {
+    fail(`${where}: 'rules' must be a list of rules (rules: [] for none), not ${describeNode(list)}`);
+  }
+  if (list.items.length > limits.maxRules) {
+    fail(`${where}: the policy has ${formatCount(list.items.length)} rules; at most ${formatCount(limits.maxRules)} are allowed`);
+  }
+
+  const compiled: CompiledRule[] = [];
+  const positionByName = new Map<string, number>();
+  list.items.forEach((item, index) => {
+    const n = index + 1;
+    const ruleNode = item as Node | null;
+    const ruleWhere = `rule ${n} (line ${at(ruleNode ?? list)})`;
+    const rule = ruleNode === null ? null : deref(ruleNode, aliasTargets);
+    if (!isMap(rule)) {
+      fail(`${ruleWhere}: a rule must be a mapping with tool, action and decision, not ${describeNode(rule)}`);
+    }
+    compiled.push(compileRule(rule, n, ruleWhere, aliasTargets, at, positionByName));
+  });
+  return compiled;
+}
+
+function compileRule(
+  rule: YAMLMap,
+  n: number,
+  where: string,
+  aliasTargets: ReadonlyMap<Alias, Node>,
+  at: (node: Node | null | undefined) => number,
+  positionByName: Map<string, number>,
+): CompiledRule {
+  const fields: Partial<Record<RuleKey, string>> = {};
+  const fieldWhere: Partial<Record<RuleKey, string>> = {};
+  let decision: PolicyVerdict | undefined;
+
+  const seenKeys = new Set<string>();
+
+  for (const pair of rule.items) {
+    const keyWhere = `rule ${n} (line ${at(pair.key as Node)})`;
+    const key = keyOf(pair, keyWhere);
+    if (seenKeys.has(key)) fail(`${keyWhere}: the key '${key}' appears twice in this rule`);
+    seenKeys.add(key);
+    const value = pair.value as Node | null;
+    switch (key) {
+      case 'decision':
+        decision = readVerdict(value, aliasTargets, keyWhere, 'decision');
+        break;
+      case 'name':
+      case 'tool':
+      case 'action':
+      case 'path':
+      case 'message':
+        fields[key] = readString(value, aliasTargets, keyWhere, key);
+        fieldWhere[key] = keyWhere;
+        break;
+      default:
+        fail(`${keyWhere}: unknown key '${key}'${suggest(key, RULE_KEYS)}; a rule has ${RULE_KEYS.join(', ')}`);
+    }
+  }
+
+  if (fields.tool === undefined) fail(`${where}: missing key 'tool' (a hostname glob such as "*" or "*.github.com")`);
+  if (fields.action === undefined) fail(`${where}: missing key 'action' (an HTTP method such as DELETE, or "*")`);
+  if (decision === undefined) fail(`${where}: missing key 'decision' (allow or deny)`);
+
+  const name = fields.name ?? `rule-${n}`;
+  if (name === 'default') {
+    fail(`${fieldWhere.name ?? where}: the rule name 'default' is reserved for "no rule matched"; choose another`);
+  }
+  const earlier = positionByName.get(name);
+  if (earlier !== undefined) {
+    fail(`${fieldWhere.name ?? where}: duplicate rule name '${name}' (rule ${earlier} has it); rule names must be unique`);
+  }
+  positionByName.set(name, n);
+
+  const action = compileAction(fields.action, fieldWhere.action ?? where);
+  const tool = compileToolGlob(fields.tool, fieldWhere.tool ?? where);
+  const path = fields.path === undefined ? ANY_PATH : compilePathGlob(fields.path, fieldWhere.path ?? where);
+  const verb = decision === 'allow' ? 'Allowed' : 'Denied';
+
+  return Object.freeze({
+    name,
+    action,
+    toolMatch: tool.match,
+    toolText: tool.text,
+    toolRegExp: tool.regExp,
+    pathMatch: path.match,
+    pathText: path.text,
+    pathPrefix: path.prefix,
+    pathRegExp: path.regExp,
+    result: Object.freeze({
+      decision,
+      ruleMatched: name,
+      message: fields.message ?? `${verb} by rule '${name}'.`,
+    }),
+  });
+}
+
+// --- values ------------------------------------------------------------------
+
+/**
+ * The contract makes `version` the string "1". An unquoted `version: 1` is accepted
+ * too: it is unambiguous and the commonest way to write it (compose files taught
+ * everyone to). Any other number (1.0, 0x1, 2) or string is refused.
+ */
+function readVersion(node: Node | null, aliasTargets: ReadonlyMap<Alias, Node>, where: string): '1' {
+  const value = node === null ? null : deref(node, aliasTargets);
+  if (isScalar(value)) {
+    if (value.value === '1') return '1';
+    if (typeof value.value === 'number' && value.type === 'PLAIN' && value.source === '1') return '1';
+    if (typeof value.value === 'string' || typeof value.value === 'number') {
+      fail(`${where}: unsupported version '${value.source ?? String(value.value)}'; the only version is "1"`);
+    }
+  }
+  fail(`${where}: 'version' must be the string "1", not ${describeNode(value)}`);
+}
+
+function readVerdict(node: Node | null, aliasTargets: ReadonlyMap<Alias, Node>, where: string, field: string): PolicyVerdict {
+  const value = node === null ? null : deref(node, aliasTargets);
+  if (isScalar(value) && (value.value === 'allow' || value.value === 'deny')) return value.value;
+  const shown = isScalar(value) && (typeof value.value === 'string' || typeof value.value === 'number' || typeof value.value === 'boolean')
+    ? `'${String(value.value)}'`
+    : describeNode(value);
+  fail(`${where}: '${field}' must be allow or deny, not ${shown}`);
+}
+
+function readString(node: Node | null, aliasTargets: ReadonlyMap<Alias, Node>, where: string, field: string): string {
+  const value = node === null ? null : deref(node, aliasTargets);
+  if (isScalar(value) && typeof value.value === 'string') {
+    if (value.value.length === 0) fail(`${where}: '${field}' must not be empty`);
+    return value.value;
+  }
+  const hint = isScalar(value) && (typeof value.value === 'number' || typeof value.value === 'boolean') ? ' (quote it to make it a string)' : '';
+  fail(`${where}: '${field}' must be a string, not ${describeNode(value)}${hint}`);
+}
+
+function keyOf(pair: Pair, where: string): string {
+  const key = pair.key as Node | null;
+  if (isScalar(key) && typeof key.value === 'string') return key.value;
+  fail(`${where}: a key must be a plain string, not ${describeNode(key)}`);
+}
+
+// --- globs -------------------------------------------------------------------
+
+interface ToolMatcher {
+  match: ToolMatch;
+  text: string;
+  regExp: RegExp | null;
+}
+
+interface PathMatcher {
+  match: PathMatch;
+  text: string;
+  prefix: string;
+  regExp: RegExp | null;
+}
+
+const ANY_PATH: PathMatcher = { match: PathMatch.Any, text: '', prefix: '', regExp: null };
+
+/** `*` or the upper-cased method token; evaluation compares case-insensitively. */
+function compileAction(action: string, where: string): string | null {
+  if (action === '*') return null;
+  if (!METHOD_TOKEN.test(action)) {
+    fail(`${where}: 'action' must be an HTTP method such as GET or DELETE, or "*", not '${action}'`);
+  }
+  return action.toUpperCase();
+}
+
+/**
+ * Tool globs are case-insensitive (hostnames are, RFC 4343) and `*` matches any run
+ * of characters, dots included: `*.github.com` matches api.github.com and
+ * a.b.github.com but not github.com. No other character is special.
+ */
+function compileToolGlob(glob: string, where: string): ToolMatcher {
+  if (glob.includes('://')) {
+    fail(`${where}: 'tool' is a hostname glob such as api.github.com or "*.github.com", not a URL ('${glob}')`);
+  }
+  const lower = glob.toLowerCase();
+  const firstStar = lower.indexOf('*');
+  if (firstStar === -1) return { match: ToolMatch.Exact, text: lower, regExp: null };
+  if (/^\*+$/.test(lower)) return { match: ToolMatch.Any, text: '', regExp: null };
+  if (firstStar === 0) {
+    const rest = lower.replace(/^\*+/, '');
+    if (!rest.includes('*')) return { match: ToolMatch.Suffix, text: rest, regExp: null };
+  }
+  const source = lower.split(/\*+/).map(escapeRegExp).join('.*');
+  return { match: ToolMatch.Pattern, text: '', regExp: new RegExp(`^${source}$`, 'i') };
+}
+
+// Path globs are case-sensitive (RFC 3986 §6.2.2.1) and match the path without its
+// query string. `*` matches within one segment (no `/`); `**` matches across
+// segments: `/admin/**` matches /admin, /admin/ and everything below it (a deny on a
+// subtree should cover its root), and `/a/**/b` matches /a/b and /a/x/y/b. A lone
+// `*` or `**` matches every path.
+function compilePathGlob(glob: string, where: string): PathMatcher {
+  if (glob[0] !== '/' && glob[0] !== '*') {
+    fail(`${where}: 'path' must start with '/' (for example /repos/*/issues), not '${glob}'`);
+  }
+  if (glob.includes('?') || glob.includes('#')) {
+    fail(`${where}: 'path' is matched against the path only, without a query string or fragment ('${glob}')`);
+  }
+  if (/^\*+$/.test(glob)) return ANY_PATH;
+  const firstStar = glob.indexOf('*');
+  if (firstStar === -1) return { match: PathMatch.Exact, text: glob, prefix: '', regExp: null };
+  if (glob.endsWith('/**') && firstStar === glob.length - 2) {
+    const base = glob.slice(0, -3);
+    return { match: PathMatch.Subtree, text: base, prefix: `${base}/`, regExp: null };
+  }
+  return { match: PathMatch.Pattern, text: '', prefix: '', regExp: pathGlobToRegExp(glob) };
+}
+
+function pathGlobToRegExp(glob: string): RegExp {
+  let source = '';
+  let i = 0;
+  while (i < glob.length) {
+    if (glob[i] !== '*') {
+      source += escapeRegExp(glob[i]!);
+      i++;
+      continue;
+    }
+    let end = i;
+    while (glob[end] === '*') end++;
+    if (end - i === 1) {
+      source += '[^/]*';
+    } else {
+      const segmentStart = i > 0 && glob[i - 1] === '/';
+      const segmentEnd = end === glob.length || glob[end] === '/';
+      if (segmentStart && segmentEnd && end < glob.length) {
+        // "/**/": the "/" already emitted, then zero or more whole segments.
+        source += '(?:.*/)?';
+        end++;
+      } else if (segmentStart && segmentEnd) {
+        // Trailing "/**": the subtree root itself, or anything below it.
+        source = `${source.slice(0, -1)}(?:/.*)?`;
+      } else {
+        source += '.*';
+      }
+    }
+    i = end;
+  }
+  return new RegExp(`^${source}$`);
+}
+
+function escapeRegExp(text: string): string {
+  return text.replace(/[.*+?^${}()|[\]\\/]/g, '\\$&');
+}
+
+// --- aliases -----------------------------------------------------------------
+
+/**
+ * Maps every alias to the node it names (the last anchor of that name before it,
+ * YAML 1.2 §3.2.2.2) in one document-order pass, refusing undefined anchors and
+ * more than `maxAliases` aliases; then lets the yaml library resolve the document
+ * with `maxAliasCount`, which refuses nested alias bombs.
+ */
+function resolveAliases(doc: Document, maxAliases: number, at: (node: Node | null | undefined) => number): ReadonlyMap<Alias, Node> {
+  const anchors = new Map<string, Node>();
+  const targets = new Map<Alias, Node>();
+  let firstAlias: Alias | undefined;
+  visit(doc, {
+    Node(_key, node) {
+      if (isAlias(node)) {
+        firstAlias ??= node;
+        const target = anchors.get(node.source);
+        if (target === undefined) {
+          fail(`line ${at(node)}: '*${node.source}' is read as a YAML alias, but no anchor '&${node.source}' comes before it; a value starting with * must be quoted, e.g. "*${node.source}"`);
+        }
+        if (targets.size >= maxAliases) {
+          fail(`line ${at(node)}: the policy uses more than ${maxAliases} YAML aliases; alias bombs are refused, so write the values out`);
+        }
+        targets.set(node, target);
+      } else if (!isPair(node) && node.anchor) {
+        anchors.set(node.anchor, node);
+      }
+    },
+  });
+  if (firstAlias !== undefined) {
+    try {
+      doc.toJS({ maxAliasCount: MAX_ALIAS_EXPANSION });
+    } catch (err) {
+      if (err instanceof ReferenceError) {
+        fail(`line ${at(firstAlias)}: the YAML aliases expand too much (an alias bomb); refused`);
+      }
+      throw err;
+    }
+  }
+  return targets;
+}
+
+function deref(node: Node, aliasTargets: ReadonlyMap<Alias, Node>): Node {
+  // A chain of aliases cannot loop: each names an anchor defined before it.
+  let current = node;
+  while (isAlias(current)) current = aliasTargets.get(current)!;
+  return current;
+}
+
+// --- messages ----------------------------------------------------------------
+
+function describeNode(node: Node | null | undefined): string {
+  if (node === null || node === undefined) return 'an empty value';
+  if (isMap(node)) return 'a mapping';
+  if (isSeq(node)) return 'a list';
+  if (isScalar(node)) {
+    const value = node.value;
+    if (value === null) return 'an empty value';
+    if (typeof value === 'string') return `the string '${value}'`;
+    if (typeof value === 'number' || typeof value === 'bigint') return `the number ${String(value)}`;
+    if (typeof value === 'boolean') return `the boolean ${String(value)}`;
+  }
+  return 'an unsupported YAML value';
+}
+
+function describeYamlError(code: string, message: string): string {
+  switch (code) {
+    case 'BAD_ALIAS':
+      return `${message} (a bare * starts a YAML alias; quote it: "*")`;
+    case 'MULTIPLE_DOCS':
+      return 'the policy must be a single YAML document (found a second "---")';
+    default:
+      // The yaml library catches its own stack overflow on deep nesting.
+      return message.includes('call stack') ? 'the YAML is nested too deeply' : message;
+  }
+}
+
+/** " (did you mean 'decision'?)" when a known key is within two edits of `key`. */
+function suggest(key: string, known: readonly string[]): string {
+  let best: string | undefined;
+  let bestDistance = 3;
+  for (const candidate of known) {
+    const distance = editDistance(key.toLowerCase(), candidate);
+    if (distance < bestDistance) {
+      best = candidate;
+      bestDistance = distance;
+    }
+  }
+  return best === undefined ? '' : ` (did you mean '${best}'?)`;
+}
+
+function editDistance(a: string, b: string): number {
+  if (Math.abs(a.length - b.length) > 2) return 3;
+  let previous = Array.from({ length: b.length + 1 }, (_, j) => j);
+  for (let i = 1; i <= a.length; i++) {
+    const current = [i];
+    for (let j = 1; j <= b.length; j++) {
+      const substitution = previous[j - 1]! + (a[i - 1] === b[j - 1] ? 0 : 1);
+      current[j] = Math.min(previous[j]! + 1, current[j - 1]! + 1, substitution);
+    }
+    previous = current;
+  }
+  return previous[b.length]!;
+}
+
+function formatCount(n: number): string {
+  return n.toLocaleString('en-US');
+}
+
+function formatKiB(bytes: number): string {
+  return `${bytes / 1024} KiB`;
+}
+
+function fail(message: string): never {
+  throw new GuardError('invalid_policy', message);
+}

@@ -1,0 +1,103 @@
+// Secrets: the JWT signing key, the credential encryption key (AES-256-GCM), agent
+// API keys and their hashes.
+import { createCipheriv, createDecipheriv, createHash, randomBytes } from 'node:crypto';
+import { chmodSync, existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import type { Config } from './config.js';
+
+export interface Secrets {
+  jwtSecret: Uint8Array;
+  encryptionKey: Buffer;
+}
+
+interface GeneratedSecrets {
+  jwt_secret: string;
+  secret_key: string;
+}
+
+/**
+ * The environment wins; otherwise (all-in-one only) the secrets are generated once
+ * into DATA_DIR/secrets.json with mode 0600 and read back on every start.
+ */
+export function loadSecrets(config: Readonly<Config>, options: { allowGenerate: boolean }): Secrets {
+  let jwt = config.jwtSecret;
+  let key = config.secretKey;
+  if (jwt === null || key === null) {
+    if (!options.allowGenerate) {
+      throw new Error('JWT_SECRET and SECRET_KEY must be set in split mode (every process must share them)');
+    }
+    const generated = readOrCreateGenerated(config.dataDir);
+    jwt ??= generated.jwt_secret;
+    key ??= generated.secret_key;
+  }
+  return { jwtSecret: new TextEncoder().encode(jwt), encryptionKey: Buffer.from(key, 'hex') };
+}
+
+function readOrCreateGenerated(dataDir: string): GeneratedSecrets {
+  const file = join(dataDir, 'secrets.json');
+  if (existsSync(file)) {
+    const parsed = JSON.parse(readFileSync(file, 'utf8')) as Partial<GeneratedSecrets>;
+    if (typeof parsed.jwt_secret !== 'string' || parsed.jwt_secret.length < 32 || !/^[0-9a-f]{64}$/.test(parsed.secret_key ?? '')) {
+      throw new Error(`${file} is damaged; restore it or remove it (credentials sealed with the old key become unreadable)`);
+    }
+    return parsed as GeneratedSecrets;
+  }
+  mkdirSync(dataDir, { recursive: true, mode: 0o700 });
+  const generated: GeneratedSecrets = {
+    jwt_secret: randomBytes(48).toString('base64url'),
+    secret_key: randomBytes(32).toString('hex'),
+  };
+  writeFileSync(file, JSON.stringify(generated, null, 2) + '\n', { mode: 0o600, flag: 'wx' });
+  chmodSync(file, 0o600);
+  return generated;
+}
+
+// AES-256-GCM with a random 96-bit IV; the additional data binds a sealed value to
+// its org and hostname so a value copied into another record does not open.
+const SEALED_VERSION = 'v1';
+
+export function sealValue(key: Buffer, plaintext: string, associated: string): string {
+  const iv = randomBytes(12);
+  const cipher = createCipheriv('aes-256-gcm', key, iv);
+  cipher.setAAD(Buffer.from(associated, 'utf8'));
+  const body = Buffer.concat([cipher.update(plaintext, 'utf8'), cipher.final()]);
+  return `${SEALED_VERSION}:${Buffer.concat([iv, cipher.getAuthTag(), body]).toString('base64')}`;
+}
+
+export function openValue(key: Buffer, sealed: string, associated: string): string {
+  const [version, payload] = sealed.split(':', 2);
+  if (version !== SEALED_VERSION || payload === undefined) throw new Error('unknown sealed value format');
+  const raw = Buffer.from(payload, 'base64');
+  const decipher = createDecipheriv('aes-256-gcm', key, raw.subarray(0, 12));
+  decipher.setAAD(Buffer.from(associated, 'utf8'));
+  decipher.setAuthTag(raw.subarray(12, 28));
+  return Buffer.concat([decipher.update(raw.subarray(28)), decipher.final()]).toString('utf8');
+}
+
+export function credentialAssociatedData(orgId: string, hostname: string): string {
+  return `${orgId}\n${hostname}`;
+}
+
+const BASE62 = '0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz';
+export const API_KEY_PREFIX = 'agk_';
+export const API_KEY_LENGTH = API_KEY_PREFIX.length + 40;
+
+/** `agk_` + 40 base62 characters from the CSPRNG, by rejection sampling (no modulo bias). */
+export function generateApiKey(): string {
+  let out = API_KEY_PREFIX;
+  while (out.length < API_KEY_LENGTH) {
+    for (const byte of randomBytes(64)) {
+      if (byte < 248 && out.length < API_KEY_LENGTH) out += BASE62[byte % 62];
+    }
+  }
+  return out;
+}
+
+export function hashApiKey(apiKey: string): string {
+  return createHash('sha256').update(apiKey).digest('hex');
+}
+
+/** The visible part of a key: its first 12 characters and an ellipsis. */
+export function apiKeyPrefix(apiKey: string): string {
+  return `${apiKey.slice(0, 12)}...`;
+}

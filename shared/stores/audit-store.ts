@@ -1,0 +1,34 @@
+// The audit store: one ClickHouse table, reached over HTTP (CLICKHOUSE_URL) or
+// through the embedded chDB engine. Both run test/integration/audit-store.test.ts.
+import type { AuditFilter, AuditRecord } from '../types.js';
+
+export interface AuditPage {
+  rows: AuditRecord[];
+  total: number;
+}
+
+export interface AuditReportData {
+  totals: { calls: number; allowed: number; denied: number; p50LatencyMs: number; p95LatencyMs: number };
+  /** One entry per UTC day in the window that has calls, oldest first; day is YYYY-MM-DD. */
+  perDay: { day: string; allowed: number; denied: number }[];
+  perAgent: { agentId: string; agentName: string; calls: number; allowed: number; denied: number; p50LatencyMs: number }[];
+  topTools: { toolName: string; calls: number; denied: number }[];
+  recentDenied: AuditRecord[];
+  /** Newest first, at most the cap asked for. */
+  entries: AuditRecord[];
+}
+
+export interface AuditStore {
+  /**
+   * Writes rows in one insert. `dedupToken` makes a retried insert of the same
+   * batch a no-op (ClickHouse insert_deduplication_token). Resolves once durable.
+   */
+  insert(rows: readonly AuditRecord[], dedupToken?: string): Promise<void>;
+  /** Newest first, with the total number of rows matching the filter. */
+  list(orgId: string, filter: AuditFilter, limit: number, offset: number): Promise<AuditPage>;
+  report(orgId: string, since: Date, until: Date, maxEntries: number, topN: number): Promise<AuditReportData>;
+  /** Total rows for the org (tests and the bench's audit check). */
+  count(orgId?: string): Promise<number>;
+  ping(): Promise<void>;
+  close(): Promise<void>;
+}

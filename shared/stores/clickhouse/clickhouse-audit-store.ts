@@ -1,0 +1,475 @@
+// The audit store on ClickHouse: one MergeTree table, reached over HTTP when a
+// URL is configured, else through the embedded chDB engine in the data directory.
+// Both speak @clickhouse/client's API and the same SQL; the shared contract test
+// is test/integration/audit-store.test.ts.
+import { mkdirSync } from 'node:fs';
+import { join } from 'node:path';
+import { createClient, type ClickHouseClient, type ClickHouseSettings } from '@clickhouse/client';
+import type { AuditDecision, AuditFilter, AuditRecord, AuditSource } from '../../types.js';
+import type { AuditPage, AuditReportData, AuditStore } from '../audit-store.js';
+
+export const AUDIT_TABLE = 'audit_log';
+
+/** How many denied calls the report lists. */
+export const REPORT_RECENT_DENIED = 20;
+
+/**
+ * The table, as analysts see it. Ordered by (org_id, timestamp, id) because every
+ * read is "one org, newest first" (read in reverse key order); partitioned by month
+ * so the TTL drops whole parts. The dedup window keeps the last 10,000 insert
+ * tokens, so a batch the spool replays after a lost acknowledgement lands once.
+ * The fsync settings make an acknowledged insert survive a power cut (the store
+ * promises "resolves once durable"); measured on chDB, ext4: +6–8 ms per insert,
+ * paid once per batch. output_has tells "no output stored" (null) from an empty
+ * body ('').
+ */
+export function auditTableDdl(retentionDays: number): string {
+  return `CREATE TABLE IF NOT EXISTS ${AUDIT_TABLE}
+(
+    id                UUID,
+    timestamp         DateTime64(3, 'UTC') CODEC(Delta, ZSTD(1)),
+    org_id            UUID,
+    agent_id          UUID,
+    agent_name        LowCardinality(String),
+    tool_name         LowCardinality(String),
+    action            LowCardinality(String),
+    tool_url          String CODEC(ZSTD(3)),
+    decision          Enum8('allowed' = 1, 'denied' = 2),
+    reasoning         String CODEC(ZSTD(3)),
+    task_id           String CODEC(ZSTD(1)),
+    latency_ms        UInt32 CODEC(T64, ZSTD(1)),
+    status_code       UInt16,
+    rule_matched      LowCardinality(String),
+    source            Enum8('proxy' = 1, 'api' = 2),
+    request_bytes     UInt64 CODEC(T64, ZSTD(1)),
+    response_bytes    UInt64 CODEC(T64, ZSTD(1)),
+    output_hash       String,
+    output            String CODEC(ZSTD(3)),
+    output_has        Bool,
+    output_truncated  Bool,
+    request_id        String
+)
+ENGINE = MergeTree
+PARTITION BY toYYYYMM(timestamp)
+ORDER BY (org_id, timestamp, id)
+TTL toDateTime(timestamp) + INTERVAL ${retentionDaysLiteral(retentionDays)} DAY
+SETTINGS ${Object.entries(TABLE_SETTINGS).map(([k, v]) => `${k} = ${v}`).join(', ')}`;
+}
+
+/** MergeTree settings the table must carry; the migration restores any that differ. */
+const TABLE_SETTINGS: Readonly<Record<string, number>> = {
+  non_replicated_deduplication_window: 10_000,
+  fsync_after_insert: 1,
+  fsync_part_directory: 1,
+};
+
+export interface ClickHouseAuditStoreOptions {
+  /** CLICKHOUSE_URL (user, password and database in it), or null for embedded chDB. */
+  url: string | null;
+  /** The service's data directory; chDB keeps its files in `<dataDir>/chdb`. */
+  dataDir: string;
+  retentionDays: number;
+}
+
+const COLUMNS =
+  'id, timestamp, org_id, agent_id, agent_name, tool_name, action, tool_url, decision, reasoning, task_id, ' +
+  'latency_ms, status_code, rule_matched, source, request_bytes, response_bytes, output_hash, output, ' +
+  'output_has, output_truncated, request_id';
+
+/** Newest first, in the table's key order read backwards (no full sort). Ties on the
+ *  millisecond go by id, so pages never overlap; ClickHouse orders UUIDs by their
+ *  second half first, so that tie order is not the ids' text order. */
+const NEWEST_FIRST = 'ORDER BY timestamp DESC, id DESC';
+
+const UUID_RE = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
+
+/** One row as JSONEachRow returns it. 64-bit integers are numbers over chDB and
+ *  may be strings over HTTP, so every number goes through Number(). */
+interface AuditRow {
+  id: string;
+  timestamp: string;
+  org_id: string;
+  agent_id: string;
+  agent_name: string;
+  tool_name: string;
+  action: string;
+  tool_url: string;
+  decision: AuditDecision;
+  reasoning: string;
+  task_id: string;
+  latency_ms: number | string;
+  status_code: number | string;
+  rule_matched: string;
+  source: AuditSource;
+  request_bytes: number | string;
+  response_bytes: number | string;
+  output_hash: string;
+  output: string;
+  output_has: boolean | number;
+  output_truncated: boolean | number;
+  request_id: string;
+}
+
+type QueryParams = Record<string, string | number>;
+
+export class ClickHouseAuditStore implements AuditStore {
+  readonly #client: ClickHouseClient;
+  /** 'chdb' or 'http'; errors and logs name the backend. */
+  readonly backend: 'chdb' | 'http';
+  #closing: Promise<void> | null = null;
+
+  private constructor(client: ClickHouseClient, backend: 'chdb' | 'http') {
+    this.#client = client;
+    this.backend = backend;
+  }
+
+  static async open(opts: ClickHouseAuditStoreOptions): Promise<ClickHouseAuditStore> {
+    retentionDaysLiteral(opts.retentionDays);
+    const store = opts.url !== null
+      ? new ClickHouseAuditStore(await openHttpClient(opts.url), 'http')
+      : new ClickHouseAuditStore(await openChdbClient(join(opts.dataDir, 'chdb')), 'chdb');
+    try {
+      await migrate(store.#client, opts.retentionDays);
+    } catch (err) {
+      await store.close();
+      throw err;
+    }
+    return store;
+  }
+
+  async insert(rows: readonly AuditRecord[], dedupToken?: string): Promise<void> {
+    if (rows.length === 0) return;
+    await this.#client.insert({
+      table: AUDIT_TABLE,
+      values: rows.map(toRow),
+      format: 'JSONEachRow',
+      clickhouse_settings: {
+        // Always sent, even empty: chDB applies settings with SET on a session that
+        // outlives the call, so an omitted token would silently reuse the previous
+        // batch's token and the new batch would be dropped as its duplicate.
+        // Empty means ClickHouse's own rule: a block identical to a recent one is
+        // dropped (rows carry unique ids, so only a true retry is identical).
+        insert_deduplication_token: dedupToken ?? '',
+        insert_deduplicate: 1,
+      },
+    });
+  }
+
+  async list(orgId: string, filter: AuditFilter, limit: number, offset: number): Promise<AuditPage> {
+    if (!UUID_RE.test(orgId) || (filter.agentId !== undefined && !UUID_RE.test(filter.agentId))) {
+      return { rows: [], total: 0 };
+    }
+    const { where, params } = listWhere(orgId, filter);
+    params.limit = nonNegativeInt(limit, 'limit');
+    params.offset = nonNegativeInt(offset, 'offset');
+    // Two queries rather than count() OVER (): the window form returns no total once
+    // offset passes the last row, and it reads every matching row before the LIMIT.
+    // Measured on chDB, one org of 200,000 rows, limit 50: rows + count 12.5 ms,
+    // the window form 46.7 ms. Over HTTP the two run in parallel.
+    const [rows, counted] = await Promise.all([
+      this.#query<AuditRow>(
+        `SELECT ${COLUMNS} FROM ${AUDIT_TABLE} WHERE ${where} ` +
+          `${NEWEST_FIRST} LIMIT {limit:UInt32} OFFSET {offset:UInt32}`,
+        params,
+      ),
+      this.#query<{ total: number | string }>(`SELECT count() AS total FROM ${AUDIT_TABLE} WHERE ${where}`, params),
+    ]);
+    return { rows: rows.map(fromRow), total: Number(counted[0]?.total ?? 0) };
+  }
+
+  async report(orgId: string, since: Date, until: Date, maxEntries: number, topN: number): Promise<AuditReportData> {
+    const empty: AuditReportData = {
+      totals: { calls: 0, allowed: 0, denied: 0, p50LatencyMs: 0, p95LatencyMs: 0 },
+      perDay: [], perAgent: [], topTools: [], recentDenied: [], entries: [],
+    };
+    if (!UUID_RE.test(orgId)) return empty;
+    const params: QueryParams = {
+      org: orgId,
+      since: toChDateTime(since),
+      until: toChDateTime(until),
+      maxEntries: nonNegativeInt(maxEntries, 'maxEntries'),
+      topN: nonNegativeInt(topN, 'topN'),
+      recentDenied: REPORT_RECENT_DENIED,
+    };
+    const window =
+      "org_id = {org:UUID} AND timestamp >= {since:DateTime64(3, 'UTC')} AND timestamp < {until:DateTime64(3, 'UTC')}";
+    const [totals, perDay, perAgent, topTools, recentDenied, entries] = await Promise.all([
+      this.#query<{ calls: number | string; allowed: number | string; denied: number | string; p50: number | string; p95: number | string }>(
+        `SELECT count() AS calls, countIf(decision = 'allowed') AS allowed, countIf(decision = 'denied') AS denied,
+                quantileExact(0.5)(latency_ms) AS p50, quantileExact(0.95)(latency_ms) AS p95
+         FROM ${AUDIT_TABLE} WHERE ${window}`,
+        params,
+      ),
+      this.#query<{ day: string; allowed: number | string; denied: number | string }>(
+        `SELECT toString(toDate(timestamp)) AS day, countIf(decision = 'allowed') AS allowed, countIf(decision = 'denied') AS denied
+         FROM ${AUDIT_TABLE} WHERE ${window} GROUP BY day ORDER BY day`,
+        params,
+      ),
+      // argMax: the name the agent had at its latest call, deterministic unlike any().
+      this.#query<{ agent_id: string; agent_name: string; calls: number | string; allowed: number | string; denied: number | string; p50: number | string }>(
+        `SELECT agent_id, argMax(agent_name, timestamp) AS agent_name, count() AS calls,
+                countIf(decision = 'allowed') AS allowed, countIf(decision = 'denied') AS denied,
+                quantileExact(0.5)(latency_ms) AS p50
+         FROM ${AUDIT_TABLE} WHERE ${window} GROUP BY agent_id ORDER BY calls DESC, agent_id`,
+        params,
+      ),
+      this.#query<{ tool_name: string; calls: number | string; denied: number | string }>(
+        `SELECT tool_name, count() AS calls, countIf(decision = 'denied') AS denied
+         FROM ${AUDIT_TABLE} WHERE ${window} GROUP BY tool_name ORDER BY calls DESC, tool_name LIMIT {topN:UInt32}`,
+        params,
+      ),
+      this.#query<AuditRow>(
+        `SELECT ${COLUMNS} FROM ${AUDIT_TABLE} WHERE ${window} AND decision = 'denied'
+         ${NEWEST_FIRST} LIMIT {recentDenied:UInt32}`,
+        params,
+      ),
+      this.#query<AuditRow>(
+        `SELECT ${COLUMNS} FROM ${AUDIT_TABLE} WHERE ${window} ${NEWEST_FIRST} LIMIT {maxEntries:UInt32}`,
+        params,
+      ),
+    ]);
+    const t = totals[0];
+    return {
+      totals: {
+        calls: Number(t?.calls ?? 0),
+        allowed: Number(t?.allowed ?? 0),
+        denied: Number(t?.denied ?? 0),
+        p50LatencyMs: finiteOrZero(t?.p50),
+        p95LatencyMs: finiteOrZero(t?.p95),
+      },
+      perDay: perDay.map((d) => ({ day: d.day, allowed: Number(d.allowed), denied: Number(d.denied) })),
+      perAgent: perAgent.map((a) => ({
+        agentId: a.agent_id,
+        agentName: a.agent_name,
+        calls: Number(a.calls),
+        allowed: Number(a.allowed),
+        denied: Number(a.denied),
+        p50LatencyMs: finiteOrZero(a.p50),
+      })),
+      topTools: topTools.map((x) => ({ toolName: x.tool_name, calls: Number(x.calls), denied: Number(x.denied) })),
+      recentDenied: recentDenied.map(fromRow),
+      entries: entries.map(fromRow),
+    };
+  }
+
+  async count(orgId?: string): Promise<number> {
+    if (orgId !== undefined && !UUID_RE.test(orgId)) return 0;
+    const rows = orgId === undefined
+      ? await this.#query<{ n: number | string }>(`SELECT count() AS n FROM ${AUDIT_TABLE}`)
+      : await this.#query<{ n: number | string }>(`SELECT count() AS n FROM ${AUDIT_TABLE} WHERE org_id = {org:UUID}`, { org: orgId });
+    return Number(rows[0]?.n ?? 0);
+  }
+
+  async ping(): Promise<void> {
+    const result = await this.#client.ping();
+    if (!result.success) throw result.error;
+  }
+
+  /** Safe to call more than once; later calls wait for the first. */
+  close(): Promise<void> {
+    this.#closing ??= this.#client.close();
+    return this.#closing;
+  }
+
+  async #query<T>(query: string, query_params?: QueryParams): Promise<T[]> {
+    const result = await this.#client.query({ query, format: 'JSONEachRow', ...(query_params ? { query_params } : {}) });
+    return result.json<T>();
+  }
+}
+
+async function openChdbClient(dir: string): Promise<ClickHouseClient> {
+  mkdirSync(dir, { recursive: true });
+  // Imported here, not at the top: loading chDB costs ~200 MB of RSS, which a
+  // process on a ClickHouse server should not pay. One data directory per process.
+  const { createChdbConnection } = await import('chdb/connection');
+  // chdb types its connection with @clickhouse/client-common while @clickhouse/client
+  // bundles its own copy of the same declarations; TypeScript treats the two copies'
+  // classes as distinct, so the cast only bridges the duplicate declarations.
+  return createClient({ connection: createChdbConnection({ path: dir }) as unknown as ClientConnection });
+}
+
+type ClientConnection = NonNullable<NonNullable<Parameters<typeof createClient>[0]>['connection']>;
+
+/** HTTP settings; chDB already returns 64-bit integers unquoted. */
+const HTTP_SETTINGS: ClickHouseSettings = { output_format_json_quote_64bit_integers: 0 };
+
+async function openHttpClient(url: string): Promise<ClickHouseClient> {
+  const parsed = new URL(url);
+  const database = decodeURIComponent(parsed.pathname.replace(/^\/+|\/+$/g, ''));
+  if (database !== '' && database !== 'default') {
+    // The client sends every query to the URL's database, so make sure it exists
+    // from a connection that names none. Checked first: a user allowed to write to
+    // an existing database may lack CREATE DATABASE.
+    parsed.pathname = '/';
+    const bootstrap = createClient({ url: parsed, clickhouse_settings: HTTP_SETTINGS });
+    try {
+      const found = await (await bootstrap.query({
+        query: 'SELECT count() AS n FROM system.databases WHERE name = {db:String}',
+        query_params: { db: database },
+        format: 'JSONEachRow',
+      })).json<{ n: number | string }>();
+      if (Number(found[0]?.n ?? 0) === 0) {
+        await bootstrap.command({ query: `CREATE DATABASE IF NOT EXISTS ${quoteIdentifier(database)}` });
+      }
+    } finally {
+      await bootstrap.close();
+    }
+  }
+  return createClient({ url, clickhouse_settings: HTTP_SETTINGS });
+}
+
+/**
+ * Brings the table to the configured shape. Every step is idempotent, so any
+ * number of processes may run it at once.
+ */
+async function migrate(client: ClickHouseClient, retentionDays: number): Promise<void> {
+  await client.command({ query: auditTableDdl(retentionDays) });
+  const tables = await (await client.query({
+    query: 'SELECT engine_full FROM system.tables WHERE database = currentDatabase() AND name = {table:String}',
+    query_params: { table: AUDIT_TABLE },
+    format: 'JSONEachRow',
+  })).json<{ engine_full: string }>();
+  const engine = tables[0]?.engine_full ?? '';
+  // The server prints the TTL as `toDateTime(timestamp) + toIntervalDay(N)`.
+  const current = /TTL\s+toDateTime\(timestamp\)\s*\+\s*toIntervalDay\((\d+)\)/.exec(engine);
+  if (current?.[1] !== String(retentionDays)) {
+    // Rewrites the TTL of existing parts in a background mutation; open does not wait.
+    await client.command({
+      query: `ALTER TABLE ${AUDIT_TABLE} MODIFY TTL toDateTime(timestamp) + INTERVAL ${retentionDaysLiteral(retentionDays)} DAY`,
+    });
+  }
+  const settings = engine.slice(engine.lastIndexOf(' SETTINGS ') + 1);
+  const drifted = Object.entries(TABLE_SETTINGS).filter(([k, v]) => !new RegExp(`\\b${k} = ${v}\\b`).test(settings));
+  if (drifted.length > 0) {
+    await client.command({
+      query: `ALTER TABLE ${AUDIT_TABLE} MODIFY SETTING ${drifted.map(([k, v]) => `${k} = ${v}`).join(', ')}`,
+    });
+  }
+}
+
+function listWhere(orgId: string, filter: AuditFilter): { where: string; params: QueryParams } {
+  const clauses = ['org_id = {org:UUID}'];
+  const params: QueryParams = { org: orgId };
+  if (filter.agentId !== undefined) {
+    clauses.push('agent_id = {agentId:UUID}');
+    params.agentId = filter.agentId;
+  }
+  if (filter.decision !== undefined) {
+    if (filter.decision !== 'allowed' && filter.decision !== 'denied') {
+      throw new RangeError(`decision must be allowed or denied, not ${JSON.stringify(filter.decision)}`);
+    }
+    clauses.push('decision = {decision:String}');
+    params.decision = filter.decision;
+  }
+  if (filter.toolName !== undefined) {
+    clauses.push('tool_name = {toolName:String}');
+    params.toolName = filter.toolName;
+  }
+  if (filter.taskId !== undefined) {
+    clauses.push('task_id = {taskId:String}');
+    params.taskId = filter.taskId;
+  }
+  // A half-open window [since, until): consecutive windows never share a row.
+  if (filter.since !== undefined) {
+    clauses.push("timestamp >= {since:DateTime64(3, 'UTC')}");
+    params.since = toChDateTime(parseInstant(filter.since, 'since'));
+  }
+  if (filter.until !== undefined) {
+    clauses.push("timestamp < {until:DateTime64(3, 'UTC')}");
+    params.until = toChDateTime(parseInstant(filter.until, 'until'));
+  }
+  return { where: clauses.join(' AND '), params };
+}
+
+function toRow(r: AuditRecord): Omit<AuditRow, 'output_has' | 'output_truncated'> & { output_has: boolean; output_truncated: boolean } {
+  return {
+    id: r.id,
+    timestamp: toChDateTime(parseInstant(r.timestamp, 'timestamp')),
+    org_id: r.orgId,
+    agent_id: r.agentId,
+    agent_name: r.agentName,
+    tool_name: r.toolName,
+    action: r.action,
+    tool_url: r.toolUrl,
+    decision: r.decision,
+    reasoning: r.reasoning,
+    task_id: r.taskId,
+    latency_ms: r.latencyMs,
+    status_code: r.statusCode,
+    rule_matched: r.ruleMatched,
+    source: r.source,
+    request_bytes: r.requestBytes,
+    response_bytes: r.responseBytes,
+    output_hash: r.outputHash ?? '',
+    output: r.output ?? '',
+    output_has: r.output !== null,
+    output_truncated: r.outputTruncated,
+    request_id: r.requestId,
+  };
+}
+
+function fromRow(row: AuditRow): AuditRecord {
+  return {
+    id: row.id,
+    timestamp: fromChDateTime(row.timestamp),
+    orgId: row.org_id,
+    agentId: row.agent_id,
+    agentName: row.agent_name,
+    toolName: row.tool_name,
+    action: row.action,
+    toolUrl: row.tool_url,
+    decision: row.decision,
+    reasoning: row.reasoning,
+    taskId: row.task_id,
+    latencyMs: Number(row.latency_ms),
+    statusCode: Number(row.status_code),
+    ruleMatched: row.rule_matched,
+    source: row.source,
+    requestBytes: Number(row.request_bytes),
+    responseBytes: Number(row.response_bytes),
+    outputHash: row.output_hash === '' ? null : row.output_hash,
+    output: truthy(row.output_has) ? row.output : null,
+    outputTruncated: truthy(row.output_truncated),
+    requestId: row.request_id,
+  };
+}
+
+/** `2026-03-01T12:00:00.123Z` → `2026-03-01 12:00:00.123`, the DateTime64(3) text form in UTC. */
+function toChDateTime(d: Date): string {
+  return d.toISOString().slice(0, 23).replace('T', ' ');
+}
+
+/** `2026-03-01 12:00:00.123` (UTC, from a DateTime64(3, 'UTC') column) → ISO 8601 with `Z`. */
+function fromChDateTime(s: string): string {
+  return `${s.replace(' ', 'T')}Z`;
+}
+
+function parseInstant(value: string, field: string): Date {
+  const d = new Date(value);
+  if (Number.isNaN(d.getTime())) throw new RangeError(`${field} is not an ISO 8601 instant: ${JSON.stringify(value)}`);
+  return d;
+}
+
+function nonNegativeInt(n: number, field: string): number {
+  if (!Number.isSafeInteger(n) || n < 0 || n > 0xffffffff) throw new RangeError(`${field} must be a whole number from 0 to 2^32-1`);
+  return n;
+}
+
+/** Interpolated into DDL (ClickHouse takes no parameters there), so checked strictly. */
+function retentionDaysLiteral(days: number): number {
+  if (!Number.isSafeInteger(days) || days < 1 || days > 36_500) throw new RangeError('retentionDays must be a whole number from 1 to 36500');
+  return days;
+}
+
+function quoteIdentifier(name: string): string {
+  return `\`${name.replace(/\\/g, '\\\\').replace(/`/g, '\\`')}\``;
+}
+
+function finiteOrZero(v: number | string | undefined): number {
+  const n = Number(v);
+  return Number.isFinite(n) ? n : 0;
+}
+
+function truthy(v: boolean | number | string): boolean {
+  return v === true || v === 1 || v === '1' || v === 'true';
+}

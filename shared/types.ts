@@ -1,0 +1,89 @@
+// The records both processes share. Field names follow the contract's JSON.
+
+export type LogOutputs = 'full' | 'hash' | 'none';
+export const LOG_OUTPUTS: readonly LogOutputs[] = ['full', 'hash', 'none'];
+
+export type CredType = 'bearer' | 'header' | 'query';
+export const CRED_TYPES: readonly CredType[] = ['bearer', 'header', 'query'];
+
+export interface User {
+  id: string;
+  orgId: string;
+  email: string;
+  passwordHash: string;
+  createdAt: string;
+}
+
+export interface Agent {
+  id: string;
+  orgId: string;
+  name: string;
+  apiKeyPrefix: string;
+  logOutputs: LogOutputs;
+  createdAt: string;
+}
+
+export interface Credential {
+  id: string;
+  orgId: string;
+  name: string;
+  hostname: string;
+  credType: CredType;
+  headerName: string | null;
+  queryParam: string | null;
+  createdAt: string;
+}
+
+/** A credential with its sealed (AES-256-GCM) value, as the store holds it. */
+export interface SealedCredential extends Credential {
+  sealedValue: string;
+}
+
+export interface PolicyRecord {
+  agentId: string;
+  rulesYaml: string;
+  updatedAt: string;
+}
+
+export type AuditDecision = 'allowed' | 'denied';
+export type AuditSource = 'proxy' | 'api';
+
+/** One audit row, as written to and read from the audit store. */
+export interface AuditRecord {
+  id: string;
+  timestamp: string; // ISO 8601 UTC with milliseconds
+  orgId: string;
+  agentId: string;
+  agentName: string;
+  toolName: string;
+  action: string;
+  toolUrl: string;
+  decision: AuditDecision;
+  reasoning: string;
+  taskId: string;
+  latencyMs: number;
+  statusCode: number;
+  ruleMatched: string;
+  source: AuditSource;
+  requestBytes: number;
+  responseBytes: number;
+  outputHash: string | null;
+  output: string | null;
+  outputTruncated: boolean;
+  requestId: string;
+}
+
+export interface AuditFilter {
+  agentId?: string;
+  decision?: AuditDecision;
+  toolName?: string;
+  taskId?: string;
+  since?: string;
+  until?: string;
+}
+
+/** What the metadata store tells caches when something they may hold changed. */
+export type MetadataChange =
+  | { kind: 'agent'; agentId: string; keyHash: string }
+  | { kind: 'policy'; agentId: string }
+  | { kind: 'credential'; orgId: string; hostname: string };

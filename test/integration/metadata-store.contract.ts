@@ -1,0 +1,337 @@
+// The behaviour every MetadataStore implementation owes its callers. Each
+// implementation's test file calls `metadataStoreContract` with a way to open a store;
+// the same assertions then run against SQLite and MongoDB.
+//
+// `open` may return stores that share one database: every test makes its own users
+// (and so its own orgs) with unique emails, and looks only at those.
+import { randomBytes, randomUUID } from 'node:crypto';
+import type t from 'tap';
+import { GuardError } from '../../shared/errors.js';
+import type { MetadataStore, NewAgent, NewCredential } from '../../shared/stores/metadata-store.js';
+import type { MetadataChange } from '../../shared/types.js';
+
+/** A tap test, the root one or a subtest. */
+export type TapTest = Parameters<Parameters<typeof t.test>[0]>[0];
+
+const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/;
+const ISO_UTC_MS = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z$/;
+
+function uniqueEmail(label: string): string {
+  return `${label}-${randomUUID()}@example.test`;
+}
+
+function keyHash(): string {
+  return randomBytes(32).toString('hex');
+}
+
+function newAgent(orgId: string, name: string, overrides: Partial<NewAgent> = {}): NewAgent {
+  return { orgId, name, logOutputs: 'hash', keyHash: keyHash(), apiKeyPrefix: 'agk_AbCdEfGh...', ...overrides };
+}
+
+function newCredential(orgId: string, hostname: string, overrides: Partial<NewCredential> = {}): NewCredential {
+  return {
+    orgId,
+    name: 'token',
+    hostname,
+    credType: 'bearer',
+    headerName: null,
+    queryParam: null,
+    sealedValue: `sealed:${randomUUID()}`,
+    ...overrides,
+  };
+}
+
+/** The rejection of `promise`, or undefined when it resolves. */
+async function rejectionOf(promise: Promise<unknown>): Promise<unknown> {
+  return promise.then(
+    () => undefined,
+    (err: unknown) => err,
+  );
+}
+
+export function metadataStoreContract(t: TapTest, name: string, open: () => Promise<MetadataStore>): void {
+  /** A store for one test, closed when the test ends. */
+  async function storeFor(t: TapTest): Promise<MetadataStore> {
+    const store = await open();
+    t.teardown(() => store.close());
+    return store;
+  }
+
+  /** Two users in two orgs, as two signups make them. */
+  async function twoOrgs(store: MetadataStore): Promise<{ orgA: string; orgB: string }> {
+    const a = await store.createUserWithOrg(uniqueEmail('a'), 'hash-a');
+    const b = await store.createUserWithOrg(uniqueEmail('b'), 'hash-b');
+    return { orgA: a.orgId, orgB: b.orgId };
+  }
+
+  t.test(`${name}: a signup creates a user in a new org, found by email and by id`, async (t) => {
+    const store = await storeFor(t);
+    const email = uniqueEmail('signup');
+    const user = await store.createUserWithOrg(email, '$argon2id$v=19$m=19456,t=2,p=1$c2FsdA$aGFzaA');
+    t.match(user.id, UUID);
+    t.match(user.orgId, UUID);
+    t.not(user.orgId, user.id);
+    t.equal(user.email, email);
+    t.equal(user.passwordHash, '$argon2id$v=19$m=19456,t=2,p=1$c2FsdA$aGFzaA');
+    t.match(user.createdAt, ISO_UTC_MS);
+
+    t.same(await store.findUserByEmail(email), user);
+    t.same(await store.findUserById(user.id), user);
+    t.equal(await store.findUserByEmail(uniqueEmail('nobody')), undefined);
+    t.equal(await store.findUserById(randomUUID()), undefined);
+
+    const other = await store.createUserWithOrg(uniqueEmail('other'), 'hash');
+    t.not(other.orgId, user.orgId, 'every signup gets its own org');
+    t.not(other.id, user.id);
+  });
+
+  t.test(`${name}: a taken email is a conflict and leaves the first account as it was`, async (t) => {
+    const store = await storeFor(t);
+    const email = uniqueEmail('taken');
+    const first = await store.createUserWithOrg(email, 'first-hash');
+    const err = await rejectionOf(store.createUserWithOrg(email, 'second-hash'));
+    t.ok(err instanceof GuardError, 'rejects with a GuardError');
+    t.equal((err as GuardError).code, 'conflict');
+    t.equal((err as GuardError).status, 409);
+    t.equal((err as GuardError).message, 'An account with that email already exists.');
+    t.same(await store.findUserByEmail(email), first);
+  });
+
+  t.test(`${name}: agents list oldest first and only within their org`, async (t) => {
+    const store = await storeFor(t);
+    const { orgA, orgB } = await twoOrgs(store);
+    // Created back to back, so several may share a millisecond: order must still hold.
+    const first = await store.createAgent(newAgent(orgA, 'first', { logOutputs: 'full' }));
+    const second = await store.createAgent(newAgent(orgA, 'second', { logOutputs: 'none' }));
+    const third = await store.createAgent(newAgent(orgA, 'third', { apiKeyPrefix: 'agk_123456789...' }));
+    const elsewhere = await store.createAgent(newAgent(orgB, 'elsewhere'));
+
+    t.match(first.id, UUID);
+    t.equal(first.orgId, orgA);
+    t.equal(first.name, 'first');
+    t.equal(first.logOutputs, 'full');
+    t.equal(first.apiKeyPrefix, 'agk_AbCdEfGh...');
+    t.match(first.createdAt, ISO_UTC_MS);
+    t.equal(third.apiKeyPrefix, 'agk_123456789...');
+    t.notOk('keyHash' in first, 'the key hash is not part of the agent record');
+
+    t.same(await store.listAgents(orgA), [first, second, third]);
+    t.same(await store.listAgents(orgB), [elsewhere]);
+    t.same(await store.listAgents(randomUUID()), []);
+  });
+
+  t.test(`${name}: getAgent finds an agent only in its own org`, async (t) => {
+    const store = await storeFor(t);
+    const { orgA, orgB } = await twoOrgs(store);
+    const agent = await store.createAgent(newAgent(orgA, 'mine'));
+    t.same(await store.getAgent(orgA, agent.id), agent);
+    t.equal(await store.getAgent(orgB, agent.id), undefined, "another org's agent is not found");
+    t.equal(await store.getAgent(orgA, randomUUID()), undefined);
+    t.equal(await store.getAgent(orgA, 'not-a-uuid'), undefined);
+  });
+
+  t.test(`${name}: findAgentByKeyHash finds the agent of that key and nothing for an unknown one`, async (t) => {
+    const store = await storeFor(t);
+    const { orgA, orgB } = await twoOrgs(store);
+    const hashA = keyHash();
+    const hashB = keyHash();
+    const agentA = await store.createAgent(newAgent(orgA, 'a', { keyHash: hashA }));
+    const agentB = await store.createAgent(newAgent(orgB, 'b', { keyHash: hashB }));
+    t.same(await store.findAgentByKeyHash(hashA), agentA);
+    t.same(await store.findAgentByKeyHash(hashB), agentB);
+    t.equal(await store.findAgentByKeyHash(keyHash()), undefined);
+  });
+
+  t.test(`${name}: deleteAgent removes the agent, its key and its policy, only from its own org`, async (t) => {
+    const store = await storeFor(t);
+    const { orgA, orgB } = await twoOrgs(store);
+    const hash = keyHash();
+    const doomed = await store.createAgent(newAgent(orgA, 'doomed', { keyHash: hash }));
+    const kept = await store.createAgent(newAgent(orgA, 'kept'));
+    await store.setPolicy(doomed.id, 'version: "1"\nrules: []\n');
+    await store.setPolicy(kept.id, 'version: "1"\ndefault: deny\nrules: []\n');
+
+    t.equal(await store.deleteAgent(orgB, doomed.id), false, "another org cannot delete it");
+    t.same(await store.getAgent(orgA, doomed.id), doomed, 'a refused delete keeps the agent');
+    t.same(await store.findAgentByKeyHash(hash), doomed);
+    t.equal((await store.getPolicy(doomed.id))?.rulesYaml, 'version: "1"\nrules: []\n', 'and its policy');
+
+    t.equal(await store.deleteAgent(orgA, doomed.id), true);
+    t.equal(await store.getAgent(orgA, doomed.id), undefined);
+    t.equal(await store.findAgentByKeyHash(hash), undefined, 'its key no longer resolves');
+    t.equal(await store.getPolicy(doomed.id), undefined, 'its policy went with it');
+    t.same(await store.listAgents(orgA), [kept]);
+    t.equal((await store.getPolicy(kept.id))?.rulesYaml, 'version: "1"\ndefault: deny\nrules: []\n', "others' policies stay");
+
+    t.equal(await store.deleteAgent(orgA, doomed.id), false, 'a second delete finds nothing');
+    t.equal(await store.deleteAgent(orgA, randomUUID()), false);
+  });
+
+  t.test(`${name}: a policy is set, replaced and read back`, async (t) => {
+    const store = await storeFor(t);
+    const { orgA } = await twoOrgs(store);
+    const agent = await store.createAgent(newAgent(orgA, 'governed'));
+    t.equal(await store.getPolicy(agent.id), undefined, 'no policy until one is set');
+
+    const firstYaml = 'version: "1"\nrules:\n  - tool: api.github.com\n    action: GET\n    decision: allow\n';
+    const first = await store.setPolicy(agent.id, firstYaml);
+    t.equal(first.agentId, agent.id);
+    t.equal(first.rulesYaml, firstYaml);
+    t.match(first.updatedAt, ISO_UTC_MS);
+    t.same(await store.getPolicy(agent.id), first);
+
+    const secondYaml = 'version: "1"\ndefault: deny\nrules: []\n';
+    const second = await store.setPolicy(agent.id, secondYaml);
+    t.equal(second.rulesYaml, secondYaml);
+    t.ok(second.updatedAt >= first.updatedAt, 'updatedAt does not go backwards');
+    t.same(await store.getPolicy(agent.id), second, 'setting again replaces it');
+  });
+
+  t.test(`${name}: credentials are created and listed oldest first, without their value`, async (t) => {
+    const store = await storeFor(t);
+    const { orgA, orgB } = await twoOrgs(store);
+    const bearer = await store.createCredential(newCredential(orgA, 'api.github.com', { name: 'github' }));
+    const header = await store.createCredential(
+      newCredential(orgA, 'api.example.com:8443', { name: 'example', credType: 'header', headerName: 'X-Api-Key' }),
+    );
+    const query = await store.createCredential(
+      newCredential(orgA, 'maps.example.com', { name: 'maps', credType: 'query', queryParam: 'key' }),
+    );
+
+    t.match(bearer.id, UUID);
+    t.equal(bearer.orgId, orgA);
+    t.equal(bearer.name, 'github');
+    t.equal(bearer.hostname, 'api.github.com');
+    t.equal(bearer.credType, 'bearer');
+    t.equal(bearer.headerName, null);
+    t.equal(bearer.queryParam, null);
+    t.match(bearer.createdAt, ISO_UTC_MS);
+    t.equal(header.credType, 'header');
+    t.equal(header.headerName, 'X-Api-Key');
+    t.equal(header.hostname, 'api.example.com:8443');
+    t.equal(query.credType, 'query');
+    t.equal(query.queryParam, 'key');
+
+    const listed = await store.listCredentials(orgA);
+    t.same(listed, [bearer, header, query]);
+    t.notOk(listed.some((credential) => 'sealedValue' in credential), 'a listed credential never carries its value');
+    t.notOk('sealedValue' in bearer, 'nor does the created record');
+    t.same(await store.listCredentials(orgB), []);
+  });
+
+  t.test(`${name}: one credential per hostname per org; another org may use the same hostname`, async (t) => {
+    const store = await storeFor(t);
+    const { orgA, orgB } = await twoOrgs(store);
+    const original = await store.createCredential(newCredential(orgA, 'api.github.com'));
+
+    const err = await rejectionOf(store.createCredential(newCredential(orgA, 'api.github.com', { name: 'again' })));
+    t.ok(err instanceof GuardError, 'rejects with a GuardError');
+    t.equal((err as GuardError).code, 'conflict');
+    t.equal((err as GuardError).message, 'A credential for that hostname already exists.');
+    t.same(await store.listCredentials(orgA), [original], 'the refused one was not stored');
+
+    const theirs = await store.createCredential(newCredential(orgB, 'api.github.com'));
+    t.equal(theirs.hostname, 'api.github.com');
+    t.same(await store.listCredentials(orgB), [theirs]);
+
+    const withPort = await store.createCredential(newCredential(orgA, 'api.github.com:8443'));
+    t.equal(withPort.hostname, 'api.github.com:8443', 'a hostname with a port is a different hostname');
+  });
+
+  t.test(`${name}: findCredentialForHost matches the org and the exact hostname, with the sealed value`, async (t) => {
+    const store = await storeFor(t);
+    const { orgA, orgB } = await twoOrgs(store);
+    const plain = newCredential(orgA, 'api.example.com', { sealedValue: 'sealed-plain' });
+    const ported = newCredential(orgA, 'api.example.com:8443', {
+      credType: 'header',
+      headerName: 'X-Api-Key',
+      sealedValue: 'sealed-ported',
+    });
+    const plainRecord = await store.createCredential(plain);
+    const portedRecord = await store.createCredential(ported);
+
+    t.same(await store.findCredentialForHost(orgA, 'api.example.com'), { ...plainRecord, sealedValue: 'sealed-plain' });
+    t.same(await store.findCredentialForHost(orgA, 'api.example.com:8443'), {
+      ...portedRecord,
+      sealedValue: 'sealed-ported',
+    });
+    t.equal(await store.findCredentialForHost(orgA, 'api.example.com:9000'), undefined, 'the port must match too');
+    t.equal(await store.findCredentialForHost(orgA, 'example.com'), undefined, 'no suffix match');
+    t.equal(await store.findCredentialForHost(orgB, 'api.example.com'), undefined, "never another org's credential");
+  });
+
+  t.test(`${name}: deleteCredential deletes only within its own org and frees the hostname`, async (t) => {
+    const store = await storeFor(t);
+    const { orgA, orgB } = await twoOrgs(store);
+    const credential = await store.createCredential(newCredential(orgA, 'api.github.com'));
+
+    t.equal(await store.deleteCredential(orgB, credential.id), false, 'another org cannot delete it');
+    t.same(await store.listCredentials(orgA), [credential], 'a refused delete keeps it');
+
+    t.equal(await store.deleteCredential(orgA, credential.id), true);
+    t.same(await store.listCredentials(orgA), []);
+    t.equal(await store.findCredentialForHost(orgA, 'api.github.com'), undefined);
+    t.equal(await store.deleteCredential(orgA, credential.id), false, 'a second delete finds nothing');
+    t.equal(await store.deleteCredential(orgA, randomUUID()), false);
+
+    const again = await store.createCredential(newCredential(orgA, 'api.github.com'));
+    t.not(again.id, credential.id, 'the hostname can be given a new credential');
+  });
+
+  t.test(`${name}: onChange hears each cache-invalidating change, after it is committed`, async (t) => {
+    const store = await storeFor(t);
+    const { orgA, orgB } = await twoOrgs(store);
+    const hash = keyHash();
+    const agent = await store.createAgent(newAgent(orgA, 'watched', { keyHash: hash }));
+
+    const heard: MetadataChange[] = [];
+    // Lookups made from inside the listener: they must already see the change.
+    const seenFromListener: Promise<unknown>[] = [];
+    const unsubscribe = store.onChange((change) => {
+      heard.push(change);
+      if (change.kind === 'agent') seenFromListener.push(store.findAgentByKeyHash(change.keyHash));
+      if (change.kind === 'credential') seenFromListener.push(store.findCredentialForHost(change.orgId, change.hostname));
+    });
+
+    await store.setPolicy(agent.id, 'version: "1"\nrules: []\n');
+    t.same(heard, [{ kind: 'policy', agentId: agent.id }], 'policy set, heard by the time the call resolves');
+
+    const credential = await store.createCredential(newCredential(orgA, 'api.github.com', { sealedValue: 'sealed-watched' }));
+    t.same(heard.at(-1), { kind: 'credential', orgId: orgA, hostname: 'api.github.com' }, 'credential create');
+
+    t.equal(await store.deleteCredential(orgB, credential.id), false);
+    t.equal(await store.deleteAgent(orgB, agent.id), false);
+    t.equal(heard.length, 2, 'a refused delete changes nothing and tells nobody');
+
+    t.equal(await store.deleteCredential(orgA, credential.id), true);
+    t.same(heard.at(-1), { kind: 'credential', orgId: orgA, hostname: 'api.github.com' }, 'credential delete');
+
+    t.equal(await store.deleteAgent(orgA, agent.id), true);
+    t.same(heard.at(-1), { kind: 'agent', agentId: agent.id, keyHash: hash }, 'agent delete, with its key hash');
+
+    t.equal(heard.length, 4);
+    t.same(
+      await Promise.all(seenFromListener),
+      [{ ...credential, sealedValue: 'sealed-watched' }, undefined, undefined],
+      'a listener already sees the created credential, the deleted credential and the deleted agent gone',
+    );
+
+    unsubscribe();
+    await store.createCredential(newCredential(orgA, 'api.gitlab.com'));
+    t.equal(heard.length, 4, 'an unsubscribed listener hears nothing more');
+  });
+
+  t.test(`${name}: a throwing listener does not undo the change or silence the others`, async (t) => {
+    const store = await storeFor(t);
+    const { orgA } = await twoOrgs(store);
+    const heard: MetadataChange[] = [];
+    store.onChange(() => {
+      throw new Error('listener broke');
+    });
+    store.onChange((change) => heard.push(change));
+
+    const credential = await store.createCredential(newCredential(orgA, 'api.github.com'));
+    t.same(await store.listCredentials(orgA), [credential], 'the credential was stored');
+    t.same(heard, [{ kind: 'credential', orgId: orgA, hostname: 'api.github.com' }], 'the next listener still heard');
+  });
+}

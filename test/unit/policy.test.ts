@@ -1,0 +1,346 @@
+// The contract's "Policy" section, one test per rule: shape and validation
+// (parsePolicy) and first-match evaluation (evaluatePolicy). Fixtures are files in
+// test/fixtures/policies/, one problem per broken file.
+
+import { readFileSync } from 'node:fs';
+import t from 'tap';
+import { GuardError } from '../../shared/errors.js';
+import {
+  evaluatePolicy,
+  MAX_POLICY_BYTES,
+  MAX_POLICY_RULES,
+  NO_POLICY_DECISION,
+  parsePolicy,
+  POLICY_LIMITS,
+} from '../../shared/policy/index.js';
+import type { CompiledPolicy } from '../../shared/policy/index.js';
+
+const FIXTURES = new URL('../fixtures/policies/', import.meta.url);
+
+function fixture(name: string): string {
+  return readFileSync(new URL(name, FIXTURES), 'utf8');
+}
+
+/** The GuardError parsePolicy throws for `text`; fails the test when it accepts it. */
+function refusal(text: string, limits = POLICY_LIMITS): GuardError {
+  try {
+    parsePolicy(text, limits);
+  } catch (err) {
+    if (err instanceof GuardError) return err;
+    throw err;
+  }
+  throw new Error('parsePolicy accepted a policy that should be refused');
+}
+
+/** A policy from rule lines (YAML flow mappings), default allow unless given. */
+function policyOf(rules: string[], defaultDecision?: 'allow' | 'deny'): CompiledPolicy {
+  const lines = ['version: "1"'];
+  if (defaultDecision) lines.push(`default: ${defaultDecision}`);
+  lines.push('rules:', ...rules.map((rule) => `  - ${rule}`));
+  return parsePolicy(lines.join('\n'));
+}
+
+function decide(policy: CompiledPolicy | null, tool: string, action: string, path = '/'): string {
+  const result = evaluatePolicy(policy, tool, action, path);
+  return `${result.decision} ${result.ruleMatched}`;
+}
+
+t.test('rules are tried in order and the first match decides', async (t) => {
+  const policy = policyOf([
+    '{name: read-github, tool: api.github.com, action: GET, decision: allow}',
+    '{name: no-github, tool: api.github.com, action: "*", decision: deny}',
+    '{name: read-anything, tool: "*", action: GET, decision: deny}',
+  ]);
+  t.equal(decide(policy, 'api.github.com', 'GET'), 'allow read-github');
+  t.equal(decide(policy, 'api.github.com', 'POST'), 'deny no-github');
+  t.equal(decide(policy, 'example.com', 'GET'), 'deny read-anything');
+});
+
+t.test('no matching rule falls to the default, allow unless set, reported as "default"', async (t) => {
+  const rule = '{tool: api.github.com, action: DELETE, decision: deny}';
+  const allowByDefault = evaluatePolicy(policyOf([rule]), 'example.com', 'GET', '/');
+  t.strictSame(allowByDefault, { decision: 'allow', ruleMatched: 'default', message: 'No rule matched; the default is allow.' });
+
+  const denyByDefault = evaluatePolicy(policyOf([rule], 'deny'), 'example.com', 'GET', '/');
+  t.strictSame(denyByDefault, { decision: 'deny', ruleMatched: 'default', message: 'No rule matched; the default is deny.' });
+
+  const noRules = parsePolicy(fixture('valid-minimal.yaml'));
+  t.equal(decide(noRules, 'anything.example', 'DELETE'), 'allow default');
+});
+
+t.test('no policy set allows everything, reported as "default"', async (t) => {
+  t.strictSame(evaluatePolicy(null, 'api.github.com', 'DELETE', '/repos/x'), {
+    decision: 'allow',
+    ruleMatched: 'default',
+    message: 'No policy is set; the default is allow.',
+  });
+  t.equal(evaluatePolicy(null, 'a', 'GET', '/'), NO_POLICY_DECISION);
+});
+
+t.test('a rule without a name is reported as rule-<n>, its 1-based position', async (t) => {
+  const policy = policyOf([
+    '{name: named, tool: a.example, action: GET, decision: allow}',
+    '{tool: b.example, action: GET, decision: deny}',
+    '{tool: c.example, action: GET, decision: allow}',
+  ]);
+  t.strictSame(policy.rules.map((rule) => rule.name), ['named', 'rule-2', 'rule-3']);
+  t.strictSame(evaluatePolicy(policy, 'b.example', 'GET', '/'), { decision: 'deny', ruleMatched: 'rule-2', message: "Denied by rule 'rule-2'." });
+  t.strictSame(evaluatePolicy(policy, 'c.example', 'GET', '/'), { decision: 'allow', ruleMatched: 'rule-3', message: "Allowed by rule 'rule-3'." });
+});
+
+t.test('the message names the rule and its decision, or is the rule\'s own message', async (t) => {
+  const policy = parsePolicy(fixture('valid-full.yaml'));
+  t.strictSame(evaluatePolicy(policy, 'api.github.com', 'DELETE', '/repos/x'), {
+    decision: 'deny',
+    ruleMatched: 'no-deletes',
+    message: 'Deletes need a human; ask in #ops.',
+  });
+  t.strictSame(evaluatePolicy(policy, 'api.github.com', 'GET', '/repos/x/issues'), {
+    decision: 'allow',
+    ruleMatched: 'github-issues',
+    message: "Allowed by rule 'github-issues'.",
+  });
+  t.strictSame(evaluatePolicy(policy, 'api.github.com', 'GET', '/admin/users'), {
+    decision: 'deny',
+    ruleMatched: 'rule-3',
+    message: "Denied by rule 'rule-3'.",
+  });
+  t.equal(decide(policy, 'api.example.com', 'GET'), 'allow rule-4');
+  t.equal(decide(policy, 'unknown.example', 'GET'), 'deny default');
+});
+
+t.test('a decision is precomputed and frozen: the same object for every matching call', async (t) => {
+  const policy = policyOf(['{name: r, tool: "*", action: "*", decision: deny}']);
+  const first = evaluatePolicy(policy, 'a.example', 'GET', '/x');
+  const second = evaluatePolicy(policy, 'b.example', 'post', '/y');
+  t.equal(first, second);
+  t.ok(Object.isFrozen(first));
+  t.equal(evaluatePolicy(policy, 'c', 'GET', '/'), policy.rules[0]!.result);
+  t.ok(Object.isFrozen(policy) && Object.isFrozen(policy.rules) && Object.isFrozen(policy.defaultResult));
+});
+
+t.test('tool "*" matches any tool', async (t) => {
+  const policy = policyOf(['{tool: "*", action: GET, decision: deny}']);
+  t.equal(decide(policy, 'api.github.com', 'GET'), 'deny rule-1');
+  t.equal(decide(policy, 'localhost', 'GET'), 'deny rule-1');
+  t.equal(decide(policy, 'api.github.com', 'POST'), 'allow default');
+});
+
+t.test('tool "*.github.com" matches subdomains, not github.com itself', async (t) => {
+  const policy = policyOf(['{tool: "*.github.com", action: "*", decision: deny}']);
+  t.equal(decide(policy, 'api.github.com', 'GET'), 'deny rule-1');
+  t.equal(decide(policy, 'uploads.api.github.com', 'GET'), 'deny rule-1');
+  t.equal(decide(policy, 'github.com', 'GET'), 'allow default');
+  t.equal(decide(policy, 'evilgithub.com', 'GET'), 'allow default');
+  t.equal(decide(policy, 'api.github.com.evil.io', 'GET'), 'allow default');
+});
+
+t.test('an exact tool matches only that tool', async (t) => {
+  const policy = policyOf(['{tool: api.github.com, action: "*", decision: deny}']);
+  t.equal(decide(policy, 'api.github.com', 'GET'), 'deny rule-1');
+  t.equal(decide(policy, 'api.github.co', 'GET'), 'allow default');
+  t.equal(decide(policy, 'xapi.github.com', 'GET'), 'allow default');
+  t.equal(decide(policy, 'api.github.com.', 'GET'), 'allow default');
+});
+
+t.test('a tool glob with * inside matches any run of characters there', async (t) => {
+  const policy = policyOf(['{tool: "api-*.example.com", action: "*", decision: deny}']);
+  t.equal(decide(policy, 'api-eu.example.com', 'GET'), 'deny rule-1');
+  t.equal(decide(policy, 'api-eu.west.example.com', 'GET'), 'deny rule-1');
+  t.equal(decide(policy, 'api.example.com', 'GET'), 'allow default');
+  t.equal(decide(policy, 'api-eu.example.com.evil.io', 'GET'), 'allow default');
+});
+
+t.test('tool matching is case-insensitive', async (t) => {
+  const policy = policyOf([
+    '{name: exact, tool: API.GitHub.com, action: "*", decision: deny}',
+    '{name: suffix, tool: "*.Example.COM", action: "*", decision: deny}',
+    '{name: pattern, tool: "Api-*.Test", action: "*", decision: deny}',
+  ]);
+  t.equal(decide(policy, 'api.github.com', 'GET'), 'deny exact');
+  t.equal(decide(policy, 'API.GITHUB.COM', 'GET'), 'deny exact');
+  t.equal(decide(policy, 'WWW.example.Com', 'GET'), 'deny suffix');
+  t.equal(decide(policy, 'API-EU.TEST', 'GET'), 'deny pattern');
+  t.equal(decide(policy, 'api.gitlab.com', 'GET'), 'allow default');
+});
+
+t.test('action is case-insensitive on both sides', async (t) => {
+  const policy = policyOf(['{tool: "*", action: delete, decision: deny}']);
+  t.equal(decide(policy, 'a.example', 'DELETE'), 'deny rule-1');
+  t.equal(decide(policy, 'a.example', 'delete'), 'deny rule-1');
+  t.equal(decide(policy, 'a.example', 'Delete'), 'deny rule-1');
+  t.equal(decide(policy, 'a.example', 'DELETES'), 'allow default');
+  t.equal(decide(policy, 'a.example', 'GET'), 'allow default');
+  t.equal(policy.rules[0]!.action, 'DELETE');
+});
+
+t.test('action "*" matches any method', async (t) => {
+  const policy = policyOf(['{tool: a.example, action: "*", decision: deny}']);
+  for (const method of ['GET', 'POST', 'PUT', 'PATCH', 'DELETE', 'HEAD', 'OPTIONS', 'PROPFIND']) {
+    t.equal(decide(policy, 'a.example', method), 'deny rule-1', method);
+  }
+  t.equal(decide(policy, 'b.example', 'GET'), 'allow default');
+});
+
+t.test('path "*" matches within one segment', async (t) => {
+  const policy = policyOf(['{tool: "*", action: "*", path: "/repos/*/issues", decision: deny}']);
+  t.equal(decide(policy, 'a', 'GET', '/repos/tool-call-guard/issues'), 'deny rule-1');
+  t.equal(decide(policy, 'a', 'GET', '/repos/org/repo/issues'), 'allow default');
+  t.equal(decide(policy, 'a', 'GET', '/repos/x/issues/1'), 'allow default');
+  t.equal(decide(policy, 'a', 'GET', '/repos/x/Issues'), 'allow default');
+});
+
+t.test('path "**" matches across segments, including the subtree root', async (t) => {
+  const policy = policyOf([
+    '{name: admin, tool: "*", action: "*", path: "/admin/**", decision: deny}',
+    '{name: deep, tool: "*", action: "*", path: "/a/**/b", decision: deny}',
+    '{name: mixed, tool: "*", action: "*", path: "/repos/*/**/raw", decision: deny}',
+  ]);
+  t.equal(decide(policy, 'x', 'GET', '/admin'), 'deny admin');
+  t.equal(decide(policy, 'x', 'GET', '/admin/'), 'deny admin');
+  t.equal(decide(policy, 'x', 'GET', '/admin/users/1/keys'), 'deny admin');
+  t.equal(decide(policy, 'x', 'GET', '/administrator'), 'allow default');
+  t.equal(decide(policy, 'x', 'GET', '/x/admin/users'), 'allow default');
+  t.equal(decide(policy, 'x', 'GET', '/a/b'), 'deny deep');
+  t.equal(decide(policy, 'x', 'GET', '/a/x/y/b'), 'deny deep');
+  t.equal(decide(policy, 'x', 'GET', '/a/xb'), 'allow default');
+  t.equal(decide(policy, 'x', 'GET', '/repos/me/raw'), 'deny mixed');
+  t.equal(decide(policy, 'x', 'GET', '/repos/me/main/src/raw'), 'deny mixed');
+  t.equal(decide(policy, 'x', 'GET', '/repos/raw'), 'allow default');
+});
+
+t.test('path matching is case-sensitive and exact paths match exactly', async (t) => {
+  const policy = policyOf([
+    '{name: exact, tool: "*", action: "*", path: /user, decision: deny}',
+    '{name: admin, tool: "*", action: "*", path: "/admin/**", decision: deny}',
+  ]);
+  t.equal(decide(policy, 'x', 'GET', '/user'), 'deny exact');
+  t.equal(decide(policy, 'x', 'GET', '/user/'), 'allow default');
+  t.equal(decide(policy, 'x', 'GET', '/User'), 'allow default');
+  t.equal(decide(policy, 'x', 'GET', '/Admin/users'), 'allow default');
+});
+
+t.test('a rule without a path (or path "*" / "**") matches any path', async (t) => {
+  const policy = policyOf([
+    '{name: no-path, tool: a.example, action: GET, decision: deny}',
+    '{name: star, tool: b.example, action: GET, path: "*", decision: deny}',
+    '{name: globstar, tool: c.example, action: GET, path: "**", decision: deny}',
+  ]);
+  for (const path of ['/', '/x', '/x/y/z', '']) {
+    t.equal(decide(policy, 'a.example', 'GET', path), 'deny no-path', `no path: ${path}`);
+    t.equal(decide(policy, 'b.example', 'GET', path), 'deny star', `*: ${path}`);
+    t.equal(decide(policy, 'c.example', 'GET', path), 'deny globstar', `**: ${path}`);
+  }
+});
+
+t.test('a rule matches only when tool, action and path all match', async (t) => {
+  const policy = policyOf(['{tool: api.github.com, action: POST, path: "/repos/*/issues", decision: deny}']);
+  t.equal(decide(policy, 'api.github.com', 'POST', '/repos/x/issues'), 'deny rule-1');
+  t.equal(decide(policy, 'api.gitlab.com', 'POST', '/repos/x/issues'), 'allow default');
+  t.equal(decide(policy, 'api.github.com', 'GET', '/repos/x/issues'), 'allow default');
+  t.equal(decide(policy, 'api.github.com', 'POST', '/repos/x/pulls'), 'allow default');
+});
+
+t.test('valid fixtures compile to the rules they state', async (t) => {
+  const full = parsePolicy(fixture('valid-full.yaml'));
+  t.equal(full.version, '1');
+  t.equal(full.defaultDecision, 'deny');
+  t.strictSame(full.rules.map((rule) => [rule.name, rule.action, rule.result.decision]), [
+    ['no-deletes', 'DELETE', 'deny'],
+    ['github-issues', null, 'allow'],
+    ['rule-3', 'GET', 'deny'],
+    ['rule-4', 'GET', 'allow'],
+  ]);
+  const minimal = parsePolicy(fixture('valid-minimal.yaml'));
+  t.equal(minimal.rules.length, 0);
+  t.equal(minimal.defaultDecision, 'allow');
+  const anchored = parsePolicy(fixture('valid-anchors.yaml'));
+  t.strictSame(anchored.rules.map((rule) => rule.result.message), ['Ask #ops first.', 'Ask #ops first.']);
+});
+
+t.test('version is the string "1"; an unquoted 1 is accepted as the same', async (t) => {
+  t.equal(parsePolicy(fixture('valid-unquoted-version.yaml')).version, '1');
+  t.equal(decide(parsePolicy(fixture('valid-unquoted-version.yaml')), 'a', 'GET'), 'allow rule-1');
+});
+
+// Every broken fixture, the start of the message it must produce (where, then what).
+const BROKEN: ReadonlyArray<[file: string, message: RegExp]> = [
+  ['not-yaml.yaml', /^line 4, column 1: not valid YAML: /],
+  ['not-a-mapping.yaml', /^line 1: the policy must be a mapping with 'version' and 'rules', not a list$/],
+  ['empty.yaml', /^line 1: the policy is empty/],
+  ['multiple-documents.yaml', /^line 3, column 1: not valid YAML: the policy must be a single YAML document/],
+  ['duplicate-key.yaml', /^rule 1 \(line 6\): the key 'decision' appears twice in this rule$/],
+  ['duplicate-top-level-key.yaml', /^line 3: the key 'version' appears twice at the top level$/],
+  ['tagged-value.yaml', /^line 3, column 11: not valid YAML: Unresolved tag: !hostname/],
+  ['missing-version.yaml', /^line 1: missing key 'version'/],
+  ['missing-rules.yaml', /^line 1: missing key 'rules'/],
+  ['missing-tool.yaml', /^rule 2 \(line 6\): missing key 'tool'/],
+  ['missing-action.yaml', /^rule 1 \(line 3\): missing key 'action'/],
+  ['missing-decision.yaml', /^rule 1 \(line 3\): missing key 'decision'/],
+  ['unknown-key.yaml', /^rule 2 \(line 7\): unknown key 'decison' \(did you mean 'decision'\?\)/],
+  ['unknown-top-level-key.yaml', /^line 2: unknown key 'defualt' at the top level \(did you mean 'default'\?\)/],
+  ['bad-decision.yaml', /^rule 1 \(line 5\): 'decision' must be allow or deny, not 'block'$/],
+  ['bad-default.yaml', /^line 2: 'default' must be allow or deny, not 'reject'$/],
+  ['bad-version.yaml', /^line 1: unsupported version '2'; the only version is "1"$/],
+  ['bad-version-float.yaml', /^line 1: unsupported version '1.0'; the only version is "1"$/],
+  ['bad-action.yaml', /^rule 1 \(line 4\): 'action' must be an HTTP method .*not 'GET, POST'$/],
+  ['bare-star-action.yaml', /^line 4, column 13: not valid YAML: .*quote it: "\*"/],
+  ['unquoted-star-tool.yaml', /^line 3: '\*\.github\.com' is read as a YAML alias.*must be quoted, e\.g\. "\*\.github\.com"$/],
+  ['rules-not-a-list.yaml', /^line 2: 'rules' must be a list of rules .*not a mapping$/],
+  ['rule-not-a-mapping.yaml', /^rule 2 \(line 6\): a rule must be a mapping .*not the string 'deny everything else'$/],
+  ['wrong-type-tool.yaml', /^rule 1 \(line 3\): 'tool' must be a string, not a list$/],
+  ['wrong-type-name.yaml', /^rule 1 \(line 3\): 'name' must be a string, not the number 42 \(quote it/],
+  ['empty-tool.yaml', /^rule 1 \(line 3\): 'tool' must not be empty$/],
+  ['tool-is-url.yaml', /^rule 1 \(line 3\): 'tool' is a hostname glob .*not a URL/],
+  ['bad-path.yaml', /^rule 1 \(line 5\): 'path' must start with '\/'/],
+  ['path-with-query.yaml', /^rule 1 \(line 5\): 'path' is matched against the path only/],
+  ['duplicate-name.yaml', /^rule 2 \(line 7\): duplicate rule name 'github' \(rule 1 has it\)/],
+  ['duplicate-generated-name.yaml', /^rule 2 \(line 7\): duplicate rule name 'rule-2' \(rule 1 has it\)/],
+  ['reserved-name.yaml', /^rule 1 \(line 3\): the rule name 'default' is reserved/],
+  ['alias-bomb.yaml', /^line 4: the YAML aliases expand too much \(an alias bomb\)/],
+  ['too-many-aliases.yaml', /^line 105: the policy uses more than 100 YAML aliases/],
+];
+
+t.test('every broken fixture is refused as invalid_policy naming the line and the problem', async (t) => {
+  for (const [file, message] of BROKEN) {
+    const err = refusal(fixture(file));
+    t.equal(err.code, 'invalid_policy', file);
+    t.equal(err.status, 400, file);
+    t.match(err.message, message, file);
+  }
+});
+
+t.test('more than 10,000 rules are refused', async (t) => {
+  const rulesYaml = (count: number): string =>
+    `version: "1"\nrules:\n${'  - {tool: a, action: GET, decision: deny}\n'.repeat(count)}`;
+  // 10,001 rules take more than 256 KiB, so the size bound trips first in practice;
+  // raise it to reach the rule bound itself.
+  const roomy = { ...POLICY_LIMITS, maxBytes: 4 * MAX_POLICY_BYTES };
+  t.equal(parsePolicy(rulesYaml(MAX_POLICY_RULES), roomy).rules.length, 10_000);
+  t.equal(refusal(rulesYaml(MAX_POLICY_RULES + 1), roomy).message, "line 2: the policy has 10,001 rules; at most 10,000 are allowed");
+  t.equal(refusal(rulesYaml(MAX_POLICY_RULES + 1)).code, 'invalid_policy');
+});
+
+t.test('a policy larger than 256 KiB is refused before it is parsed', async (t) => {
+  const head = 'version: "1"\nrules: []\n';
+  const padded = (bytes: number): string => `${head}#${' '.repeat(bytes - head.length - 1)}`;
+  t.equal(MAX_POLICY_BYTES, 262_144);
+  t.equal(Buffer.byteLength(padded(MAX_POLICY_BYTES)), MAX_POLICY_BYTES);
+  t.equal(parsePolicy(padded(MAX_POLICY_BYTES)).rules.length, 0);
+  t.equal(refusal(padded(MAX_POLICY_BYTES + 1)).message, 'the policy is larger than 256 KiB (262,144 bytes), the most allowed');
+  // Counted in UTF-8 bytes, not characters: fewer characters than the limit, more bytes.
+  const multibyte = head + `# ${'é'.repeat(MAX_POLICY_BYTES / 2)}`;
+  t.ok(multibyte.length < MAX_POLICY_BYTES);
+  t.match(refusal(multibyte).message, /^the policy is larger than 256 KiB/);
+  // Not even parsed: text that is not YAML gets the size answer.
+  t.match(refusal('['.repeat(MAX_POLICY_BYTES + 1)).message, /^the policy is larger than 256 KiB/);
+});
+
+t.test('an alias bomb is refused quickly', async (t) => {
+  const text = fixture('alias-bomb.yaml');
+  const started = performance.now();
+  const err = refusal(text);
+  const elapsedMs = performance.now() - started;
+  t.match(err.message, /alias bomb/);
+  t.ok(elapsedMs < 500, `refused in ${elapsedMs.toFixed(1)} ms`);
+});
