@@ -74,7 +74,7 @@ export class ProxyExchange {
   answerError(code: ErrorCode, message?: string, extra?: Record<string, unknown>, decision: AuditDecision = 'denied'): false {
     if (this.finished) return false;
     this.auditDecision = decision;
-    if (!this.aborted) this.body?.discard();
+    if (!this.aborted) this.body?.detach();
     const status = ERRORS[code].status;
     this.statusCode = status;
     if (!this.aborted) {

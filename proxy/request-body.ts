@@ -61,6 +61,12 @@ export class RequestBody {
     if (isLast) {
       this.complete = true;
       if (!this.#discarding) this.stream?.push(null);
+      // Nothing more will arrive for this request; a paused socket would stall the
+      // connection's next request, and uWS forbids resume() once the response ended.
+      if (this.#paused && !this.#detached) {
+        this.#paused = false;
+        this.#res.resume();
+      }
       const done = this.#onComplete;
       this.#onComplete = null;
       done?.();
@@ -74,10 +80,16 @@ export class RequestBody {
   }
 
   /**
-   * The answer is about to be given without (more of) the body being forwarded:
-   * drop whatever else arrives. Call before ending the response.
+   * The response is about to end: drop whatever else of the body arrives, and
+   * make sure the socket reads on. Must run before the response's last write,
+   * since uWS forbids touching the response after it.
    */
-  discard(): void {
+  detach(): void {
+    if (this.#detached) return;
+    if (this.complete) {
+      this.#detached = true;
+      return;
+    }
     this.#discarding = true;
     this.#onComplete = null;
     if (this.#paused && !this.#detached) {

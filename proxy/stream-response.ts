@@ -102,7 +102,7 @@ export class UpstreamResponse {
     // Part of the response is out: all we can do is cut the connection so the
     // client sees a truncated body rather than a complete-looking one.
     ex.statusCode = timeout ? 504 : 502;
-    ex.body?.abort();
+    ex.body?.detach();
     ex.res.close();
     ex.finish();
   }
@@ -137,6 +137,7 @@ export class UpstreamResponse {
     this.#chunk = null;
     if (this.#length >= 0 && !this.#headOnly) {
       const offset = res.getWriteOffset();
+      if (offset + chunk.length >= this.#length) this.#ex.body?.detach();
       const [ok, done] = res.tryEnd(chunk, this.#length);
       if (done) {
         this.#done();
@@ -187,6 +188,7 @@ export class UpstreamResponse {
     const res = this.#ex.res;
     if (!this.#headWritten) this.#writeHead();
     if (this.#ended) return;
+    this.#ex.body?.detach();
     const status = this.#status;
     if (this.#headOnly || status === 204 || status === 304) {
       // No body: HEAD reports the length the GET would have (RFC 9110 §9.3.2).
@@ -208,7 +210,6 @@ export class UpstreamResponse {
   #done(): void {
     if (this.#ended) return;
     this.#ended = true;
-    this.#ex.body?.discard();
     this.#ex.finish();
   }
 

@@ -39,7 +39,7 @@ function matchesTool(rule: CompiledRule, tool: string): boolean {
     case ToolMatch.Exact:
       return tool.length === rule.toolText.length && equalsLowerCasedAt(tool, 0, rule.toolText);
     case ToolMatch.Suffix:
-      return true && equalsLowerCasedAt(tool, tool.length - rule.toolText.length, rule.toolText);
+      return tool.length >= rule.toolText.length && equalsLowerCasedAt(tool, tool.length - rule.toolText.length, rule.toolText);
     default:
       return rule.toolRegExp!.test(tool);
   }
@@ -52,7 +52,7 @@ function matchesPath(rule: CompiledRule, path: string): boolean {
     case PathMatch.Exact:
       return path === rule.pathText;
     case PathMatch.Subtree:
-      return path.startsWith(rule.pathPrefix);
+      return path === rule.pathText || path.startsWith(rule.pathPrefix);
     default:
       return rule.pathRegExp!.test(path);
   }

@@ -2,7 +2,7 @@
 // (parsePolicy) and first-match evaluation (evaluatePolicy). Fixtures are files in
 // test/fixtures/policies/, one problem per broken file.
 
-import { readFileSync } from 'node:fs';
+import { readdirSync, readFileSync } from 'node:fs';
 import t from 'tap';
 import { GuardError } from '../../shared/errors.js';
 import {
@@ -302,6 +302,8 @@ const BROKEN: ReadonlyArray<[file: string, message: RegExp]> = [
 ];
 
 t.test('every broken fixture is refused as invalid_policy naming the line and the problem', async (t) => {
+  const brokenFiles = readdirSync(FIXTURES).filter((file) => file.endsWith('.yaml') && !file.startsWith('valid-'));
+  t.strictSame(brokenFiles.sort(), BROKEN.map(([file]) => file).sort(), 'each broken fixture has an expected message');
   for (const [file, message] of BROKEN) {
     const err = refusal(fixture(file));
     t.equal(err.code, 'invalid_policy', file);

@@ -4,7 +4,7 @@
 // is test/integration/audit-store.test.ts.
 import { mkdirSync } from 'node:fs';
 import { join } from 'node:path';
-import { createClient, type ClickHouseClient, type ClickHouseSettings } from '@clickhouse/client';
+import { ClickHouseLogLevel, createClient, type ClickHouseClient, type ClickHouseSettings } from '@clickhouse/client';
 import type { AuditDecision, AuditFilter, AuditRecord, AuditSource } from '../../types.js';
 import type { AuditPage, AuditReportData, AuditStore } from '../audit-store.js';
 
@@ -114,7 +114,7 @@ type QueryParams = Record<string, string | number>;
 
 export class ClickHouseAuditStore implements AuditStore {
   readonly #client: ClickHouseClient;
-  /** 'chdb' or 'http'; errors and logs name the backend. */
+  /** Which engine this store reaches, for logs and health output. */
   readonly backend: 'chdb' | 'http';
   #closing: Promise<void> | null = null;
 
@@ -285,13 +285,17 @@ async function openChdbClient(dir: string): Promise<ClickHouseClient> {
   // chdb types its connection with @clickhouse/client-common while @clickhouse/client
   // bundles its own copy of the same declarations; TypeScript treats the two copies'
   // classes as distinct, so the cast only bridges the duplicate declarations.
-  return createClient({ connection: createChdbConnection({ path: dir }) as unknown as ClientConnection });
+  return createClient({ connection: createChdbConnection({ path: dir }) as unknown as ClientConnection, log: CLIENT_LOG });
 }
 
 type ClientConnection = NonNullable<NonNullable<Parameters<typeof createClient>[0]>['connection']>;
 
 /** HTTP settings; chDB already returns 64-bit integers unquoted. */
 const HTTP_SETTINGS: ClickHouseSettings = { output_format_json_quote_64bit_integers: 0 };
+
+/** Every failure is thrown to the caller, which logs it once through the service's
+ *  log; the client's own console logging would repeat each spool retry. */
+const CLIENT_LOG = { level: ClickHouseLogLevel.OFF };
 
 async function openHttpClient(url: string): Promise<ClickHouseClient> {
   const parsed = new URL(url);
@@ -301,7 +305,7 @@ async function openHttpClient(url: string): Promise<ClickHouseClient> {
     // from a connection that names none. Checked first: a user allowed to write to
     // an existing database may lack CREATE DATABASE.
     parsed.pathname = '/';
-    const bootstrap = createClient({ url: parsed, clickhouse_settings: HTTP_SETTINGS });
+    const bootstrap = createClient({ url: parsed, clickhouse_settings: HTTP_SETTINGS, log: CLIENT_LOG });
     try {
       const found = await (await bootstrap.query({
         query: 'SELECT count() AS n FROM system.databases WHERE name = {db:String}',
@@ -315,7 +319,7 @@ async function openHttpClient(url: string): Promise<ClickHouseClient> {
       await bootstrap.close();
     }
   }
-  return createClient({ url, clickhouse_settings: HTTP_SETTINGS });
+  return createClient({ url, clickhouse_settings: HTTP_SETTINGS, log: CLIENT_LOG });
 }
 
 /**

@@ -1,0 +1,101 @@
+// Starts the real all-in-one service in this test process on a free loopback
+// port with a fresh data directory, and talks HTTP to it.
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { loadConfig } from '../../shared/config.js';
+import { createLogger, type Logger } from '../../shared/log.js';
+import { startService, type RunningService } from '../../service.js';
+
+export const TLS_DIR = new URL('../fixtures/tls/', import.meta.url).pathname;
+
+export interface TestService extends RunningService {
+  dataDir: string;
+  logs: string[];
+  /** Stops the service and removes its data directory. */
+  close(): Promise<void>;
+}
+
+export async function startTestService(env: Record<string, string> = {}): Promise<TestService> {
+  const dataDir = env.DATA_DIR ?? mkdtempSync(join(tmpdir(), 'tcg-test-'));
+  const config = loadConfig({
+    PORT: '0',
+    HOST: '127.0.0.1',
+    DATA_DIR: dataDir,
+    GUARD_ALLOW_TARGETS: '127.0.0.1',
+    NODE_EXTRA_CA_CERTS: join(TLS_DIR, 'ca.crt'),
+    AUDIT_BATCH_MS: '20',
+    LOG_LEVEL: 'debug',
+    ...env,
+  });
+  const logs: string[] = [];
+  const log: Logger = createLogger(config.logLevel, (line) => {
+    logs.push(line);
+  });
+  const service = await startService(config, log);
+  return {
+    ...service,
+    dataDir,
+    logs,
+    async close() {
+      await service.stop(2000);
+      if (env.DATA_DIR === undefined) rmSync(dataDir, { recursive: true, force: true });
+    },
+  };
+}
+
+export interface Session {
+  token: string;
+  auth: Record<string, string>;
+}
+
+let emailCounter = 0;
+
+/** Signs a fresh user (and so a fresh org) up. */
+export async function signup(base: string, email = `user${++emailCounter}-${Date.now()}@example.com`): Promise<Session & { email: string }> {
+  const res = await fetch(`${base}/auth/signup`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ email, password: 'correct horse battery' }),
+  });
+  if (res.status !== 201) throw new Error(`signup failed: ${res.status} ${await res.text()}`);
+  const body = (await res.json()) as { access_token: string };
+  return { email, token: body.access_token, auth: { authorization: `Bearer ${body.access_token}` } };
+}
+
+export async function api(base: string, session: Session | null, method: string, path: string, body?: unknown, headers: Record<string, string> = {}) {
+  const res = await fetch(`${base}${path}`, {
+    method,
+    headers: {
+      ...(session ? session.auth : {}),
+      ...(body !== undefined ? { 'content-type': 'application/json' } : {}),
+      ...headers,
+    },
+    ...(body !== undefined ? { body: typeof body === 'string' ? body : JSON.stringify(body) } : {}),
+  });
+  const text = await res.text();
+  let json: any = undefined;
+  try {
+    json = text.length > 0 ? JSON.parse(text) : undefined;
+  } catch {
+    json = undefined;
+  }
+  return { status: res.status, headers: res.headers, text, json };
+}
+
+export async function createAgent(base: string, session: Session, name = 'agent', logOutputs = 'hash') {
+  const res = await api(base, session, 'POST', '/agents', { name, log_outputs: logOutputs });
+  if (res.status !== 201) throw new Error(`create agent failed: ${res.status} ${res.text}`);
+  return res.json as { id: string; api_key: string; api_key_prefix: string; name: string; log_outputs: string; proxy_url: string };
+}
+
+/** Polls until `check` returns a value other than undefined, or fails after `ms`. */
+export async function eventually<T>(check: () => Promise<T | undefined>, ms = 5000): Promise<T> {
+  const deadline = Date.now() + ms;
+  for (;;) {
+    const value = await check();
+    if (value !== undefined) return value;
+    if (Date.now() > deadline) throw new Error('condition not met in time');
+    await new Promise((r) => setTimeout(r, 25));
+  }
+}

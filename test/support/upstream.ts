@@ -1,0 +1,144 @@
+// A real HTTPS upstream on loopback for the proxy tests, with a certificate from
+// the test CA (test/fixtures/tls). Every request is recorded.
+import { createHash } from 'node:crypto';
+import { readFileSync } from 'node:fs';
+import { createServer, type Server } from 'node:https';
+import type { IncomingHttpHeaders, IncomingMessage, ServerResponse } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { TLS_DIR } from './service.js';
+
+export interface SeenRequest {
+  method: string;
+  url: string;
+  headers: IncomingHttpHeaders;
+  rawHeaders: string[];
+  bodyBytes: number;
+  bodySha256: string;
+  remoteAddress: string;
+}
+
+export interface Upstream {
+  port: number;
+  /** `127.0.0.1:<port>`: what a test puts after /proxy/{key}/. */
+  authority: string;
+  seen: SeenRequest[];
+  server: Server;
+  close(): Promise<void>;
+}
+
+export type Route = (req: IncomingMessage, res: ServerResponse, body: Buffer) => void;
+
+/** Deterministic bytes: the same n bytes for the same n, so tests can compare hashes. */
+export function patternBytes(n: number): Buffer {
+  const out = Buffer.allocUnsafe(n);
+  for (let i = 0; i < n; i++) out[i] = (i * 31 + (i >> 8)) & 0xff;
+  return out;
+}
+
+export const DEFAULT_ROUTES: Record<string, Route> = {
+  '/echo': (req, res, body) => {
+    res.setHeader('content-type', 'application/json');
+    res.end(JSON.stringify({ method: req.method, url: req.url, headers: req.headers, body_sha256: createHash('sha256').update(body).digest('hex'), body_bytes: body.length }));
+  },
+  '/json': (_req, res) => {
+    res.setHeader('content-type', 'application/json');
+    res.end(JSON.stringify({ ok: true, items: [1, 2, 3], text: 'héllo' }));
+  },
+  '/bytes': (req, res) => {
+    const n = Number(new URL(req.url!, 'https://x').searchParams.get('n') ?? '1024');
+    res.setHeader('content-type', 'application/octet-stream');
+    res.setHeader('content-length', String(n));
+    res.end(patternBytes(n));
+  },
+  '/chunked': (_req, res) => {
+    res.setHeader('content-type', 'text/plain');
+    res.write('one,');
+    setTimeout(() => res.write('two,'), 20);
+    setTimeout(() => res.end('three'), 40);
+  },
+  '/sse': (_req, res) => {
+    res.writeHead(200, { 'content-type': 'text/event-stream', 'cache-control': 'no-cache' });
+    let n = 0;
+    const timer = setInterval(() => {
+      n += 1;
+      res.write(`data: event ${n}\n\n`);
+      if (n === 3) {
+        clearInterval(timer);
+        res.end();
+      }
+    }, 150);
+  },
+  '/status': (req, res) => {
+    const code = Number(new URL(req.url!, 'https://x').searchParams.get('code') ?? '200');
+    res.statusCode = code;
+    if (code === 204 || code === 304) res.end();
+    else res.end(`status ${code}`);
+  },
+  '/redirect': (_req, res) => {
+    res.writeHead(302, { location: 'https://elsewhere.example/next' });
+    res.end();
+  },
+  '/hop': (_req, res) => {
+    res.writeHead(200, { connection: 'x-secret-hop', 'x-secret-hop': 'dropped', 'keep-alive': 'timeout=5', 'x-kept': 'yes', 'content-type': 'text/plain' });
+    res.end('hop');
+  },
+  '/stall-headers': () => {
+    // never answers
+  },
+  '/stall-body': (_req, res) => {
+    res.writeHead(200, { 'content-type': 'text/plain' });
+    res.write('partial');
+  },
+  '/endless': (req, res) => {
+    res.writeHead(200, { 'content-type': 'text/plain' });
+    const chunk = Buffer.alloc(16 * 1024, 'a');
+    const pump = () => {
+      while (res.write(chunk)) {
+        if (res.destroyed) return;
+      }
+      res.once('drain', pump);
+    };
+    req.socket.on('close', () => res.destroy());
+    pump();
+  },
+};
+
+export async function startUpstream(routes: Record<string, Route> = {}, tls: { cert: string; key: string } = { cert: 'server.crt', key: 'server.key' }): Promise<Upstream> {
+  const all = { ...DEFAULT_ROUTES, ...routes };
+  const seen: SeenRequest[] = [];
+  const server = createServer({
+    cert: readFileSync(`${TLS_DIR}${tls.cert}`),
+    key: readFileSync(`${TLS_DIR}${tls.key}`),
+    keepAlive: true,
+  }, (req, res) => {
+    const chunks: Buffer[] = [];
+    req.on('data', (c: Buffer) => chunks.push(c));
+    req.on('end', () => {
+      const body = Buffer.concat(chunks);
+      seen.push({
+        method: req.method!,
+        url: req.url!,
+        headers: req.headers,
+        rawHeaders: req.rawHeaders,
+        bodyBytes: body.length,
+        bodySha256: createHash('sha256').update(body).digest('hex'),
+        remoteAddress: req.socket.remoteAddress ?? '',
+      });
+      const path = new URL(req.url!, 'https://x').pathname;
+      const route = all[path] ?? all['/echo']!;
+      route(req, res, body);
+    });
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const port = (server.address() as AddressInfo).port;
+  return {
+    port,
+    authority: `127.0.0.1:${port}`,
+    seen,
+    server,
+    close: () => new Promise((resolve) => {
+      server.closeAllConnections();
+      server.close(() => resolve());
+    }),
+  };
+}
