@@ -11,14 +11,43 @@ import { credentialHandlers } from './credentials.js';
 import type { AdminRequest, AdminResponse } from './http.js';
 import { policyHandlers } from './policy.js';
 
-export interface Route {
+/** One row of the route table: what the dispatcher matches, without the handler. */
+export interface RouteSpec {
   method: 'GET' | 'POST' | 'DELETE';
   /** `:name` matches one path segment. */
   pattern: string;
   /** false for the routes under /auth/. */
   auth: boolean;
+}
+
+export interface Route extends RouteSpec {
   handler: Handler;
 }
+
+/**
+ * Every admin route, as data (no handlers), so the BOLA sweep and the docs test
+ * can read it without starting an app. `handler` names the entry of the handler
+ * map in `createAdminApp`; the compiler checks that every name has a handler.
+ */
+export const ROUTE_TABLE = [
+  { method: 'POST', pattern: '/auth/signup', auth: false, handler: 'auth.signup' },
+  { method: 'POST', pattern: '/auth/login', auth: false, handler: 'auth.login' },
+  { method: 'GET', pattern: '/agents', auth: true, handler: 'agents.list' },
+  { method: 'POST', pattern: '/agents', auth: true, handler: 'agents.create' },
+  { method: 'GET', pattern: '/agents/:id/proxy-url', auth: true, handler: 'agents.proxyUrl' },
+  { method: 'DELETE', pattern: '/agents/:id', auth: true, handler: 'agents.remove' },
+  { method: 'GET', pattern: '/agents/:id/policy', auth: true, handler: 'policy.get' },
+  { method: 'POST', pattern: '/agents/:id/policy', auth: true, handler: 'policy.set' },
+  { method: 'GET', pattern: '/credentials', auth: true, handler: 'credentials.list' },
+  { method: 'POST', pattern: '/credentials', auth: true, handler: 'credentials.create' },
+  { method: 'DELETE', pattern: '/credentials/:id', auth: true, handler: 'credentials.remove' },
+  { method: 'POST', pattern: '/policy/check', auth: true, handler: 'policy.check' },
+  { method: 'POST', pattern: '/audit', auth: true, handler: 'audit.write' },
+  { method: 'GET', pattern: '/audit', auth: true, handler: 'audit.list' },
+  { method: 'GET', pattern: '/audit/export/pdf', auth: true, handler: 'audit.exportPdf' },
+] as const satisfies readonly (RouteSpec & { handler: string })[];
+
+type HandlerName = (typeof ROUTE_TABLE)[number]['handler'];
 
 interface CompiledRoute extends Route {
   regex: RegExp;
@@ -43,23 +72,29 @@ export function createAdminApp(ctx: AdminContext, log: Logger): AdminApp {
   const policy = policyHandlers(ctx);
   const audit = auditHandlers(ctx);
 
-  const routes: Route[] = [
-    { method: 'POST', pattern: '/auth/signup', auth: false, handler: (req) => auth.signup(req) },
-    { method: 'POST', pattern: '/auth/login', auth: false, handler: (req) => auth.login(req) },
-    { method: 'GET', pattern: '/agents', auth: true, handler: agents.list },
-    { method: 'POST', pattern: '/agents', auth: true, handler: agents.create },
-    { method: 'GET', pattern: '/agents/:id/proxy-url', auth: true, handler: agents.proxyUrl },
-    { method: 'DELETE', pattern: '/agents/:id', auth: true, handler: agents.remove },
-    { method: 'GET', pattern: '/agents/:id/policy', auth: true, handler: policy.get },
-    { method: 'POST', pattern: '/agents/:id/policy', auth: true, handler: policy.set },
-    { method: 'GET', pattern: '/credentials', auth: true, handler: credentials.list },
-    { method: 'POST', pattern: '/credentials', auth: true, handler: credentials.create },
-    { method: 'DELETE', pattern: '/credentials/:id', auth: true, handler: credentials.remove },
-    { method: 'POST', pattern: '/policy/check', auth: true, handler: policy.check },
-    { method: 'POST', pattern: '/audit', auth: true, handler: audit.write },
-    { method: 'GET', pattern: '/audit', auth: true, handler: audit.list },
-    { method: 'GET', pattern: '/audit/export/pdf', auth: true, handler: audit.exportPdf },
-  ];
+  const handlers: Record<HandlerName, Handler> = {
+    'auth.signup': (req) => auth.signup(req),
+    'auth.login': (req) => auth.login(req),
+    'agents.list': agents.list,
+    'agents.create': agents.create,
+    'agents.proxyUrl': agents.proxyUrl,
+    'agents.remove': agents.remove,
+    'policy.get': policy.get,
+    'policy.set': policy.set,
+    'policy.check': policy.check,
+    'credentials.list': credentials.list,
+    'credentials.create': credentials.create,
+    'credentials.remove': credentials.remove,
+    'audit.write': audit.write,
+    'audit.list': audit.list,
+    'audit.exportPdf': audit.exportPdf,
+  };
+  const routes: Route[] = ROUTE_TABLE.map(({ method, pattern, auth: needsAuth, handler }) => ({
+    method,
+    pattern,
+    auth: needsAuth,
+    handler: handlers[handler],
+  }));
   const compiled: CompiledRoute[] = routes.map((route) => {
     const names: string[] = [];
     const source = route.pattern.replace(/:([a-z]+)/g, (_m, name: string) => {

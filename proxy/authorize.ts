@@ -17,7 +17,7 @@ export function authorize(ex: ProxyExchange, caches: ProxyCaches): StageResult {
 
 function decide(ex: ProxyExchange, policy: CompiledPolicy | typeof NONE): undefined | false {
   const target = ex.target!;
-  const decision = evaluatePolicy(policy === NONE ? null : policy, target.hostname, ex.method, target.path);
+  const decision = evaluatePolicy(policy === NONE ? null : policy, target.hostname, ex.method, ex.policyPath);
   ex.decision = decision;
   ex.ruleMatched = decision.ruleMatched;
   if (decision.decision === 'deny') {

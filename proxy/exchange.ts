@@ -44,6 +44,8 @@ export class ProxyExchange {
   // Filled in by the stages.
   agent: Agent | null = null;
   target: ParsedTarget | null = null;
+  /** The target path as the policy sees it (see normalizePolicyPath). */
+  policyPath = '';
   decision: PolicyDecision | null = null;
   address = '';
   credential: InjectedCredential | null = null;
@@ -54,7 +56,6 @@ export class ProxyExchange {
   statusCode = 0;
   auditDecision: AuditDecision = 'allowed';
   ruleMatched = '';
-  requestBytes = 0;
   responseBytes = 0;
   outputHash: Hash | null = null;
   capture: Buffer | null = null;
@@ -128,7 +129,7 @@ export class ProxyExchange {
       statusCode: this.statusCode,
       ruleMatched: this.ruleMatched,
       source: 'proxy',
-      requestBytes: this.requestBytes,
+      requestBytes: this.body !== null ? this.body.received : 0,
       responseBytes: this.responseBytes,
       outputHash: this.outputHash !== null ? this.outputHash.digest('hex') : null,
       output,

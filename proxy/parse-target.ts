@@ -12,9 +12,38 @@ export function checkRequest(ex: ProxyExchange, batcher: AuditBatcher): StageRes
   const target = parseTarget(ex.rawTarget);
   if (target === null) return ex.answerError('invalid_target');
   ex.target = target;
+  const policyPath = normalizePolicyPath(target.path);
+  if (policyPath === null) return ex.answerError('invalid_target', 'The target path has dot segments (. or ..), which the proxy does not forward.');
+  ex.policyPath = policyPath;
   if (batcher.saturated) {
     // Fail closed: a call we could not audit is a call we do not make.
     return ex.answerError('unavailable', 'The audit pipeline is saturated; retry later.', undefined, 'denied');
   }
   return undefined;
+}
+
+const ESCAPE = /%([0-9A-Fa-f]{2})/g;
+const UNRESERVED_OR_SLASH = /[A-Za-z0-9\-._~/]/;
+
+/**
+ * The path the policy sees: percent-escapes of unreserved characters and of '/'
+ * decoded (RFC 3986 §6.2.2.2), so `/%61dmin` and `/admin%2Fx` meet a rule on
+ * `/admin/**` the way an upstream that decodes them would. The upstream still
+ * gets the path exactly as sent. Null when a segment is `.` or `..` (raw or
+ * encoded): such paths mean different things to different servers, so they are
+ * refused rather than guessed at.
+ */
+export function normalizePolicyPath(path: string): string | null {
+  const decoded = path.includes('%')
+    ? path.replace(ESCAPE, (escape, hex: string) => {
+      const char = String.fromCharCode(parseInt(hex, 16));
+      return UNRESERVED_OR_SLASH.test(char) ? char : escape.toUpperCase();
+    })
+    : path;
+  if (decoded.includes('/.')) {
+    for (const segment of decoded.split('/')) {
+      if (segment === '.' || segment === '..') return null;
+    }
+  }
+  return decoded;
 }

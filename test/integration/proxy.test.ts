@@ -1,12 +1,16 @@
-// The streaming proxy against a real HTTPS upstream on loopback.
+// The streaming proxy (CONTRACT.md "Proxy"), against real HTTPS upstreams on loopback.
 import { createHash } from 'node:crypto';
-import { request as httpRequest } from 'node:http';
+import { connect as netConnect } from 'node:net';
+import { readFileSync } from 'node:fs';
+import { createServer as createTlsServer } from 'node:tls';
+import type { AddressInfo } from 'node:net';
 import t from 'tap';
-import { api, createAgent, eventually, signup, startTestService, type Session } from '../support/service.js';
+import { api, createAgent, eventually, signup, startTestService, TLS_DIR, type Session } from '../support/service.js';
+import { rawRequest } from '../support/raw-http.js';
 import { patternBytes, startUpstream } from '../support/upstream.js';
 
 const upstream = await startUpstream();
-const service = await startTestService();
+const service = await startTestService({ UPSTREAM_HEADERS_TIMEOUT_MS: '1500', UPSTREAM_BODY_TIMEOUT_MS: '1500', OUTPUT_CAPTURE_BYTES: '1000' });
 const base = service.url;
 t.teardown(async () => {
   await service.close();
@@ -15,56 +19,339 @@ t.teardown(async () => {
 
 const owner = await signup(base);
 
-async function proxied(key: string, target: string, init: RequestInit & { headers?: Record<string, string> } = {}) {
+function proxied(key: string, target: string, init: RequestInit = {}) {
   return fetch(`${base}/proxy/${key}/${target}`, init);
 }
 
-async function auditRows(session: Session, query = '') {
-  const res = await api(base, session, 'GET', `/audit${query}`);
-  return res.json as any[];
+async function auditFor(session: Session, agentId: string, count = 1): Promise<any[]> {
+  return eventually(async () => {
+    const res = await api(base, session, 'GET', `/audit?agent_id=${agentId}&limit=1000`);
+    return (res.json as any[]).length >= count ? (res.json as any[]) : undefined;
+  });
 }
 
-t.test('a GET is forwarded to https://{host}/{path}?{query} and the response comes back', async (t) => {
-  const agent = await createAgent(base, owner, 'getter');
-  const res = await proxied(agent.api_key, `${upstream.authority}/echo/a/b?x=1&y=two`);
+async function setPolicy(agentId: string, yaml: string) {
+  const res = await api(base, owner, 'POST', `/agents/${agentId}/policy`, { rules_yaml: yaml });
+  if (res.status !== 200) throw new Error(`policy: ${res.status} ${res.text}`);
+}
+
+t.test('routing: /proxy/{key}/{host:port}/{path}?{query} → https://{host:port}/{path}?{query}', async (t) => {
+  const agent = await createAgent(base, owner, 'router');
+  const res = await proxied(agent.api_key, `${upstream.authority}/echo/a/b?x=1&y=two%20words&x=3`);
   t.equal(res.status, 200);
   const body = (await res.json()) as any;
   t.equal(body.method, 'GET');
-  t.equal(body.url, '/echo/a/b?x=1&y=two');
+  t.equal(body.url, '/echo/a/b?x=1&y=two%20words&x=3', 'path and query forwarded as given');
   t.equal(body.headers.host, upstream.authority, 'Host is the target');
 });
 
-t.test('byte-identical 1 MiB bodies both ways', async (t) => {
-  const agent = await createAgent(base, owner, 'bulk');
-  const payload = patternBytes(1024 * 1024);
-  const up = await proxied(agent.api_key, `${upstream.authority}/echo`, { method: 'POST', body: payload, headers: { 'content-type': 'application/octet-stream' } });
+t.test('the seven methods are forwarded; others are 405', async (t) => {
+  const agent = await createAgent(base, owner, 'methods');
+  for (const method of ['GET', 'POST', 'PUT', 'PATCH', 'DELETE', 'OPTIONS']) {
+    const res = await proxied(agent.api_key, `${upstream.authority}/echo`, { method, ...(method === 'GET' ? {} : { body: 'x' }) });
+    t.equal(res.status, 200, method);
+    t.equal(((await res.json()) as any).method, method);
+  }
+  const head = await proxied(agent.api_key, `${upstream.authority}/bytes?n=5000`, { method: 'HEAD' });
+  t.equal(head.status, 200, 'HEAD');
+  t.equal(head.headers.get('content-length'), '5000', 'HEAD reports the length the GET would have');
+  t.equal((await head.arrayBuffer()).byteLength, 0, 'HEAD has no body');
+  const before = upstream.seen.length;
+  for (const method of ['TRACE', 'CONNECT']) {
+    const res = await rawRequest(service.port, `${method} /proxy/${agent.api_key}/${upstream.authority}/echo HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n`, 500);
+    t.equal(res.status, 405, method);
+    t.match(res.text, /"error":"method_not_allowed"/);
+  }
+  // uWS's parser closes the connection on a method it does not know at all.
+  const odd = await rawRequest(service.port, `PROPFIND /proxy/${agent.api_key}/${upstream.authority}/echo HTTP/1.1\r\nHost: x\r\n\r\n`, 500);
+  t.ok(odd.status === 405 || (odd.status === 0 && odd.closed), `PROPFIND refused (${odd.status || 'closed'})`);
+  t.equal(upstream.seen.length, before, 'a refused method never reaches upstream');
+});
+
+t.test('400 invalid_target for a missing or malformed host', async (t) => {
+  const agent = await createAgent(base, owner, 'targets');
+  for (const target of ['', 'user@127.0.0.1/x', '127.0.0.1:99999/x', '127.0.0.1:0/x', 'bad_host!/x', '%31%32%37.0.0.1/x']) {
+    const res = await proxied(agent.api_key, target);
+    t.equal(res.status, 400, `'${target}'`);
+    t.equal(((await res.json()) as any).error, 'invalid_target');
+  }
+});
+
+t.test('401 invalid_api_key for a malformed, unknown or revoked key; revocation is immediate', async (t) => {
+  for (const key of ['nope', 'agk_short', `agk_${'A'.repeat(40)}`]) {
+    const res = await proxied(key, `${upstream.authority}/echo`);
+    t.equal(res.status, 401, key);
+    t.equal(((await res.json()) as any).error, 'invalid_api_key');
+  }
+  const agent = await createAgent(base, owner, 'revoked');
+  t.equal((await proxied(agent.api_key, `${upstream.authority}/echo`)).status, 200, 'works while it exists (and is cached)');
+  t.equal((await api(base, owner, 'DELETE', `/agents/${agent.id}`)).status, 204);
+  const res = await proxied(agent.api_key, `${upstream.authority}/echo`);
+  t.equal(res.status, 401, 'refused on the very next call');
+});
+
+t.test('a denying policy answers 403 policy_denied with rule_matched, never reaches upstream, and is audited', async (t) => {
+  const agent = await createAgent(base, owner, 'denied');
+  await setPolicy(agent.id, `version: "1"
+rules:
+  - name: no-deletes
+    tool: "*"
+    action: DELETE
+    decision: deny
+    message: Deleting is not allowed.
+  - name: no-admin
+    tool: "127.0.0.1"
+    action: "*"
+    path: /admin/**
+    decision: deny
+`);
+  const before = upstream.seen.length;
+  const res = await proxied(agent.api_key, `${upstream.authority}/things/1`, { method: 'DELETE', headers: { 'x-agent-reasoning': 'cleanup' } });
+  t.equal(res.status, 403);
+  const body = (await res.json()) as any;
+  t.equal(body.error, 'policy_denied');
+  t.equal(body.rule_matched, 'no-deletes');
+  t.equal(body.message, 'Deleting is not allowed.');
+  const admin = await proxied(agent.api_key, `${upstream.authority}/admin/users`);
+  t.equal(admin.status, 403);
+  t.equal(((await admin.json()) as any).rule_matched, 'no-admin');
+  t.equal(upstream.seen.length, before, 'upstream saw nothing');
+  const ok = await proxied(agent.api_key, `${upstream.authority}/things/1`);
+  t.equal(ok.status, 200, 'other calls pass');
+  const rows = await auditFor(owner, agent.id, 3);
+  const denied = rows.filter((r) => r.decision === 'denied');
+  t.equal(denied.length, 2);
+  t.ok(denied.some((r) => r.rule_matched === 'no-deletes' && r.status_code === 403 && r.reasoning === 'cleanup'));
+  // Replacing the policy takes effect at once.
+  await setPolicy(agent.id, 'version: "1"\nrules: []\n');
+  t.equal((await proxied(agent.api_key, `${upstream.authority}/things/1`, { method: 'DELETE' })).status, 200, 'replaced policy applies to the next call');
+});
+
+t.test('policy paths are matched on the normalised path: encoded or dot-segment tricks do not slip past', async (t) => {
+  const agent = await createAgent(base, owner, 'tricks');
+  await setPolicy(agent.id, 'version: "1"\nrules:\n  - {name: no-admin, tool: "*", action: "*", path: /admin/**, decision: deny}\n');
+  const before = upstream.seen.length;
+  for (const path of ['%61dmin/x', 'admin%2Fy', '%61%64%6D%69%6E']) {
+    const res = await proxied(agent.api_key, `${upstream.authority}/${path}`);
+    t.equal(res.status, 403, `${path} is seen as /admin/...`);
+  }
+  // fetch would normalise dot segments away, so these go over a raw socket.
+  for (const path of ['x/../admin/y', './admin', 'x/%2e%2E/admin', 'x/..']) {
+    const res = await rawRequest(service.port, `GET /proxy/${agent.api_key}/${upstream.authority}/${path} HTTP/1.1\r\nHost: x\r\n\r\n`, 500);
+    t.equal(res.status, 400, `${path} refused`);
+    t.match(res.text, /invalid_target/);
+  }
+  t.equal(upstream.seen.length, before, 'none reached upstream');
+  t.equal((await proxied(agent.api_key, `${upstream.authority}/x/%2Fok`)).status, 200, 'other escapes pass');
+});
+
+t.test('SSRF guard: loopback outside the allow-list is refused with 403 and audited', async (t) => {
+  const agent = await createAgent(base, owner, 'ssrf');
+  const before = upstream.seen.length;
+  for (const host of ['127.0.0.2', '[::1]', '0.0.0.0', '0x7f.0.0.2', '[::ffff:127.0.0.2]', '2130706434']) {
+    const res = await proxied(agent.api_key, `${host}:${upstream.port}/echo`);
+    t.equal(res.status, 403, host);
+    t.equal(((await res.json()) as any).error, 'target_forbidden', host);
+  }
+  t.equal(upstream.seen.length, before, 'nothing was reached');
+  const rows = await auditFor(owner, agent.id, 6);
+  t.ok(rows.every((r) => r.decision === 'denied' && r.status_code === 403 && r.rule_matched === 'target_forbidden'));
+});
+
+t.test('credentials are injected: bearer, header and query; the query value never reaches the audit', async (t) => {
+  const other = await signup(base);
+  const agent = await createAgent(base, other, 'creds', 'none');
+  const cred = await api(base, other, 'POST', '/credentials', { name: 'tok', hostname: upstream.authority, cred_type: 'bearer', value: 'canary-bearer-1' });
+  t.equal(cred.status, 201);
+  let res = await proxied(agent.api_key, `${upstream.authority}/echo`, { headers: { authorization: 'Bearer client-sent' } });
+  let seen = ((await res.json()) as any).headers;
+  t.equal(seen.authorization, 'Bearer canary-bearer-1', 'bearer replaces the caller\'s Authorization');
+  t.equal((await api(base, other, 'DELETE', `/credentials/${cred.json.id}`)).status, 204);
+
+  const header = await api(base, other, 'POST', '/credentials', { name: 'X-Api-Key', hostname: upstream.authority, cred_type: 'header', value: 'canary-header-2' });
+  t.equal(header.status, 201);
+  res = await proxied(agent.api_key, `${upstream.authority}/echo`, { headers: { 'x-api-key': 'client-override' } });
+  const echoed = (await res.json()) as any;
+  t.equal(echoed.headers['x-api-key'], 'canary-header-2', 'a client header of that name cannot override it');
+  const last = upstream.seen[upstream.seen.length - 1]!;
+  t.equal(last.rawHeaders.filter((h, i) => i % 2 === 0 && h.toLowerCase() === 'x-api-key').length, 1, 'nor duplicate it');
+  t.equal((await api(base, other, 'DELETE', `/credentials/${header.json.id}`)).status, 204);
+
+  const query = await api(base, other, 'POST', '/credentials', { name: 'api_key', hostname: upstream.authority, cred_type: 'query', value: 'canary query&3' });
+  t.equal(query.status, 201);
+  res = await proxied(agent.api_key, `${upstream.authority}/echo?a=1`);
+  t.equal(((await res.json()) as any).url, '/echo?a=1&api_key=canary%20query%263', 'query credential appended upstream');
+  const rows = await auditFor(other, agent.id, 3);
+  for (const row of rows) t.notOk(JSON.stringify(row).includes('canary'), 'no credential value in the audit');
+  t.ok(rows.some((r) => r.tool_url === `https://${upstream.authority}/echo?a=1`), 'tool_url is what the agent sent');
+  t.notOk(service.logs.join('').includes('canary'), 'no credential value in the logs');
+});
+
+t.test('hop-by-hop and X-Agent-* headers are removed both ways', async (t) => {
+  const agent = await createAgent(base, owner, 'hops');
+  // fetch will not send Connection or TE, so this goes over a raw socket.
+  const before = upstream.seen.length;
+  const res = await rawRequest(service.port, [
+    `GET /proxy/${agent.api_key}/${upstream.authority}/echo HTTP/1.1`, 'Host: x', 'X-Agent-Reasoning: why', 'X-Agent-Task-Id: t1',
+    'Connection: keep-alive, x-drop-me', 'X-Drop-Me: 1', 'X-Keep: kept', 'TE: trailers', 'Keep-Alive: timeout=5', '', '',
+  ].join('\r\n'), 500);
+  t.equal(res.status, 200);
+  t.equal(upstream.seen.length, before + 1);
+  const seen = upstream.seen[upstream.seen.length - 1]!.headers;
+  t.equal(seen['x-agent-reasoning'], undefined);
+  t.equal(seen['x-agent-task-id'], undefined);
+  t.equal(seen['x-drop-me'], undefined, 'a header named in Connection is removed');
+  t.equal(seen.te, undefined);
+  t.equal(seen['keep-alive'], undefined);
+  t.equal(seen['x-keep'], 'kept');
+  const hop = await proxied(agent.api_key, `${upstream.authority}/hop`);
+  t.equal(hop.headers.get('x-kept'), 'yes');
+  t.equal(hop.headers.get('x-secret-hop'), null, 'response header named in Connection removed');
+  t.equal(hop.headers.get('keep-alive'), null);
+  t.equal(await hop.text(), 'hop');
+});
+
+t.test('byte-identical 1 MiB bodies both ways (streamed)', async (t) => {
+  const agent = await createAgent(base, owner, 'bulk', 'hash');
+  const payload = patternBytes(1024 * 1024 + 7);
+  const up = await proxied(agent.api_key, `${upstream.authority}/echo`, { method: 'POST', body: new Uint8Array(payload), headers: { 'content-type': 'application/octet-stream' } });
   const echoed = (await up.json()) as any;
   t.equal(echoed.body_bytes, payload.length);
   t.equal(echoed.body_sha256, createHash('sha256').update(payload).digest('hex'));
+  // A chunked upload (no Content-Length).
+  const stream = new ReadableStream({
+    start(controller) {
+      for (let i = 0; i < payload.length; i += 100_000) controller.enqueue(new Uint8Array(payload.subarray(i, i + 100_000)));
+      controller.close();
+    },
+  });
+  const chunked = await proxied(agent.api_key, `${upstream.authority}/echo`, { method: 'PUT', body: stream, duplex: 'half' } as RequestInit);
+  t.equal(((await chunked.json()) as any).body_sha256, createHash('sha256').update(payload).digest('hex'), 'chunked upload identical');
   const down = await proxied(agent.api_key, `${upstream.authority}/bytes?n=${1024 * 1024}`);
   const got = Buffer.from(await down.arrayBuffer());
-  t.equal(got.length, 1024 * 1024);
-  t.ok(got.equals(patternBytes(1024 * 1024)), 'download is byte-identical');
+  t.ok(got.equals(patternBytes(1024 * 1024)), 'download identical');
+  const rows = await auditFor(owner, agent.id, 3);
+  const download = rows.find((r) => r.tool_url.includes('/bytes'));
+  t.equal(download.output_hash, createHash('sha256').update(got).digest('hex'), 'hash mode: SHA-256 of the whole body');
+  t.equal(download.response_bytes, 1024 * 1024);
+  t.equal(download.output, null);
+  const upload = rows.find((r) => r.action === 'POST');
+  t.equal(upload.request_bytes, payload.length);
 });
 
-t.test('every proxied call is audited', async (t) => {
-  const agent = await createAgent(base, owner, 'audited', 'full');
-  const res = await proxied(agent.api_key, `${upstream.authority}/json?q=1`, { headers: { 'x-agent-reasoning': 'need data', 'x-agent-task-id': 'task-9' } });
-  t.equal(res.status, 200);
-  const text = await res.text();
-  const rows = await eventually(async () => {
-    const rows = await auditRows(owner, `?agent_id=${agent.id}`);
-    return rows.length > 0 ? rows : undefined;
-  });
-  const row = rows[0];
-  t.equal(row.tool_name, '127.0.0.1');
-  t.equal(row.action, 'GET');
-  t.equal(row.tool_url, `https://${upstream.authority}/json?q=1`);
-  t.equal(row.reasoning, 'need data');
-  t.equal(row.task_id, 'task-9');
-  t.equal(row.status_code, 200);
-  t.equal(row.decision, 'allowed');
-  t.equal(row.source, 'proxy');
-  t.equal(row.output, text);
-  t.equal(row.response_bytes, Buffer.byteLength(text));
+t.test('chunked and server-sent-event responses arrive as they are produced', async (t) => {
+  const agent = await createAgent(base, owner, 'sse');
+  const res = await proxied(agent.api_key, `${upstream.authority}/sse`);
+  t.equal(res.headers.get('content-type'), 'text/event-stream');
+  const reader = res.body!.getReader();
+  const arrivals: number[] = [];
+  const start = Date.now();
+  let text = '';
+  for (;;) {
+    const { done, value } = await reader.read();
+    if (done) break;
+    arrivals.push(Date.now() - start);
+    text += Buffer.from(value).toString();
+  }
+  t.equal(text, 'data: event 1\n\ndata: event 2\n\ndata: event 3\n\n');
+  t.ok(arrivals.length >= 3, `events arrived separately (${arrivals.join(', ')} ms)`);
+  t.ok(arrivals[0]! < 250 && arrivals[arrivals.length - 1]! >= 250, 'the first event did not wait for the last');
+  const chunked = await proxied(agent.api_key, `${upstream.authority}/chunked`);
+  t.equal(await chunked.text(), 'one,two,three');
+});
+
+t.test('redirects are passed back, never followed; 204 and 304 have no body', async (t) => {
+  const agent = await createAgent(base, owner, 'redirect');
+  const res = await proxied(agent.api_key, `${upstream.authority}/redirect`, { redirect: 'manual' });
+  t.equal(res.status, 302);
+  t.equal(res.headers.get('location'), 'https://elsewhere.example/next');
+  for (const code of [204, 304, 404, 500]) {
+    const r = await proxied(agent.api_key, `${upstream.authority}/status?code=${code}`);
+    t.equal(r.status, code);
+    const body = await r.text();
+    t.equal(body, code === 204 || code === 304 ? '' : `status ${code}`);
+  }
+});
+
+t.test('upstream failures: 502 upstream_unreachable (refused, TLS), 504 upstream_timeout; all audited', async (t) => {
+  const agent = await createAgent(base, owner, 'failures');
+  // A port with nothing listening.
+  const closed = await startUpstream();
+  const closedPort = closed.port;
+  await closed.close();
+  let res = await proxied(agent.api_key, `127.0.0.1:${closedPort}/x`);
+  t.equal(res.status, 502);
+  t.equal(((await res.json()) as any).error, 'upstream_unreachable');
+  // A certificate from no trusted CA.
+  const untrusted = await startUpstream({}, { cert: 'untrusted.crt', key: 'untrusted.key' });
+  res = await proxied(agent.api_key, `${untrusted.authority}/echo`);
+  t.equal(res.status, 502);
+  t.match(((await res.json()) as any).message, /TLS/);
+  t.equal(untrusted.seen.length, 0, 'no request was sent over an unverified connection');
+  await untrusted.close();
+  // Headers that never come.
+  const started = Date.now();
+  res = await proxied(agent.api_key, `${upstream.authority}/stall-headers`);
+  t.equal(res.status, 504);
+  t.equal(((await res.json()) as any).error, 'upstream_timeout');
+  t.ok(Date.now() - started < 4000, 'within the configured deadline');
+  const rows = await auditFor(owner, agent.id, 3);
+  t.same(rows.map((r) => r.status_code).sort(), [502, 502, 504]);
+});
+
+t.test('a garbage or early-closing upstream never crashes the proxy', async (t) => {
+  const agent = await createAgent(base, owner, 'garbage');
+  const behaviours: ((socket: import('node:tls').TLSSocket) => void)[] = [
+    (s) => s.end('HTTP/1.1 abc def\r\n\r\n'),
+    (s) => s.end('HTTP/1.1 200 OK\r\ncontent-length: 100\r\n\r\nshort'),
+    (s) => s.end(`HTTP/1.1 200 OK\r\nx-big: ${'a'.repeat(200_000)}\r\n\r\n`),
+    (s) => s.destroy(),
+  ];
+  for (const behave of behaviours) {
+    const server = createTlsServer({ cert: readFileSync(`${TLS_DIR}server.crt`), key: readFileSync(`${TLS_DIR}server.key`) }, (socket) => {
+      socket.once('data', () => behave(socket));
+    });
+    await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+    const port = (server.address() as AddressInfo).port;
+    const res = await proxied(agent.api_key, `127.0.0.1:${port}/x`);
+    t.ok(res.status === 502 || res.status === 200, `answered ${res.status}`);
+    await res.arrayBuffer().catch(() => undefined);
+    server.close();
+  }
+  const health = await fetch(`${base}/health`);
+  t.equal(health.status, 200, 'still healthy');
+});
+
+t.test('a client that goes away is audited with 499 and the upstream request is aborted', async (t) => {
+  const agent = await createAgent(base, owner, 'quitter', 'full');
+  const socket = netConnect(service.port, '127.0.0.1');
+  await new Promise<void>((r) => socket.once('connect', () => r()));
+  socket.write(`GET /proxy/${agent.api_key}/${upstream.authority}/endless HTTP/1.1\r\nHost: x\r\n\r\n`);
+  await new Promise<void>((r) => socket.once('data', () => r()));
+  socket.destroy();
+  const rows = await auditFor(owner, agent.id, 1);
+  t.equal(rows[0].status_code, 499);
+  t.ok(rows[0].response_bytes > 0);
+  t.equal(rows[0].output_truncated, true, 'capture stays capped');
+  t.equal(rows[0].output.length, 1000);
+});
+
+t.test('log_outputs: full stores text up to the cap, base64 for binary; none stores nothing', async (t) => {
+  const full = await createAgent(base, owner, 'full', 'full');
+  const text = await (await proxied(full.api_key, `${upstream.authority}/json`)).text();
+  await (await proxied(full.api_key, `${upstream.authority}/bytes?n=5000`)).arrayBuffer();
+  const rows = await auditFor(owner, full.id, 2);
+  const json = rows.find((r) => r.tool_url.endsWith('/json'));
+  t.equal(json.output, text);
+  t.equal(json.output_truncated, false);
+  t.equal(json.output_hash, null);
+  const bin = rows.find((r) => r.tool_url.includes('/bytes'));
+  t.equal(bin.output_truncated, true);
+  t.ok(Buffer.from(bin.output, 'base64').equals(patternBytes(5000).subarray(0, 1000)), 'binary capture is base64 of the first bytes');
+  const none = await createAgent(base, owner, 'none', 'none');
+  await (await proxied(none.api_key, `${upstream.authority}/json`)).text();
+  const [row] = await auditFor(owner, none.id, 1);
+  t.equal(row.output, null);
+  t.equal(row.output_hash, null);
+  t.ok(row.latency_ms >= 0);
 });
