@@ -1,57 +1,88 @@
-// The all-in-one service: one process, embedded stores (SQLite, chDB) unless
-// MONGODB_URL / CLICKHOUSE_URL say otherwise, the public listener serving the
-// proxy, /health and the admin API. Tests and the bench start it in-process.
+// One process of the service, in one of three roles:
+//   all-in-one  `npm start`: proxy, admin API and embedded stores in one process;
+//   proxy       `npm run start:proxy`: the public entry point of split mode (any number);
+//   admin       `npm run start:admin`: the admin API of split mode (one).
+// Tests and the bench start it in-process through `startService`.
 import { mkdirSync } from 'node:fs';
-import { join } from 'node:path';
 import { createAdminApp } from './admin/app.js';
+import { createAdminPassThrough } from './admin/pass-through.js';
 import { AuditBatcher } from './shared/audit/audit-batcher.js';
-import type { Config } from './shared/config.js';
+import { AuditSpool } from './shared/audit/audit-spool.js';
+import { loadConfig, type Config } from './shared/config.js';
 import { createLogger, type Logger } from './shared/log.js';
 import { loadSecrets } from './shared/secrets.js';
-import { ClickHouseAuditStore } from './shared/stores/clickhouse/clickhouse-audit-store.js';
-import type { MetadataStore } from './shared/stores/metadata-store.js';
-import { SqliteMetadataStore } from './shared/stores/sqlite/sqlite-metadata-store.js';
+import type { AuditStore } from './shared/stores/audit-store.js';
+import { startChangePoller, type ChangePoller } from './shared/stores/change-poller.js';
+import { openAuditStore, openMetadataStore, type MetadataStoreWithLog } from './shared/stores/open-stores.js';
 import { listen, loadUws } from './proxy/listen.js';
-import { createProxyPipeline } from './proxy/pipeline.js';
+import { createProxyPipeline, type ProxyPipeline } from './proxy/pipeline.js';
+
+export type Role = 'all-in-one' | 'proxy' | 'admin';
 
 export interface RunningService {
+  role: Role;
   port: number;
   url: string;
   log: Logger;
-  store: MetadataStore;
-  auditStore: ClickHouseAuditStore;
+  store: MetadataStoreWithLog;
+  auditStore: AuditStore;
   auditBatcher: AuditBatcher;
-  /** Stops accepting, drains in-flight calls up to `drainMs`, flushes the audit, closes the stores. Idempotent. */
+  pipeline: ProxyPipeline | null;
+  /** Stops accepting, drains in-flight calls up to `drainMs`, flushes (or spools) the audit, closes the stores. Idempotent. */
   stop(drainMs?: number): Promise<void>;
 }
 
 export const AUDIT_FLUSH_DEADLINE_MS = 10_000;
 
-export async function startService(config: Readonly<Config>, log: Logger = createLogger(config.logLevel)): Promise<RunningService> {
-  if (config.mongodbUrl !== null) throw new Error('MONGODB_URL: the MongoDB metadata store is not available yet; unset it to use SQLite');
+/** What split mode needs that all-in-one can generate or embed. Empty when the config will do. */
+export function splitModeProblems(config: Readonly<Config>, role: Role): string[] {
+  if (role === 'all-in-one') return [];
+  const problems: string[] = [];
+  if (config.jwtSecret === null) problems.push('JWT_SECRET must be set (every process must share it)');
+  if (config.secretKey === null) problems.push('SECRET_KEY must be set (every process must share it)');
+  if (config.clickhouseUrl === null) problems.push('CLICKHOUSE_URL must be set (the embedded engine is one process\'s own)');
+  if (role === 'proxy' && config.adminUrl === null) problems.push('ADMIN_URL must be set (where this proxy passes admin paths)');
+  return problems;
+}
+
+export async function startService(config: Readonly<Config>, log: Logger = createLogger(config.logLevel), role: Role = 'all-in-one'): Promise<RunningService> {
+  const problems = splitModeProblems(config, role);
+  if (problems.length > 0) throw new Error(`cannot start the ${role} process:\n  ${problems.join('\n  ')}`);
   const uws = loadUws();
   mkdirSync(config.dataDir, { recursive: true, mode: 0o700 });
-  const secrets = loadSecrets(config, { allowGenerate: true });
-  const store = SqliteMetadataStore.open(join(config.dataDir, 'metadata.sqlite'));
-  const auditStore = await ClickHouseAuditStore.open({
-    url: config.clickhouseUrl,
-    dataDir: config.dataDir,
-    retentionDays: config.auditRetentionDays,
-  });
+  const secrets = loadSecrets(config, { allowGenerate: role === 'all-in-one' });
+  const store = await openMetadataStore(config);
+  const auditStore = await openAuditStore(config);
+  const spool = AuditSpool.open(config.spoolDir!, config.spoolMaxBytes);
   const auditBatcher = new AuditBatcher(auditStore, {
     maxRows: config.auditBatchRows,
     maxDelayMs: config.auditBatchMs,
     maxQueued: config.auditQueueMax,
-    onError: (err, rows) => log.error('audit batch not written; retrying', { rows, err }),
+    spool,
+    onError: (err, rows) => log.error('audit batch not written; spooled for replay', { rows, err }),
   });
-  const admin = createAdminApp({ config, secrets, store, auditStore, auditBatcher }, log);
-  const pipeline = createProxyPipeline({ config, store, encryptionKey: secrets.encryptionKey, batcher: auditBatcher, log });
+  if (spool.batches.length > 0) log.warn('replaying audit batches left in the spool', { batches: spool.batches.length });
+
+  const admin = role === 'proxy' ? null : createAdminApp({ config, secrets, store, auditStore, auditBatcher }, log);
+  const passThrough = role === 'proxy' ? createAdminPassThrough(config.adminUrl!) : null;
+  const pipeline = role === 'admin' ? null : createProxyPipeline({ config, store, encryptionKey: secrets.encryptionKey, batcher: auditBatcher, log });
+  let poller: ChangePoller | null = null;
+  if (role === 'proxy' && pipeline !== null) {
+    const caches = pipeline.caches;
+    poller = await startChangePoller(store, {
+      apply: caches.apply,
+      clear: caches.clear,
+      onError: (err) => log.warn('metadata change feed unavailable; caches rely on their TTL until it answers', { err }),
+    }, config.changePollMs);
+  }
+
   const listener = await listen(uws, {
     host: config.host,
     port: config.port,
     pipeline,
-    admin: (req) => admin.handle(req),
-    health: () => ({ audit_pending: auditBatcher.pending }),
+    admin: passThrough !== null ? passThrough.handle : admin!.handle,
+    trustForwardedFor: role === 'admin',
+    health: () => ({ role, audit_pending: auditBatcher.pending, audit_spooled_batches: auditBatcher.spooledBatches }),
   });
   const url = `http://${config.host.includes(':') ? `[${config.host}]` : config.host}:${listener.port}`;
 
@@ -59,16 +90,59 @@ export async function startService(config: Readonly<Config>, log: Logger = creat
   async function stop(drainMs = 10_000): Promise<void> {
     stopping ??= (async () => {
       listener.stop();
+      poller?.stop();
       const deadline = Date.now() + drainMs;
-      while (pipeline.inFlight > 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
+      while (pipeline !== null && pipeline.inFlight > 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
       const unwritten = await auditBatcher.close(AUDIT_FLUSH_DEADLINE_MS);
-      if (unwritten > 0) log.error('audit records could not be written before shutdown', { unwritten });
-      await pipeline.close();
+      if (unwritten > 0) log.error('audit records could be neither written nor spooled before shutdown', { unwritten });
+      await pipeline?.close();
+      await passThrough?.close();
       await auditStore.close();
       await store.close();
     })();
     return stopping;
   }
 
-  return { port: listener.port, url, log, store, auditStore, auditBatcher, stop };
+  return { role, port: listener.port, url, log, store, auditStore, auditBatcher, pipeline, stop };
+}
+
+/**
+ * The body of every entry point: config validated once, the process started,
+ * the first SIGINT/SIGTERM drains and flushes, a second one exits at once.
+ */
+export async function runMain(role: Role): Promise<void> {
+  let config: Readonly<Config>;
+  try {
+    config = loadConfig();
+  } catch (err) {
+    process.stderr.write(`tool-call-guard: ${(err as Error).message}\n`);
+    process.exit(2);
+  }
+  const problems = splitModeProblems(config, role);
+  if (problems.length > 0) {
+    process.stderr.write(`tool-call-guard: cannot start the ${role} process:\n  ${problems.join('\n  ')}\n`);
+    process.exit(2);
+  }
+  const log = createLogger(config.logLevel);
+  const service = await startService(config, log, role).catch((err: unknown) => {
+    log.error('failed to start', { role, err });
+    process.exit(1);
+  });
+  log.info('listening', { role, url: service.url, public_url: config.publicUrl, data_dir: config.dataDir });
+  process.stdout.write(`Tool-Call Guard (${role}) listening on ${service.url} (public URL ${config.publicUrl}, data in ${config.dataDir})\n`);
+
+  let signals = 0;
+  for (const signal of ['SIGINT', 'SIGTERM'] as const) {
+    process.on(signal, () => {
+      if (++signals > 1) process.exit(130);
+      log.info('shutting down', { role, signal });
+      service.stop().then(
+        () => process.exit(0),
+        (err: unknown) => {
+          log.error('shutdown failed', { err });
+          process.exit(1);
+        },
+      );
+    });
+  }
 }

@@ -1,5 +1,5 @@
-// `npm run start:admin`: the split-mode admin process.
-process.stderr.write(
-  'tool-call-guard: split mode (start:proxy / start:admin) is not available yet; run `npm start` for the all-in-one service.\n',
-);
-process.exit(2);
+// `npm run start:admin`: the split-mode admin process. Reach it only from the proxies:
+// it trusts their X-Forwarded-For for the client address.
+import { runMain } from '../service.js';
+
+await runMain('admin');

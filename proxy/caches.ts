@@ -6,7 +6,7 @@ import { LRUCache } from 'lru-cache';
 import { parsePolicy, type CompiledPolicy } from '../shared/policy/index.js';
 import { credentialAssociatedData, openValue } from '../shared/secrets.js';
 import type { MetadataStore } from '../shared/stores/metadata-store.js';
-import type { Agent, CredType } from '../shared/types.js';
+import type { Agent, CredType, MetadataChange } from '../shared/types.js';
 
 /** What the proxy injects: the credential's shape and its opened value. */
 export interface InjectedCredential {
@@ -28,6 +28,10 @@ export interface ProxyCaches {
   policies: LRUCache<string, Cached<CompiledPolicy>>;
   credentials: LRUCache<string, Cached<InjectedCredential>>;
   stats: { hits: number; misses: number };
+  /** Evicts what a change touches. */
+  apply(change: MetadataChange): void;
+  /** Evicts everything (a change feed that lost its place). */
+  clear(): void;
   /** Stop listening to the store's changes. */
   close(): void;
 }
@@ -77,7 +81,7 @@ export function createProxyCaches(
     },
   });
 
-  const unsubscribe = store.onChange((change) => {
+  function apply(change: MetadataChange): void {
     switch (change.kind) {
       case 'agent':
         agents.delete(change.keyHash);
@@ -90,7 +94,15 @@ export function createProxyCaches(
         credentials.delete(credentialCacheKey(change.orgId, change.hostname));
         break;
     }
-  });
+  }
 
-  return { agents, unknownKeys, policies, credentials, stats: { hits: 0, misses: 0 }, close: unsubscribe };
+  function clear(): void {
+    agents.clear();
+    unknownKeys.clear();
+    policies.clear();
+    credentials.clear();
+  }
+
+  const unsubscribe = store.onChange(apply);
+  return { agents, unknownKeys, policies, credentials, stats: { hits: 0, misses: 0 }, apply, clear, close: unsubscribe };
 }

@@ -39,8 +39,11 @@ export function loadUws(): Uws {
 export interface ListenOptions {
   host: string;
   port: number;
-  pipeline: ProxyPipeline;
+  /** The proxy route; absent in the split-mode admin process. */
+  pipeline: ProxyPipeline | null;
   admin: (req: AdminRequest) => Promise<AdminResponse>;
+  /** Split-mode admin: the client address comes from the proxy's X-Forwarded-For. */
+  trustForwardedFor: boolean;
   health: () => Record<string, unknown>;
 }
 
@@ -131,7 +134,7 @@ export function listen(uws: Uws, options: ListenOptions): Promise<Listener> {
     res.cork(() => res.writeHeader('content-type', 'application/json').end(body));
   });
 
-  app.any('/proxy/*', (res, req) => {
+  if (pipeline !== null) app.any('/proxy/*', (res, req) => {
     const ex = new ProxyExchange(res);
     res.onAborted(() => {
       ex.aborted = true;
@@ -152,7 +155,7 @@ export function listen(uws: Uws, options: ListenOptions): Promise<Listener> {
     pipeline.run(ex);
   });
 
-  app.any('/*', (res, req) => handleAdmin(res, req, options.admin));
+  app.any('/*', (res, req) => handleAdmin(res, req, options.admin, options.trustForwardedFor));
 
   return new Promise((resolve, reject) => {
     app.listen(options.host, options.port, (socket: us_listen_socket | false) => {
@@ -176,7 +179,7 @@ function writeError(res: HttpResponse, code: ErrorCode, message?: string, closeC
   res.end(errorBody(code, message), closeConnection);
 }
 
-function handleAdmin(res: HttpResponse, req: HttpRequest, admin: (req: AdminRequest) => Promise<AdminResponse>): void {
+function handleAdmin(res: HttpResponse, req: HttpRequest, admin: (req: AdminRequest) => Promise<AdminResponse>, trustForwardedFor: boolean): void {
   let aborted = false;
   res.onAborted(() => {
     aborted = true;
@@ -214,7 +217,7 @@ function handleAdmin(res: HttpResponse, req: HttpRequest, admin: (req: AdminRequ
     query: new URLSearchParams(query),
     headers,
     body: Buffer.alloc(0),
-    remoteAddress: Buffer.from(res.getRemoteAddressAsText()).toString(),
+    remoteAddress: (trustForwardedFor ? headers['x-forwarded-for']?.split(',').pop()?.trim() : undefined) || Buffer.from(res.getRemoteAddressAsText()).toString(),
   };
   const respond = (response: AdminResponse): void => {
     if (aborted) return;

@@ -1,5 +1,4 @@
-// `npm run start:proxy`: a split-mode proxy process.
-process.stderr.write(
-  'tool-call-guard: split mode (start:proxy / start:admin) is not available yet; run `npm start` for the all-in-one service.\n',
-);
-process.exit(2);
+// `npm run start:proxy`: a split-mode proxy process (run any number; they may share a port).
+import { runMain } from '../service.js';
+
+await runMain('proxy');

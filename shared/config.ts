@@ -35,6 +35,9 @@ export interface Config {
   loginWindowSeconds: number;
   pdfMaxEntries: number;
   dnsServer: string | null;
+  spoolDir: string | null;
+  spoolMaxBytes: number;
+  changePollMs: number;
   /** PEM text of NODE_EXTRA_CA_CERTS, trusted for upstream TLS besides Node's roots. */
   extraCa: string | null;
 }
@@ -106,8 +109,11 @@ export const CONFIG_SPECS: readonly Spec[] = [
   { env: 'AUDIT_BATCH_MS', key: 'auditBatchMs', doc: 'longest an audit row waits before its batch is written', parse: integer(1, 60_000), fallback: 250 },
   { env: 'AUDIT_RETENTION_DAYS', key: 'auditRetentionDays', doc: 'audit rows older than this are dropped (TTL)', parse: integer(1, 36500), fallback: 365 },
   { env: 'AUDIT_QUEUE_MAX', key: 'auditQueueMax', doc: 'audit rows held in memory before proxying answers 503', parse: integer(100, 10_000_000), fallback: 200_000 },
+  { env: 'SPOOL_DIR', key: 'spoolDir', doc: 'audit spool directory, one per process', parse: (r) => resolve(r), fallback: null },
+  { env: 'SPOOL_MAX_BYTES', key: 'spoolMaxBytes', doc: 'spool size at which the proxy refuses new calls with 503', parse: integer(1024, 1024 ** 4), fallback: 1024 ** 3 },
   { env: 'CACHE_MAX_ENTRIES', key: 'cacheMaxEntries', doc: 'entries per proxy cache (keys, policies, credentials)', parse: integer(1, 10_000_000), fallback: 100_000 },
   { env: 'CACHE_TTL_MS', key: 'cacheTtlMs', doc: 'how long a proxy cache entry lives', parse: integer(1, 86_400_000), fallback: 60_000 },
+  { env: 'CHANGE_POLL_MS', key: 'changePollMs', doc: 'split mode: how often a proxy polls the metadata change log', parse: integer(10, 60_000), fallback: 250 },
   { env: 'UPSTREAM_CONNECT_TIMEOUT_MS', key: 'upstreamConnectTimeoutMs', doc: 'TCP+TLS connect deadline', parse: integer(1, 600_000), fallback: 5000 },
   { env: 'UPSTREAM_HEADERS_TIMEOUT_MS', key: 'upstreamHeadersTimeoutMs', doc: 'deadline for the upstream response head', parse: integer(1, 3_600_000), fallback: 30_000 },
   { env: 'UPSTREAM_BODY_TIMEOUT_MS', key: 'upstreamBodyTimeoutMs', doc: 'longest gap between upstream body chunks', parse: integer(1, 3_600_000), fallback: 30_000 },
@@ -154,6 +160,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = readEnvironment()): Readonly
   if (problems.length > 0) throw new Error(`invalid configuration:\n  ${problems.join('\n  ')}`);
   const config = out as unknown as Config;
   if (config.publicUrl === null) config.publicUrl = `http://localhost:${config.port}`;
+  if (config.spoolDir === null) config.spoolDir = resolve(config.dataDir, 'spool');
   return Object.freeze(config);
 }
 

@@ -239,14 +239,15 @@ function drawDailyChart(c: Cursor, since: Date, until: Date, perDay: AuditReport
     });
   }
 
-  // Day labels: every day while they fit, month starts on long windows; a label
-  // that would overlap the one before is skipped.
+  // Day labels (MM-DD) while a window is about two months or less, else the
+  // first of each month ("Jan 2025", "Feb", ...); a label that would overlap
+  // the one before is skipped.
   doc.font(FONT).fontSize(7);
   const byMonth = days.length > 62;
   let lastLabelRight = -Infinity;
   days.forEach((d, i) => {
-    if (byMonth && !d.day.endsWith('-01') && i !== 0) return;
-    const label = byMonth ? d.day.slice(0, 7) : d.day.slice(5);
+    if (byMonth && !d.day.endsWith('-01')) return;
+    const label = byMonth ? monthLabel(d.day, lastLabelRight === -Infinity) : d.day.slice(5);
     const width = doc.widthOfString(label);
     const center = plotLeft + (i + 0.5) * slot;
     const x = Math.min(Math.max(center - width / 2, plotLeft - 4), plotRight - width);
@@ -295,12 +296,12 @@ function drawToolTable(c: Cursor, topTools: AuditReportData['topTools']): void {
 
 function drawRecentDenied(c: Cursor, recentDenied: readonly AuditRecord[]): void {
   const columns: Column[] = [
-    { header: 'Time (UTC)', weight: 1.55 },
+    { header: 'Time (UTC)', weight: 1.66 },
     { header: 'Agent', weight: 1.3 },
-    { header: 'Tool', weight: 1.3 },
-    { header: 'Action', weight: 1.1 },
-    { header: 'Rule matched', weight: 1.3 },
-    { header: 'Reasoning', weight: 2.45 },
+    { header: 'Tool', weight: 1.45 },
+    { header: 'Action', weight: 1.3 },
+    { header: 'Rule matched', weight: 1.55 },
+    { header: 'Reasoning', weight: 2.74 },
   ];
   const rows: Cell[][] = newestFirst(recentDenied).map((r) => [
     formatTime(r.timestamp),
@@ -582,6 +583,14 @@ function dayBuckets(since: Date, until: Date, perDay: AuditReportData['perDay'])
     buckets.push({ day, allowed: c?.allowed ?? 0, denied: c?.denied ?? 0 });
   }
   return buckets;
+}
+
+const MONTHS = ['Jan', 'Feb', 'Mar', 'Apr', 'May', 'Jun', 'Jul', 'Aug', 'Sep', 'Oct', 'Nov', 'Dec'];
+
+/** `2025-01-01` → `Jan 2025`; other months without the year unless `withYear`. */
+function monthLabel(day: string, withYear: boolean): string {
+  const month = MONTHS[Number(day.slice(5, 7)) - 1] ?? day.slice(5, 7);
+  return withYear || month === 'Jan' ? `${month} ${day.slice(0, 4)}` : month;
 }
 
 function utcDayStart(ms: number): number {

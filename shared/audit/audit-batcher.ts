@@ -1,10 +1,15 @@
 // Queues audit records and writes them to the audit store in batches bounded by
 // rows and by milliseconds. One insert is in flight at a time, so batches land in
-// order; a failed batch keeps its deduplication token and is retried as it was, so
-// a retry after a partial failure writes nothing twice.
+// the order they were sealed. A batch the store refuses goes to the on-disk spool
+// (with the deduplication token it was tried with) and is replayed, oldest first,
+// once the store answers again; a replay after a partial failure writes nothing
+// twice. Nothing accepted is dropped: when neither the store nor the spool can
+// take a batch, it stays in memory and is retried, and the batcher reports
+// itself saturated so that callers refuse new work.
 import { randomUUID } from 'node:crypto';
 import type { AuditStore } from '../stores/audit-store.js';
 import type { AuditRecord } from '../types.js';
+import type { AuditSpool } from './audit-spool.js';
 
 export interface AuditBatcherOptions {
   maxRows: number;
@@ -15,6 +20,8 @@ export interface AuditBatcherOptions {
    * the records of work already admitted are still always accepted.
    */
   maxQueued: number;
+  /** Where refused batches wait; without one they wait in memory. */
+  spool?: AuditSpool;
   onError?: (err: unknown, batchRows: number) => void;
 }
 
@@ -27,33 +34,51 @@ interface Batch {
 const RETRY_MIN_MS = 100;
 const RETRY_MAX_MS = 5000;
 
+export interface AuditBatcherStats {
+  queued: number;
+  written: number;
+  spooled: number;
+  replayed: number;
+  failedAttempts: number;
+  batches: number;
+}
+
 export class AuditBatcher {
   readonly #store: AuditStore;
   readonly #options: AuditBatcherOptions;
+  readonly #spool: AuditSpool | undefined;
   #open: Batch = newBatch();
   readonly #sealed: Batch[] = [];
   #held = 0;
   #timer: NodeJS.Timeout | null = null;
-  #writing = false;
+  #working = false;
   #retryMs = RETRY_MIN_MS;
   #retryTimer: NodeJS.Timeout | null = null;
   #idleWaiters: (() => void)[] = [];
-  written = 0;
-  failedAttempts = 0;
+  #closing = false;
+  readonly stats: AuditBatcherStats = { queued: 0, written: 0, spooled: 0, replayed: 0, failedAttempts: 0, batches: 0 };
 
   constructor(store: AuditStore, options: AuditBatcherOptions) {
     this.#store = store;
     this.#options = options;
+    this.#spool = options.spool;
+    // Batches a previous run left in the spool are replayed from the start.
+    if (this.#spool !== undefined && this.#spool.batches.length > 0) this.#schedule(0);
   }
 
-  /** Records accepted but not yet written. */
+  /** Records accepted and held in memory (not yet written or spooled). */
   get pending(): number {
     return this.#held;
   }
 
-  /** True when the batcher is refusing work (memory bound reached). */
+  /** Batches waiting in the spool. */
+  get spooledBatches(): number {
+    return this.#spool?.batches.length ?? 0;
+  }
+
+  /** True when the batcher asks callers to refuse new work (memory or spool bound reached). */
   get saturated(): boolean {
-    return this.#held >= this.#options.maxQueued;
+    return this.#held >= this.#options.maxQueued || (this.#spool?.full ?? false);
   }
 
   /** Queues the record of work already admitted; never refuses and never throws. */
@@ -61,9 +86,9 @@ export class AuditBatcher {
     this.#add(record);
   }
 
-  /** Queues a record and resolves once the batch holding it is written. */
+  /** Queues a record and resolves once the batch holding it is durable (written or spooled). */
   enqueueDurable(record: AuditRecord): Promise<void> {
-    if (this.#held >= this.#options.maxQueued) return Promise.reject(new Error('audit queue is full'));
+    if (this.saturated) return Promise.reject(new Error('audit pipeline is saturated'));
     return new Promise((resolve, reject) => {
       this.#open.waiters.push({ resolve, reject });
       this.#add(record);
@@ -73,6 +98,7 @@ export class AuditBatcher {
   #add(record: AuditRecord): void {
     this.#open.rows.push(record);
     this.#held += 1;
+    this.stats.queued += 1;
     if (this.#open.rows.length >= this.#options.maxRows) {
       this.#seal();
     } else if (this.#timer === null) {
@@ -88,64 +114,145 @@ export class AuditBatcher {
     if (this.#open.rows.length === 0) return;
     this.#sealed.push(this.#open);
     this.#open = newBatch();
-    this.#drain();
+    this.#kick();
   }
 
-  #drain(): void {
-    if (this.#writing || this.#retryTimer !== null) return;
-    const batch = this.#sealed[0];
-    if (!batch) {
-      for (const wake of this.#idleWaiters.splice(0)) wake();
-      return;
-    }
-    this.#writing = true;
-    this.#store.insert(batch.rows, batch.token).then(
-      () => {
-        this.#writing = false;
-        this.#sealed.shift();
-        this.#held -= batch.rows.length;
-        this.written += batch.rows.length;
+  #schedule(ms: number): void {
+    if (this.#retryTimer !== null) return;
+    this.#retryTimer = setTimeout(() => {
+      this.#retryTimer = null;
+      this.#kick();
+    }, ms);
+  }
+
+  /** Starts the work loop unless it runs already (or waits for a retry). */
+  #kick(): void {
+    if (this.#working || this.#retryTimer !== null) return;
+    this.#working = true;
+    void this.#work().finally(() => {
+      this.#working = false;
+      if (this.#sealed.length === 0 && this.spooledBatches === 0) {
+        for (const wake of this.#idleWaiters.splice(0)) wake();
+      } else if (this.#sealed.length > 0 && this.#retryTimer === null) {
+        this.#kick();
+      }
+    });
+  }
+
+  /** Writes sealed batches, spooling those the store refuses, then replays the spool. */
+  async #work(): Promise<void> {
+    let batch: Batch | undefined;
+    while ((batch = this.#sealed[0]) !== undefined) {
+      try {
+        await this.#store.insert(batch.rows, batch.token);
+        this.stats.written += batch.rows.length;
+        this.stats.batches += 1;
         this.#retryMs = RETRY_MIN_MS;
-        for (const waiter of batch.waiters) waiter.resolve();
-        this.#drain();
-      },
-      (err: unknown) => {
-        this.#writing = false;
-        this.failedAttempts += 1;
+      } catch (err) {
+        this.stats.failedAttempts += 1;
         this.#options.onError?.(err, batch.rows.length);
-        this.#retryTimer = setTimeout(() => {
-          this.#retryTimer = null;
-          this.#drain();
-        }, this.#retryMs);
-        this.#retryMs = Math.min(this.#retryMs * 2, RETRY_MAX_MS);
-      },
-    );
+        if (!(await this.#trySpool(batch))) {
+          this.#backOff();
+          return; // kept in memory; retried after the back-off
+        }
+      }
+      this.#sealed.shift();
+      this.#held -= batch.rows.length;
+      for (const waiter of batch.waiters) waiter.resolve();
+    }
+    await this.#replay();
   }
 
-  /** Writes everything queued so far; resolves when it is all written. */
+  async #trySpool(batch: Batch): Promise<boolean> {
+    if (this.#spool === undefined) return false;
+    try {
+      await this.#spool.write(batch.rows, batch.token);
+      this.stats.spooled += batch.rows.length;
+      this.#schedule(this.#retryMs);
+      this.#retryMs = Math.min(this.#retryMs * 2, RETRY_MAX_MS);
+      return true;
+    } catch (err) {
+      this.#options.onError?.(err, batch.rows.length);
+      return false;
+    }
+  }
+
+  async #replay(): Promise<void> {
+    const spool = this.#spool;
+    if (spool === undefined || this.#retryTimer !== null) return;
+    let spooled;
+    while ((spooled = spool.batches[0]) !== undefined) {
+      if (this.#sealed.length > 0 && !this.#closing) return; // fresh batches first; the loop comes back
+      try {
+        const rows = await spool.read(spooled);
+        await this.#store.insert(rows, spooled.token);
+        await spool.remove(spooled);
+        this.stats.written += rows.length;
+        this.stats.replayed += rows.length;
+        this.stats.batches += 1;
+        this.#retryMs = RETRY_MIN_MS;
+      } catch (err) {
+        this.stats.failedAttempts += 1;
+        this.#options.onError?.(err, 0);
+        this.#backOff();
+        return;
+      }
+    }
+  }
+
+  #backOff(): void {
+    this.#schedule(this.#retryMs);
+    this.#retryMs = Math.min(this.#retryMs * 2, RETRY_MAX_MS);
+  }
+
+  /** Writes (or spools) everything queued so far; resolves when nothing is left in memory or the spool. */
   flush(): Promise<void> {
     this.#seal();
-    if (!this.#writing && this.#sealed.length === 0) return Promise.resolve();
-    return new Promise((resolve) => this.#idleWaiters.push(resolve));
-  }
-
-  /**
-   * Flushes, waiting at most `deadlineMs`. Resolves with the number of records
-   * still unwritten (0 when everything landed).
-   */
-  async close(deadlineMs: number): Promise<number> {
+    if (!this.#working && this.#sealed.length === 0 && this.spooledBatches === 0) return Promise.resolve();
+    const done = new Promise<void>((resolve) => this.#idleWaiters.push(resolve));
     if (this.#retryTimer !== null) {
-      // Retry now rather than after the back-off: we are shutting down.
       clearTimeout(this.#retryTimer);
       this.#retryTimer = null;
     }
+    this.#kick();
+    return done;
+  }
+
+  /**
+   * Shutdown: seals what is queued and tries to write it, waiting at most
+   * `deadlineMs`; what the store does not take by then is spooled for the next
+   * start. Resolves with the number of records neither written nor spooled.
+   */
+  async close(deadlineMs: number): Promise<number> {
+    this.#closing = true;
     let timer: NodeJS.Timeout | undefined;
     await Promise.race([
       this.flush(),
-      new Promise<void>((resolve) => { timer = setTimeout(resolve, deadlineMs); }),
+      new Promise<void>((resolve) => {
+        timer = setTimeout(resolve, deadlineMs);
+      }),
     ]);
     clearTimeout(timer);
-    if (this.#retryTimer !== null) clearTimeout(this.#retryTimer);
+    if (this.#retryTimer !== null) {
+      clearTimeout(this.#retryTimer);
+      this.#retryTimer = null;
+    }
+    while (this.#working) await new Promise((r) => setTimeout(r, 10));
+    // Whatever is still in memory goes to the spool, if there is one.
+    for (const batch of this.#sealed.splice(0)) {
+      if (await this.#trySpool(batch)) {
+        this.#held -= batch.rows.length;
+        for (const waiter of batch.waiters) waiter.resolve();
+      } else {
+        this.#sealed.push(batch);
+        break;
+      }
+    }
+    if (this.#retryTimer !== null) {
+      clearTimeout(this.#retryTimer);
+      this.#retryTimer = null;
+    }
+    this.#spool?.close();
     return this.#held;
   }
 }

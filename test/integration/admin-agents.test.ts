@@ -191,6 +191,8 @@ t.test('policy', async (t) => {
       ['version: "1"\nrules: [\n', /line \d+/],
       ['- just\n- a list\n', /line 1/],
       ['rules: []\n', /line 1/],
+      [readFileSync(new URL('alias-bomb.yaml', fixtures), 'utf8'), /line \d+.*alias/],
+      [`version: "1"\nrules:\n${'  - {tool: "t.example.com", action: GET, decision: deny}\n'.repeat(5000)}`, /256 KiB/],
     ];
     for (const [text, where] of cases) {
       const res = await api(base, owner, 'POST', `/agents/${agent.id}/policy`, { rules_yaml: text });

@@ -150,6 +150,27 @@ t.test('a wrong password and an unknown email get identical 401 invalid_credenti
   t.equal(wrong.headers.get('content-type'), unknown.headers.get('content-type'));
 });
 
+t.test('an unknown email costs about the same time as a wrong password (no account enumeration by timing)', async (t) => {
+  const timed = async (addr: string, email: string): Promise<number> => {
+    const start = performance.now();
+    const res = await login(addr, email, 'not the password');
+    t.equal(res.status, 401);
+    return performance.now() - start;
+  };
+  const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
+  const wrong: number[] = [];
+  const unknown: number[] = [];
+  for (let i = 0; i < 5; i++) {
+    const email = `timing${i}@example.com`;
+    await signup(base, email);
+    // Interleaved, each from its own address and email: no limiter counts reach 3.
+    wrong.push(await timed(`127.0.4.${2 * i + 1}`, email));
+    unknown.push(await timed(`127.0.4.${2 * i + 2}`, `absent${i}@example.com`));
+  }
+  const ratio = median(unknown) / median(wrong);
+  t.ok(ratio > 0.4 && ratio < 2.5, `median unknown ${median(unknown).toFixed(1)} ms vs wrong ${median(wrong).toFixed(1)} ms (ratio ${ratio.toFixed(2)})`);
+});
+
 t.test('repeated failures for one email are 429 rate_limited with Retry-After, even with the right password', async (t) => {
   const email = 'limited@example.com';
   await signup(base, email);

@@ -297,6 +297,9 @@ const HTTP_SETTINGS: ClickHouseSettings = { output_format_json_quote_64bit_integ
  *  log; the client's own console logging would repeat each spool retry. */
 const CLIENT_LOG = { level: ClickHouseLogLevel.OFF };
 
+/** A slow server must not hold the audit batcher's single in-flight insert for long: past this the batch is spooled. */
+const HTTP_REQUEST_TIMEOUT_MS = 10_000;
+
 async function openHttpClient(url: string): Promise<ClickHouseClient> {
   const parsed = new URL(url);
   const database = decodeURIComponent(parsed.pathname.replace(/^\/+|\/+$/g, ''));
@@ -319,7 +322,7 @@ async function openHttpClient(url: string): Promise<ClickHouseClient> {
       await bootstrap.close();
     }
   }
-  return createClient({ url, clickhouse_settings: HTTP_SETTINGS, log: CLIENT_LOG });
+  return createClient({ url, clickhouse_settings: HTTP_SETTINGS, log: CLIENT_LOG, request_timeout: HTTP_REQUEST_TIMEOUT_MS });
 }
 
 /**

@@ -1,0 +1,94 @@
+// CPU time and memory of a process and its descendants, read from /proc (Linux).
+// utime+stime (proc(5), /proc/<pid>/stat fields 14 and 15) cover every thread of
+// a process; a worker's time is counted in its own entry while it lives, so an
+// nginx master is read together with its worker. Elsewhere every reading is null.
+import { execFileSync } from 'node:child_process';
+import { readFileSync, readdirSync } from 'node:fs';
+
+let clockTicks: number | null = null;
+function ticksPerSecond(): number {
+  if (clockTicks === null) {
+    try {
+      clockTicks = Number(execFileSync('getconf', ['CLK_TCK'], { encoding: 'utf8' }).trim()) || 100;
+    } catch {
+      clockTicks = 100;
+    }
+  }
+  return clockTicks;
+}
+
+/** The fields after `pid (comm)`; comm may hold spaces and parentheses, so split after the last ')'. */
+function statFields(pid: number): string[] | null {
+  try {
+    const text = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    return text.slice(text.lastIndexOf(')') + 2).split(' ');
+  } catch {
+    return null;
+  }
+}
+
+/** `pid` and every process below it. */
+export function processTree(pid: number): number[] {
+  let entries: string[];
+  try {
+    entries = readdirSync('/proc');
+  } catch {
+    return [pid];
+  }
+  const parentOf = new Map<number, number>();
+  for (const entry of entries) {
+    if (!/^\d+$/.test(entry)) continue;
+    const fields = statFields(Number(entry));
+    if (fields !== null) parentOf.set(Number(entry), Number(fields[1]));
+  }
+  const tree = [pid];
+  for (let i = 0; i < tree.length && tree.length < 1000; i++) {
+    for (const [child, parent] of parentOf) if (parent === tree[i]) tree.push(child);
+  }
+  return tree;
+}
+
+/** CPU seconds (user + system) used so far by `pid` and its descendants, or null when unreadable. */
+export function cpuSeconds(pid: number): number | null {
+  let ticks = 0;
+  let seen = false;
+  for (const p of processTree(pid)) {
+    const fields = statFields(p);
+    if (fields === null) continue;
+    seen = true;
+    ticks += Number(fields[11]) + Number(fields[12]);
+  }
+  return seen ? ticks / ticksPerSecond() : null;
+}
+
+function statusKiB(pid: number, field: 'VmHWM' | 'VmRSS'): number | null {
+  try {
+    const text = readFileSync(`/proc/${pid}/status`, 'utf8');
+    const match = new RegExp(`^${field}:\\s+(\\d+) kB`, 'm').exec(text);
+    return match ? Number(match[1]) : null;
+  } catch {
+    return null;
+  }
+}
+
+/** Resident memory now, in MiB, summed over the process tree. */
+export function rssMiB(pid: number): number | null {
+  return sumTree(pid, 'VmRSS');
+}
+
+/** Peak resident memory (high-water mark) in MiB, summed over the process tree. */
+export function peakRssMiB(pid: number): number | null {
+  return sumTree(pid, 'VmHWM');
+}
+
+function sumTree(pid: number, field: 'VmHWM' | 'VmRSS'): number | null {
+  let kib = 0;
+  let seen = false;
+  for (const p of processTree(pid)) {
+    const value = statusKiB(p, field);
+    if (value === null) continue;
+    seen = true;
+    kib += value;
+  }
+  return seen ? kib / 1024 : null;
+}

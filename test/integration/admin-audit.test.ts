@@ -1,0 +1,281 @@
+// The audit API: POST /audit, the filtered, paged list, and the PDF export, against
+// the real service (embedded ClickHouse).
+import { createRequire } from 'node:module';
+import t, { type Test } from 'tap';
+import { api, createAgent, signup, startTestService, type Session } from '../support/service.js';
+
+// pdf-parse's index runs a self-test when it has no parent module; its lib entry does not.
+const pdfParse = createRequire(import.meta.url)('pdf-parse/lib/pdf-parse.js') as (data: Buffer) => Promise<{ numpages: number; text: string }>;
+
+const service = await startTestService();
+const base = service.url;
+t.teardown(() => service.close());
+
+const owner = await signup(base);
+const stranger = await signup(base);
+const scout = await createAgent(base, owner, 'Scout Agent');
+const ledger = await createAgent(base, owner, 'Ledger Agent');
+const foreign = await createAgent(base, stranger, 'Foreign Agent');
+
+type Reply = Awaited<ReturnType<typeof api>>;
+
+function assertError(t: Test, res: Reply, status: number, code: string, field?: string): void {
+  t.equal(res.status, status, `status ${status} (${res.text})`);
+  t.match(res.headers.get('content-type') ?? '', /^application\/json/, 'JSON content type');
+  t.equal(res.json?.error, code, `error code ${code}`);
+  t.type(res.json?.message, 'string', 'a message');
+  if (field !== undefined) t.match(res.json?.message, field, `message names ${field}`);
+}
+
+const ISO_MS = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z$/;
+const ENTRY_KEYS = [
+  'action', 'agent_id', 'agent_name', 'decision', 'id', 'latency_ms', 'output', 'output_hash', 'output_truncated', 'reasoning',
+  'request_bytes', 'response_bytes', 'rule_matched', 'source', 'status_code', 'task_id', 'timestamp', 'tool_name', 'tool_url',
+];
+
+interface Entry {
+  id: string;
+  timestamp: string;
+  agent_id: string;
+  tool_name: string;
+  decision: string;
+  task_id: string;
+}
+
+async function write(session: Session, body: Record<string, unknown>): Promise<Entry> {
+  const res = await api(base, session, 'POST', '/audit', body);
+  if (res.status !== 201) throw new Error(`POST /audit: ${res.status} ${res.text}`);
+  return res.json as Entry;
+}
+
+async function list(session: Session, query = ''): Promise<{ rows: Entry[]; total: number; res: Reply }> {
+  const res = await api(base, session, 'GET', `/audit${query}`);
+  if (res.status !== 200) throw new Error(`GET /audit${query}: ${res.status} ${res.text}`);
+  return { rows: res.json as Entry[], total: Number(res.headers.get('x-total-count')), res };
+}
+
+const ids = (rows: Entry[]) => rows.map((r) => r.id);
+
+// Written in order, each durable before the next: timestamps increase.
+const written: Entry[] = [];
+
+t.test('POST /audit answers 201 with the stored entry, every contract field', async (t) => {
+  const before = Date.now();
+  const body = {
+    agent_id: scout.id,
+    tool_name: 'api.github.com',
+    action: 'GET',
+    tool_url: 'https://api.github.com/repos/a/b/issues?state=open',
+    decision: 'allowed',
+    reasoning: 'list the open issues',
+    task_id: 'task-1',
+    latency_ms: 120,
+    status_code: 200,
+  };
+  const res = await api(base, owner, 'POST', '/audit', body);
+  t.equal(res.status, 201);
+  const e = res.json;
+  t.same(Object.keys(e).sort(), ENTRY_KEYS);
+  t.match(e.id, /^[0-9a-f-]{36}$/);
+  t.match(e.timestamp, ISO_MS, 'ISO 8601 UTC with milliseconds');
+  t.ok(Date.parse(e.timestamp) >= before - 1000 && Date.parse(e.timestamp) <= Date.now() + 1000, 'timestamp is now');
+  t.same(
+    { ...e, id: undefined, timestamp: undefined },
+    {
+      ...body,
+      id: undefined,
+      timestamp: undefined,
+      agent_name: 'Scout Agent',
+      rule_matched: '',
+      source: 'api',
+      request_bytes: 0,
+      response_bytes: 0,
+      output_hash: null,
+      output: null,
+      output_truncated: false,
+    },
+  );
+  written.push(e);
+
+  const listed = await list(owner);
+  t.same(listed.rows[0], e, 'listable at once (durable when 201 returns), exactly as answered');
+});
+
+t.test('POST /audit: only agent_id, tool_name, action and decision are required', async (t) => {
+  const res = await api(base, owner, 'POST', '/audit', { agent_id: ledger.id, tool_name: 'billing', action: 'POST', decision: 'denied' });
+  t.equal(res.status, 201);
+  t.equal(res.json.tool_url, '');
+  t.equal(res.json.reasoning, '');
+  t.equal(res.json.task_id, '');
+  t.equal(res.json.latency_ms, 0);
+  t.equal(res.json.status_code, 0);
+  t.equal(res.json.agent_name, 'Ledger Agent');
+  written.push(res.json);
+  written.push(await write(owner, { agent_id: scout.id, tool_name: 'api.github.com', action: 'DELETE', decision: 'denied', task_id: 'task-2', latency_ms: 5, status_code: 403 }));
+  written.push(await write(owner, { agent_id: ledger.id, tool_name: 'billing', action: 'GET', decision: 'allowed', task_id: 'task-2', latency_ms: 40, status_code: 200 }));
+});
+
+t.test('POST /audit validation', async (t) => {
+  const ok = { agent_id: scout.id, tool_name: 't', action: 'GET', decision: 'allowed' };
+  for (const field of ['agent_id', 'tool_name', 'action', 'decision'] as const) {
+    const { [field]: _dropped, ...rest } = ok;
+    assertError(t, await api(base, owner, 'POST', '/audit', rest), 400, 'invalid_request', field);
+  }
+  for (const decision of ['allow', 'deny', 'ALLOWED', '', 1]) {
+    assertError(t, await api(base, owner, 'POST', '/audit', { ...ok, decision }), 400, 'invalid_request', 'decision');
+  }
+  for (const latency_ms of [-1, 1.5, '5', true]) {
+    assertError(t, await api(base, owner, 'POST', '/audit', { ...ok, latency_ms }), 400, 'invalid_request', 'latency_ms');
+  }
+  for (const status_code of [-1, 200.5, '200']) {
+    assertError(t, await api(base, owner, 'POST', '/audit', { ...ok, status_code }), 400, 'invalid_request', 'status_code');
+  }
+  for (const field of ['tool_url', 'reasoning', 'task_id']) {
+    assertError(t, await api(base, owner, 'POST', '/audit', { ...ok, [field]: 5 }), 400, 'invalid_request', field);
+  }
+  assertError(t, await api(base, owner, 'POST', '/audit', { ...ok, tool_name: '' }), 400, 'invalid_request', 'tool_name');
+  assertError(t, await api(base, owner, 'POST', '/audit', { ...ok, agent_id: foreign.id }), 404, 'not_found');
+  assertError(t, await api(base, owner, 'POST', '/audit', { ...ok, agent_id: crypto.randomUUID() }), 404, 'not_found');
+  assertError(t, await api(base, owner, 'POST', '/audit', { ...ok, agent_id: 'nope' }), 404, 'not_found');
+  const after = await list(owner);
+  t.equal(after.total, written.length, 'no refused write was stored');
+});
+
+t.test('GET /audit lists newest first with X-Total-Count', async (t) => {
+  const { rows, total, res } = await list(owner);
+  t.match(res.headers.get('content-type') ?? '', /^application\/json/);
+  t.equal(total, 4);
+  t.same(ids(rows), ids(written).reverse(), 'newest first');
+  for (const r of rows) t.same(Object.keys(r).sort(), ENTRY_KEYS);
+  for (let i = 1; i < rows.length; i++) t.ok(rows[i - 1]!.timestamp >= rows[i]!.timestamp, 'timestamps descend');
+});
+
+t.test('GET /audit filters', async (t) => {
+  const [first, second, third, fourth] = written as [Entry, Entry, Entry, Entry];
+  const cases: Array<[string, Entry[]]> = [
+    [`?agent_id=${scout.id}`, [third, first]],
+    [`?agent_id=${ledger.id.toUpperCase()}`, [fourth, second]],
+    ['?decision=allowed', [fourth, first]],
+    ['?decision=denied', [third, second]],
+    ['?tool_name=billing', [fourth, second]],
+    ['?tool_name=api.github.com&decision=denied', [third]],
+    ['?task_id=task-2', [fourth, third]],
+    ['?task_id=task-1', [first]],
+    ['?task_id=nope', []],
+    [`?since=${encodeURIComponent(second.timestamp)}`, [fourth, third, second]],
+    [`?until=${encodeURIComponent(third.timestamp)}`, [second, first]],
+    [`?since=${encodeURIComponent(second.timestamp)}&until=${encodeURIComponent(fourth.timestamp)}`, [third, second]],
+    [`?since=${new Date(Date.now() + 86_400_000).toISOString().slice(0, 10)}`, []],
+    ['?since=2000-01-01', [fourth, third, second, first]],
+    [`?agent_id=${crypto.randomUUID()}`, []],
+  ];
+  for (const [query, expected] of cases) {
+    const { rows, total } = await list(owner, query);
+    t.same(ids(rows), ids(expected), query);
+    t.equal(total, expected.length, `${query}: X-Total-Count`);
+  }
+});
+
+t.test('GET /audit: a bad query value is 400 naming the parameter', async (t) => {
+  const cases: Array<[string, string]> = [
+    ['?limit=0', 'limit'],
+    ['?limit=1001', 'limit'],
+    ['?limit=abc', 'limit'],
+    ['?limit=-1', 'limit'],
+    ['?limit=1.5', 'limit'],
+    ['?limit=', 'limit'],
+    ['?offset=-1', 'offset'],
+    ['?offset=1000001', 'offset'],
+    ['?offset=x', 'offset'],
+    ['?decision=allow', 'decision'],
+    ['?decision=', 'decision'],
+    ['?agent_id=not-a-uuid', 'agent_id'],
+    ['?since=yesterday', 'since'],
+    ['?since=2024-13-45', 'since'],
+    ['?until=12345', 'until'],
+  ];
+  for (const [query, field] of cases) {
+    const res = await api(base, owner, 'GET', `/audit${query}`);
+    t.test(query, async (t) => assertError(t, res, 400, 'invalid_request', field));
+  }
+  t.equal((await api(base, owner, 'GET', '/audit?offset=1000000')).status, 200, 'offset 1,000,000 is allowed');
+});
+
+t.test('GET /audit paging: limit default 50, at most 1000, offset pages', async (t) => {
+  const bulk = await signup(base);
+  const agent = await createAgent(base, bulk, 'Bulk Agent');
+  const N = 55;
+  // Concurrent writes land in the same batches; many share a millisecond, so the
+  // order among them is the tie-break (id), which paging must keep stable.
+  await Promise.all(Array.from({ length: N }, (_, i) => write(bulk, { agent_id: agent.id, tool_name: `tool-${i}`, action: 'GET', decision: 'allowed' })));
+  const byDefault = await list(bulk);
+  t.equal(byDefault.rows.length, 50, 'default limit 50');
+  t.equal(byDefault.total, N, 'X-Total-Count counts all matches, not the page');
+  const all = await list(bulk, '?limit=1000');
+  t.equal(all.rows.length, N);
+  t.equal(new Set(ids(all.rows)).size, N, 'distinct entries');
+  t.same(ids(byDefault.rows), ids(all.rows).slice(0, 50), 'the default page is the newest 50');
+  const pages: Entry[] = [];
+  for (let offset = 0; offset < N; offset += 20) {
+    const page = await list(bulk, `?limit=20&offset=${offset}`);
+    t.equal(page.rows.length, Math.min(20, N - offset), `page at ${offset}`);
+    t.equal(page.total, N);
+    pages.push(...page.rows);
+  }
+  t.same(ids(pages), ids(all.rows), 'pages concatenate to the whole list, no gaps or repeats');
+  const past = await list(bulk, `?offset=${N}`);
+  t.same(past.rows, [], 'past the end is empty');
+  t.equal(past.total, N);
+  const one = await list(bulk, '?limit=1&offset=54');
+  t.same(ids(one.rows), [all.rows[54]!.id], 'the oldest entry last');
+});
+
+t.test('organization isolation', async (t) => {
+  const theirs = await list(stranger);
+  t.same(theirs.rows, [], "another org's list is empty");
+  t.equal(theirs.total, 0);
+  const byMyAgent = await list(stranger, `?agent_id=${scout.id}`);
+  t.same(byMyAgent.rows, [], "filtering by another org's agent id finds nothing");
+  t.equal(byMyAgent.total, 0);
+  const mine = await write(stranger, { agent_id: foreign.id, tool_name: 'x', action: 'GET', decision: 'allowed' });
+  t.same(ids((await list(stranger)).rows), [mine.id], 'each org sees its own entries');
+  t.notOk(ids((await list(owner, '?limit=1000')).rows).includes(mine.id), 'and not the other org\'s');
+});
+
+t.test('GET /audit/export/pdf', async (t) => {
+  const res = await fetch(`${base}/audit/export/pdf`, { headers: owner.auth });
+  t.equal(res.status, 200);
+  t.equal(res.headers.get('content-type'), 'application/pdf');
+  const day = new Date().toISOString().slice(0, 10);
+  const disposition = res.headers.get('content-disposition') ?? '';
+  t.match(disposition, /^attachment; filename="audit-\d{4}-\d{2}-\d{2}\.pdf"$/);
+  t.ok(disposition.includes(`audit-${day}.pdf`) || disposition.includes(`audit-${new Date(Date.now() - 60_000).toISOString().slice(0, 10)}.pdf`), 'named for today (UTC)');
+  const bytes = Buffer.from(await res.arrayBuffer());
+  t.equal(bytes.subarray(0, 5).toString('latin1'), '%PDF-', 'a PDF file');
+  const pdf = await pdfParse(bytes);
+  t.ok(pdf.numpages >= 1, `${pdf.numpages} page(s)`);
+  const text = pdf.text.replace(/\s+/g, ' ');
+  t.match(text, 'Scout Agent', 'names the first agent');
+  t.match(text, 'Ledger Agent', 'names the second agent');
+  t.match(text, /\b7 days\b/, 'the window is 7 days by default');
+  t.notMatch(text, 'Foreign Agent', "not the other org's agent");
+
+  const month = await fetch(`${base}/audit/export/pdf?days=30`, { headers: owner.auth });
+  t.equal(month.status, 200);
+  t.match((await pdfParse(Buffer.from(await month.arrayBuffer()))).text.replace(/\s+/g, ' '), /\b30 days\b/, 'days=30 is a 30-day window');
+  for (const days of ['1', '365']) {
+    t.equal((await fetch(`${base}/audit/export/pdf?days=${days}`, { headers: owner.auth })).status, 200, `days=${days} is allowed`);
+  }
+
+  const other = await fetch(`${base}/audit/export/pdf`, { headers: stranger.auth });
+  t.equal(other.status, 200);
+  const otherText = (await pdfParse(Buffer.from(await other.arrayBuffer()))).text;
+  t.match(otherText, 'Foreign Agent', "the other org's PDF has its own agent");
+  t.notMatch(otherText, 'Scout Agent', 'and none of ours');
+  t.notMatch(otherText, 'Ledger Agent');
+
+  for (const days of ['0', '366', 'abc', '-1', '1.5', '']) {
+    const bad = await api(base, owner, 'GET', `/audit/export/pdf?days=${days}`);
+    t.test(`days=${days}`, async (t) => assertError(t, bad, 400, 'invalid_request', 'days'));
+  }
+});
