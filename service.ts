@@ -12,6 +12,7 @@ import { loadConfig, type Config } from './shared/config.js';
 import { createLogger, type Logger } from './shared/log.js';
 import { loadSecrets } from './shared/secrets.js';
 import type { AuditStore } from './shared/stores/audit-store.js';
+import type { MetadataChange } from './shared/types.js';
 import { startChangePoller, type ChangePoller } from './shared/stores/change-poller.js';
 import { openAuditStore, openMetadataStore, type MetadataStoreWithLog } from './shared/stores/open-stores.js';
 import { listen, loadUws } from './proxy/listen.js';
@@ -23,6 +24,8 @@ export interface RunningService {
   role: Role;
   port: number;
   url: string;
+  /** The origin proxy_url is built from. */
+  publicUrl: string;
   log: Logger;
   store: MetadataStoreWithLog;
   auditStore: AuditStore;
@@ -33,6 +36,15 @@ export interface RunningService {
 }
 
 export const AUDIT_FLUSH_DEADLINE_MS = 10_000;
+
+interface Watchable {
+  canWatchChanges: boolean;
+  watchChanges(onChange: (entry: { change: MetadataChange }) => void): () => void;
+}
+
+function isWatchable(store: object): store is Watchable {
+  return (store as Partial<Watchable>).canWatchChanges === true && typeof (store as Partial<Watchable>).watchChanges === 'function';
+}
 
 /** What split mode needs that all-in-one can generate or embed. Empty when the config will do. */
 export function splitModeProblems(config: Readonly<Config>, role: Role): string[] {
@@ -63,12 +75,17 @@ export async function startService(config: Readonly<Config>, log: Logger = creat
   });
   if (spool.batches.length > 0) log.warn('replaying audit batches left in the spool', { batches: spool.batches.length });
 
-  const admin = role === 'proxy' ? null : createAdminApp({ config, secrets, store, auditStore, auditBatcher }, log);
+  let publicUrl = config.publicUrl ?? '';
+  const admin = role === 'proxy' ? null : createAdminApp({ config, publicUrl: () => publicUrl, secrets, store, auditStore, auditBatcher }, log);
   const passThrough = role === 'proxy' ? createAdminPassThrough(config.adminUrl!) : null;
   const pipeline = role === 'admin' ? null : createProxyPipeline({ config, store, encryptionKey: secrets.encryptionKey, batcher: auditBatcher, log });
   let poller: ChangePoller | null = null;
+  let unwatch: (() => void) | null = null;
   if (role === 'proxy' && pipeline !== null) {
     const caches = pipeline.caches;
+    // MongoDB replica sets push changes at once; the poller runs in every case,
+    // catching what a stream misses across reconnects (evicting twice is harmless).
+    if (isWatchable(store)) unwatch = store.watchChanges((entry) => caches.apply(entry.change));
     poller = await startChangePoller(store, {
       apply: caches.apply,
       clear: caches.clear,
@@ -85,12 +102,14 @@ export async function startService(config: Readonly<Config>, log: Logger = creat
     health: () => ({ role, audit_pending: auditBatcher.pending, audit_spooled_batches: auditBatcher.spooledBatches }),
   });
   const url = `http://${config.host.includes(':') ? `[${config.host}]` : config.host}:${listener.port}`;
+  if (publicUrl === '') publicUrl = `http://localhost:${listener.port}`;
 
   let stopping: Promise<void> | null = null;
   async function stop(drainMs = 10_000): Promise<void> {
     stopping ??= (async () => {
       listener.stop();
       poller?.stop();
+      unwatch?.();
       const deadline = Date.now() + drainMs;
       while (pipeline !== null && pipeline.inFlight > 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
       const unwritten = await auditBatcher.close(AUDIT_FLUSH_DEADLINE_MS);
@@ -103,7 +122,7 @@ export async function startService(config: Readonly<Config>, log: Logger = creat
     return stopping;
   }
 
-  return { role, port: listener.port, url, log, store, auditStore, auditBatcher, pipeline, stop };
+  return { role, port: listener.port, url, publicUrl, log, store, auditStore, auditBatcher, pipeline, stop };
 }
 
 /**
@@ -128,8 +147,8 @@ export async function runMain(role: Role): Promise<void> {
     log.error('failed to start', { role, err });
     process.exit(1);
   });
-  log.info('listening', { role, url: service.url, public_url: config.publicUrl, data_dir: config.dataDir });
-  process.stdout.write(`Tool-Call Guard (${role}) listening on ${service.url} (public URL ${config.publicUrl}, data in ${config.dataDir})\n`);
+  log.info('listening', { role, url: service.url, public_url: service.publicUrl, data_dir: config.dataDir });
+  process.stdout.write(`Tool-Call Guard (${role}) listening on ${service.url} (public URL ${service.publicUrl}, data in ${config.dataDir})\n`);
 
   let signals = 0;
   for (const signal of ['SIGINT', 'SIGTERM'] as const) {

@@ -25,7 +25,7 @@ export async function requireAgent(ctx: AdminContext, orgId: string, id: string 
 }
 
 export function agentHandlers(ctx: AdminContext) {
-  const proxyBase = `${ctx.config.publicUrl}/proxy/`;
+  const proxyBase = (): string => `${ctx.publicUrl()}/proxy/`;
 
   const create: Handler = async (req, caller) => {
     const body = readJsonObject(req);
@@ -40,20 +40,19 @@ export function agentHandlers(ctx: AdminContext) {
       keyHash: hashApiKey(apiKey),
       apiKeyPrefix: apiKeyPrefix(apiKey),
     });
-    return json(201, { ...agentJson(agent), api_key: apiKey, proxy_url: `${proxyBase}${apiKey}/` });
+    return json(201, { ...agentJson(agent), api_key: apiKey, proxy_url: `${proxyBase()}${apiKey}/` });
   };
 
   const list: Handler = async (_req, caller) => json(200, (await ctx.store.listAgents(caller.orgId)).map(agentJson));
 
   const proxyUrl: Handler = async (_req, caller, params) => {
     const agent = await requireAgent(ctx, caller.orgId, params.id);
-    const url = `${proxyBase}<API_KEY>/`;
+    const url = `${proxyBase()}<API_KEY>/`;
     return json(200, {
       proxy_url: url,
       api_key_prefix: agent.apiKeyPrefix,
-      usage_example:
-        `curl -H 'X-Agent-Reasoning: why this call' -H 'X-Agent-Task-Id: task-1' ` +
-        `'${url}api.example.com/v1/items?limit=10'  (replace <API_KEY> with the key shown when agent '${agent.name}' was created)`,
+      // A ready curl line: replace <API_KEY> with the key shown when the agent was created.
+      usage_example: `curl -H 'X-Agent-Reasoning: why this call' -H 'X-Agent-Task-Id: task-1' '${url}api.example.com/v1/items?limit=10'`,
     });
   };
 

@@ -1,7 +1,7 @@
 // The admin API: one route table (also read by the BOLA sweep and the docs test),
 // one dispatcher that authenticates, runs the handler and turns every error into
 // the contract's body.
-import { GuardError, toErrorResponse } from '../shared/errors.js';
+import { GuardError, isStoreUnavailable, toErrorResponse } from '../shared/errors.js';
 import type { Logger } from '../shared/log.js';
 import { agentHandlers } from './agents.js';
 import { auditHandlers } from './audit.js';
@@ -109,7 +109,8 @@ export function createAdminApp(ctx: AdminContext, log: Logger): AdminApp {
     for (const route of compiled) {
       const m = route.regex.exec(req.path);
       if (!m) continue;
-      if (route.method !== req.method) {
+      // HEAD is answered as GET without the body (RFC 9110 §9.3.2).
+      if (route.method !== req.method && !(req.method === 'HEAD' && route.method === 'GET')) {
         (allowed ??= []).push(route.method);
         continue;
       }
@@ -120,7 +121,10 @@ export function createAdminApp(ctx: AdminContext, log: Logger): AdminApp {
       const caller = route.auth ? await auth.authenticate(req) : { userId: '', orgId: '' };
       return route.handler(req, caller, params);
     }
-    if (allowed) throw new GuardError('method_not_allowed', undefined, undefined, { allow: allowed.join(', ') });
+    if (allowed) {
+      if (allowed.includes('GET')) allowed.push('HEAD');
+      throw new GuardError('method_not_allowed', undefined, undefined, { allow: allowed.join(', ') });
+    }
     throw new GuardError('not_found', 'No such endpoint.');
   }
 
@@ -130,7 +134,7 @@ export function createAdminApp(ctx: AdminContext, log: Logger): AdminApp {
     } catch (err) {
       if (!(err instanceof GuardError)) log.error('admin request failed', { method: req.method, path: req.path, err });
       else if (err.status >= 500) log.warn('admin request failed', { method: req.method, path: req.path, code: err.code });
-      const { status, body, headers } = toErrorResponse(isStoreDown(err) ? new GuardError('unavailable') : err);
+      const { status, body, headers } = toErrorResponse(isStoreUnavailable(err) ? new GuardError('unavailable') : err);
       return { status, headers: { 'content-type': 'application/json', ...headers }, body };
     }
   }
@@ -144,14 +148,4 @@ function safeDecode(segment: string): string {
   } catch {
     return segment;
   }
-}
-
-/** Store connection failures become 503 `unavailable` rather than 500. */
-function isStoreDown(err: unknown): boolean {
-  if (err instanceof GuardError || !(err instanceof Error)) return false;
-  const code = (err as { code?: unknown }).code;
-  return (
-    code === 'SQLITE_BUSY' || code === 'SQLITE_CANTOPEN' || code === 'ECONNREFUSED' || code === 'ECONNRESET' ||
-    err.name === 'MongoNetworkError' || err.name === 'MongoServerSelectionError'
-  );
 }

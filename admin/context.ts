@@ -9,6 +9,8 @@ import type { AdminRequest, AdminResponse } from './http.js';
 
 export interface AdminContext {
   config: Readonly<Config>;
+  /** PUBLIC_URL, or the local origin once the listener knows its port. */
+  publicUrl(): string;
   secrets: Secrets;
   store: MetadataStore;
   auditStore: AuditStore;

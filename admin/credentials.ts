@@ -33,7 +33,7 @@ export function credentialJson(c: Credential) {
  * is anything else (a scheme, a path, userinfo, a bad port).
  */
 export function normalizeCredentialHostname(raw: string): string | null {
-  const input = raw.trim().toLowerCase();
+  const input = raw.trim().toLowerCase().replace(/\.(?=(:\d+)?$)/, '');
   if (input.length === 0 || input.length > 260 || /[/?#@\\\s%]/.test(input)) return null;
   let url: URL;
   try {

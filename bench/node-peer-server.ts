@@ -20,8 +20,9 @@ const app = Fastify({ logger: false, bodyLimit: 16 * 1024 * 1024 });
 await app.register(proxy, {
   upstream,
   undici: {
-    // reply-from's default turns verification off; the comparison is with verification on.
-    tls: { rejectUnauthorized: true, ca: readFileSync(CA_FILE, 'utf8') },
+    // reply-from's default sets tls.rejectUnauthorized false; undici spreads `connect`
+    // after `tls`, so this turns verification back on, against the test CA.
+    connect: { rejectUnauthorized: true, ca: readFileSync(CA_FILE, 'utf8') },
   },
   replyOptions: {
     rewriteRequestHeaders: (_request, headers) => ({ ...headers, authorization }),

@@ -92,3 +92,16 @@ function sumTree(pid: number, field: 'VmHWM' | 'VmRSS'): number | null {
   }
   return seen ? kib / 1024 : null;
 }
+
+/** Jiffies the whole machine has spent busy and in total so far (/proc/stat, first line), or null. */
+export function machineCpuTimes(): { busy: number; total: number } | null {
+  try {
+    const line = readFileSync('/proc/stat', 'utf8').split('\n')[0]!;
+    const values = line.trim().split(/\s+/).slice(1).map(Number);
+    const total = values.reduce((a, b) => a + b, 0);
+    const idle = (values[3] ?? 0) + (values[4] ?? 0); // idle + iowait
+    return { busy: total - idle, total };
+  } catch {
+    return null;
+  }
+}

@@ -14,7 +14,11 @@ import type { ProxyPipeline } from './pipeline.js';
 import { RequestBody } from './request-body.js';
 import { API_KEY_RE } from './resolve-agent.js';
 
-/** uWS reads its head-size limit from the environment when it loads. 431 beyond it. */
+/**
+ * Request heads larger than this are answered 431. The uWS build we run ignores
+ * UWS_HTTP_MAX_HEADERS_SIZE and accepts heads up to ~120 KB (it resets the
+ * connection beyond), so the limit is enforced here, while copying the head.
+ */
 export const MAX_HEAD_BYTES = 16 * 1024;
 /** Longer request targets are answered 414 (RFC 9112 §3 recommends supporting at least 8000). */
 export const MAX_URL_BYTES = 8 * 1024;
@@ -27,7 +31,6 @@ type Uws = typeof import('uWebSockets.js');
  * silently falls back to a slow JavaScript implementation otherwise.
  */
 export function loadUws(): Uws {
-  process.env.UWS_HTTP_MAX_HEADERS_SIZE ??= String(MAX_HEAD_BYTES);
   const require = createRequire(import.meta.url);
   const uws = require('uWebSockets.js') as Uws;
   if (!String(uws.App).includes('[native code]')) {
@@ -63,9 +66,11 @@ let current: ProxyExchange | null = null;
 let hostSeen = 0;
 let lengthSeen = 0;
 let connectionTokens: string[] | null = null;
+let headBytes = 0;
 
 function copyProxyHeader(name: string, value: string): void {
   const ex = current!;
+  headBytes += name.length + value.length + 4;
   if (!HOP_BY_HOP.has(name)) {
     if (name === 'x-request-id' && value.length <= 200) ex.requestId = value;
     ex.headers.push(name, value);
@@ -112,8 +117,10 @@ function readProxyHead(ex: ProxyExchange, req: HttpRequest, url: string): void {
   hostSeen = 0;
   lengthSeen = 0;
   connectionTokens = null;
+  headBytes = 0;
   req.forEach(copyProxyHeader);
   current = null;
+  if (headBytes > MAX_HEAD_BYTES) ex.headError = { code: 'headers_too_large', message: `The request headers exceed ${MAX_HEAD_BYTES} bytes.` };
   if (connectionTokens !== null) {
     const named = connectionTokens as string[];
     const kept: string[] = [];
@@ -132,6 +139,13 @@ export function listen(uws: Uws, options: ListenOptions): Promise<Listener> {
   app.get('/health', (res) => {
     const body = JSON.stringify({ status: 'ok', ...options.health() });
     res.cork(() => res.writeHeader('content-type', 'application/json').end(body));
+  });
+  app.any('/health', (res, req) => {
+    if (req.getCaseSensitiveMethod() === 'HEAD') {
+      res.cork(() => res.writeHeader('content-type', 'application/json').endWithoutBody());
+      return;
+    }
+    res.cork(() => writeError(res, 'method_not_allowed', undefined, true, 'GET, HEAD'));
   });
 
   if (pipeline !== null) app.any('/proxy/*', (res, req) => {
@@ -172,9 +186,10 @@ export function listen(uws: Uws, options: ListenOptions): Promise<Listener> {
 }
 
 /** An error answered in the request handler itself (already corked). */
-function writeError(res: HttpResponse, code: ErrorCode, message?: string, closeConnection = false): void {
+function writeError(res: HttpResponse, code: ErrorCode, message?: string, closeConnection = false, allow?: string): void {
   const status = ERRORS[code].status;
   res.writeStatus(`${status} ${STATUS_CODES[status]}`).writeHeader('content-type', 'application/json');
+  if (allow !== undefined) res.writeHeader('allow', allow);
   // A body we will not read makes the connection unusable for a next request.
   res.end(errorBody(code, message), closeConnection);
 }
@@ -188,7 +203,9 @@ function handleAdmin(res: HttpResponse, req: HttpRequest, admin: (req: AdminRequ
   let problem: { code: ErrorCode; message: string } | null = null;
   let lengths = 0;
   let hosts = 0;
+  let headSize = 0;
   req.forEach((name, value) => {
+    headSize += name.length + value.length + 4;
     if (name === 'content-length') lengths++;
     if (name === 'host') hosts++;
     if (name === 'transfer-encoding' && value.trim().toLowerCase() !== 'chunked') {
@@ -198,6 +215,7 @@ function handleAdmin(res: HttpResponse, req: HttpRequest, admin: (req: AdminRequ
   });
   if (lengths > 1) problem = { code: 'invalid_request', message: 'The request has more than one Content-Length header.' };
   if (hosts > 1) problem = { code: 'invalid_request', message: 'The request has more than one Host header.' };
+  if (headSize > MAX_HEAD_BYTES) problem = { code: 'headers_too_large', message: `The request headers exceed ${MAX_HEAD_BYTES} bytes.` };
   const url = req.getUrl();
   const query = req.getQuery() ?? '';
   if (url.length + query.length > MAX_URL_BYTES) problem = { code: 'uri_too_long', message: 'The request URL is too long.' };
@@ -225,6 +243,7 @@ function handleAdmin(res: HttpResponse, req: HttpRequest, admin: (req: AdminRequ
       res.writeStatus(`${response.status} ${STATUS_CODES[response.status] ?? ''}`);
       for (const name in response.headers) res.writeHeader(name, response.headers[name]!);
       if (response.status === 204) res.endWithoutBody();
+      else if (request.method === 'HEAD') res.endWithoutBody(Buffer.byteLength(response.body));
       else res.end(response.body);
     });
   };

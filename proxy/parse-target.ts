@@ -28,7 +28,8 @@ const UNRESERVED_OR_SLASH = /[A-Za-z0-9\-._~/]/;
 /**
  * The path the policy sees: percent-escapes of unreserved characters and of '/'
  * decoded (RFC 3986 §6.2.2.2), so `/%61dmin` and `/admin%2Fx` meet a rule on
- * `/admin/**` the way an upstream that decodes them would. The upstream still
+ * `/admin/**` the way an upstream that decodes them would, and runs of '/'
+ * collapse (`//admin` is `/admin` to most servers). The upstream still
  * gets the path exactly as sent. Null when a segment is `.` or `..` (raw or
  * encoded): such paths mean different things to different servers, so they are
  * refused rather than guessed at.
@@ -40,10 +41,11 @@ export function normalizePolicyPath(path: string): string | null {
       return UNRESERVED_OR_SLASH.test(char) ? char : escape.toUpperCase();
     })
     : path;
-  if (decoded.includes('/.')) {
-    for (const segment of decoded.split('/')) {
+  const collapsed = decoded.includes('//') ? decoded.replace(/\/{2,}/g, '/') : decoded;
+  if (collapsed.includes('/.')) {
+    for (const segment of collapsed.split('/')) {
       if (segment === '.' || segment === '..') return null;
     }
   }
-  return decoded;
+  return collapsed;
 }

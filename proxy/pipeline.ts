@@ -4,6 +4,7 @@
 // one audit record.
 import type { AuditBatcher } from '../shared/audit/audit-batcher.js';
 import type { Config } from '../shared/config.js';
+import { isStoreUnavailable } from '../shared/errors.js';
 import type { Logger } from '../shared/log.js';
 import type { MetadataStore } from '../shared/stores/metadata-store.js';
 import { authorize } from './authorize.js';
@@ -67,7 +68,7 @@ export function createProxyPipeline(deps: {
 
   function fail(ex: ProxyExchange, err: unknown): void {
     log.error('proxy stage failed', { request_id: ex.id, key_prefix: ex.keyPrefix, err });
-    ex.answerError('unavailable');
+    ex.answerError(isStoreUnavailable(err) ? 'unavailable' : 'internal');
   }
 
   function runFrom(ex: ProxyExchange, first: number): void {

@@ -27,6 +27,8 @@ function statusLine(code: number): string {
 
 type Resume = () => void;
 
+const EMPTY = Buffer.alloc(0);
+
 export class UpstreamResponse {
   readonly #ex: ProxyExchange;
   readonly #headOnly: boolean;
@@ -65,7 +67,9 @@ export class UpstreamResponse {
     this.#rawHeaders = rawHeaders;
     this.#resume = resume;
     this.#ex.statusCode = status;
-    if (this.#ex.agent!.logOutputs === 'hash') this.#ex.outputHash = createHash('sha256');
+    const mode = this.#ex.agent!.logOutputs;
+    if (mode === 'hash') this.#ex.outputHash = createHash('sha256');
+    else if (mode === 'full') this.#ex.capture = EMPTY; // '' unless a body arrives
     return true;
   }
 
@@ -216,16 +220,21 @@ export class UpstreamResponse {
   #capture(chunk: Buffer): void {
     const ex = this.#ex;
     if (ex.captureTruncated) return;
-    if (ex.capture === null) ex.capture = Buffer.allocUnsafe(this.#length >= 0 ? Math.min(this.#length, this.#captureCap) : this.#captureCap);
-    const room = ex.capture.length - ex.captureLength;
-    const take = Math.min(room, chunk.length);
-    chunk.copy(ex.capture, ex.captureLength, 0, take);
+    let capture = ex.capture;
+    if (capture === null || capture === EMPTY) {
+      capture = Buffer.allocUnsafe(this.#length >= 0 ? Math.min(this.#length, this.#captureCap) : this.#captureCap);
+      ex.capture = capture;
+    }
+    const take = Math.min(capture.length - ex.captureLength, chunk.length);
+    chunk.copy(capture, ex.captureLength, 0, take);
     ex.captureLength += take;
     if (take < chunk.length) ex.captureTruncated = true;
   }
 }
 
-const TIMEOUT_CODES = new Set(['UND_ERR_HEADERS_TIMEOUT', 'UND_ERR_BODY_TIMEOUT', 'UND_ERR_CONNECT_TIMEOUT', 'ETIMEDOUT']);
+// A connect timeout is a failure to connect (502, like a refusal); 504 is for an
+// upstream that accepted the call and then did not answer in time.
+const TIMEOUT_CODES = new Set(['UND_ERR_HEADERS_TIMEOUT', 'UND_ERR_BODY_TIMEOUT']);
 function isTimeout(err: Error): boolean {
   return TIMEOUT_CODES.has((err as NodeJS.ErrnoException).code ?? '');
 }
@@ -234,6 +243,7 @@ function isTimeout(err: Error): boolean {
 function describe(err: Error): string {
   const code = (err as NodeJS.ErrnoException).code;
   if (code === 'ECONNREFUSED') return 'connection refused';
+  if (code === 'UND_ERR_CONNECT_TIMEOUT' || code === 'ETIMEDOUT') return 'connect timeout';
   if (code === 'ECONNRESET' || code === 'UND_ERR_SOCKET') return 'connection reset';
   if (code !== undefined && /^(ERR_TLS|CERT_|UNABLE_TO|DEPTH_ZERO|SELF_SIGNED|ERR_SSL)/.test(code)) return `TLS failure: ${code}`;
   if (code !== undefined && /^[A-Z_]+$/.test(code)) return code;

@@ -10,7 +10,8 @@ export type SpoolFullPolicy = 'reject' | 'drop';
 export interface Config {
   port: number;
   host: string;
-  publicUrl: string;
+  /** null: `http://localhost:<the port actually bound>` (see RunningService.publicUrl). */
+  publicUrl: string | null;
   dataDir: string;
   mongodbUrl: string | null;
   clickhouseUrl: string | null;
@@ -159,7 +160,6 @@ export function loadConfig(env: NodeJS.ProcessEnv = readEnvironment()): Readonly
   }
   if (problems.length > 0) throw new Error(`invalid configuration:\n  ${problems.join('\n  ')}`);
   const config = out as unknown as Config;
-  if (config.publicUrl === null) config.publicUrl = `http://localhost:${config.port}`;
   if (config.spoolDir === null) config.spoolDir = resolve(config.dataDir, 'spool');
   return Object.freeze(config);
 }

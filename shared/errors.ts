@@ -63,3 +63,14 @@ export const STATUS_TEXT: Record<number, string> = {
   429: 'Too Many Requests', 431: 'Request Header Fields Too Large', 500: 'Internal Server Error',
   502: 'Bad Gateway', 503: 'Service Unavailable', 504: 'Gateway Timeout',
 };
+
+/** A store that cannot be reached (503 `unavailable`), as opposed to a bug (500). */
+export function isStoreUnavailable(err: unknown): boolean {
+  if (err instanceof GuardError || !(err instanceof Error)) return false;
+  const code = (err as { code?: unknown }).code;
+  return (
+    code === 'SQLITE_BUSY' || code === 'SQLITE_CANTOPEN' || code === 'SQLITE_IOERR' || code === 'ECONNREFUSED' ||
+    code === 'ECONNRESET' || code === 'ETIMEDOUT' || err.name === 'MongoNetworkError' ||
+    err.name === 'MongoServerSelectionError' || err.name === 'MongoNotConnectedError'
+  );
+}

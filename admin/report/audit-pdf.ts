@@ -45,6 +45,7 @@ const ROWS_KEPT_WITH_TITLE = 3;
 /** More bars than this cannot be told apart on A4; also bounds the work for a bogus window. */
 const MAX_CHART_DAYS = 800;
 const DAY_MS = 86_400_000;
+const MAX_BAR_WIDTH = 28;
 
 const COLOR = {
   text: '#1f2933',
@@ -219,11 +220,11 @@ function drawDailyChart(c: Cursor, since: Date, until: Date, perDay: AuditReport
   }
 
   const slot = days.length > 0 ? plotWidth / days.length : plotWidth;
-  const gap = slot >= 6 ? slot * 0.25 : slot >= 2 ? slot * 0.2 : 0;
-  const barWidth = slot - gap;
+  // Bars stay bar-shaped on short windows and touch only when a year is crammed in.
+  const barWidth = Math.min(MAX_BAR_WIDTH, slot >= 6 ? slot * 0.75 : slot >= 2 ? slot * 0.8 : slot);
   if (peak > 0) {
     days.forEach((d, i) => {
-      const x = plotLeft + i * slot + gap / 2;
+      const x = plotLeft + i * slot + (slot - barWidth) / 2;
       const allowedHeight = (d.allowed / max) * plotHeight;
       const deniedHeight = (d.denied / max) * plotHeight;
       if (allowedHeight > 0) doc.rect(x, plotBottom - allowedHeight, barWidth, allowedHeight).fill(COLOR.allowed);
@@ -597,9 +598,12 @@ function utcDayStart(ms: number): number {
   return Math.floor(ms / DAY_MS) * DAY_MS;
 }
 
-/** A y-axis of about four steps of 1, 2, 2.5 or 5 × 10^k (whole calls). */
+/**
+ * A y-axis of about four steps of 1, 2, 2.5 or 5 × 10^k whole calls, and at
+ * least four gridlines of one call each when the busiest day has fewer.
+ */
 function yScale(peak: number): { step: number; max: number } {
-  if (!(peak > 0)) return { step: 1, max: 4 };
+  if (!(peak > 4)) return { step: 1, max: 4 };
   const rough = peak / 4;
   const magnitude = 10 ** Math.floor(Math.log10(rough));
   const step = Math.max(1, [1, 2, 2.5, 5, 10].map((m) => m * magnitude).find((s) => s >= rough) ?? 10 * magnitude);
@@ -622,8 +626,9 @@ function isValidDate(d: unknown): d is Date {
 
 const COUNT_FORMAT = new Intl.NumberFormat('en-US', { maximumFractionDigits: 0 });
 
+/** A count; a negative or non-finite one (never valid) shows as 0. */
 function formatCount(n: unknown): string {
-  return COUNT_FORMAT.format(finite(n));
+  return COUNT_FORMAT.format(Math.max(0, finite(n)));
 }
 
 /** Percent with one decimal; '—' when there were no calls to divide by. */

@@ -386,8 +386,10 @@ function pathGlobToRegExp(glob: string): RegExp {
   return new RegExp(`^${source}$`);
 }
 
+// '/' is left as it is: `new RegExp` needs no escape for it, and the trailing
+// "/**" rule above removes the one character it emitted for the slash.
 function escapeRegExp(text: string): string {
-  return text.replace(/[.*+?^${}()|[\]\\/]/g, '\\$&');
+  return text.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
 }
 
 // --- aliases -----------------------------------------------------------------

@@ -1,11 +1,8 @@
 // The audit API: POST /audit, the filtered, paged list, and the PDF export, against
 // the real service (embedded ClickHouse).
-import { createRequire } from 'node:module';
+import pdfParse from 'pdf-parse/lib/pdf-parse.js';
 import t, { type Test } from 'tap';
 import { api, createAgent, signup, startTestService, type Session } from '../support/service.js';
-
-// pdf-parse's index runs a self-test when it has no parent module; its lib entry does not.
-const pdfParse = createRequire(import.meta.url)('pdf-parse/lib/pdf-parse.js') as (data: Buffer) => Promise<{ numpages: number; text: string }>;
 
 const service = await startTestService();
 const base = service.url;

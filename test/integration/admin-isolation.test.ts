@@ -2,12 +2,10 @@
 // ids on every route and gets 404 (never 403: existence is not revealed), and A's
 // resources are unchanged afterwards. Adding a route to ROUTE_TABLE without a case
 // here fails the first test.
-import { createRequire } from 'node:module';
+import pdfParse from 'pdf-parse/lib/pdf-parse.js';
 import t, { type Test } from 'tap';
 import { ROUTE_TABLE } from '../../admin/app.js';
 import { api, createAgent, eventually, signup, startTestService, type Session } from '../support/service.js';
-
-const pdfParse = createRequire(import.meta.url)('pdf-parse/lib/pdf-parse.js') as (data: Buffer) => Promise<{ numpages: number; text: string }>;
 
 const service = await startTestService();
 const base = service.url;

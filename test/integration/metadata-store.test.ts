@@ -1,13 +1,18 @@
 // The metadata store contract against every implementation, and what only the SQLite
 // one promises (its file, its schema version, its change log for other processes).
+// The MongoDB runs need a server: set MONGODB_URL (each run uses, then drops, a fresh
+// database on it).
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { randomBytes, randomUUID } from 'node:crypto';
 import Database from 'better-sqlite3';
+import { type Db, type Document, MongoClient } from 'mongodb';
 import t from 'tap';
 import { GuardError } from '../../shared/errors.js';
+import { databaseNameOf, DEFAULT_DATABASE, MongoMetadataStore } from '../../shared/stores/mongo/mongo-metadata-store.js';
 import { SCHEMA_VERSION, SqliteMetadataStore } from '../../shared/stores/sqlite/sqlite-metadata-store.js';
+import type { MetadataChange } from '../../shared/types.js';
 import { metadataStoreContract } from './metadata-store.contract.js';
 
 const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'guard-metadata-store-'));
@@ -32,13 +37,206 @@ function inspect<T>(file: string, look: (db: Database.Database) => T): T {
 
 metadataStoreContract(t, 'sqlite', async () => SqliteMetadataStore.open(freshFile()));
 
-if (process.env.MONGODB_URL === undefined) {
+t.test('mongodb: the database is the URL path, decoded, else the default', async (t) => {
+  t.equal(databaseNameOf('mongodb://localhost:27017/guard?replicaSet=rs0'), 'guard');
+  t.equal(databaseNameOf('mongodb://u%2Fser:p%40ss@h1:27017,h2:27018/my%20db'), 'my db');
+  t.equal(databaseNameOf('mongodb+srv://cluster0.example.net/guard'), 'guard');
+  t.equal(databaseNameOf('mongodb://localhost:27017/?replicaSet=rs0'), undefined);
+  t.equal(databaseNameOf('mongodb://localhost:27017'), undefined);
+  t.equal(DEFAULT_DATABASE, 'tool_call_guard');
+});
+
+const mongodbUrl = process.env.MONGODB_URL;
+if (mongodbUrl === undefined) {
   t.comment('MongoDB store contract skipped: MONGODB_URL is not set');
 } else {
-  // The MongoDB store plugs in here once shared/stores/mongo/ exists, e.g.:
-  //   metadataStoreContract(t, 'mongodb', () => MongoMetadataStore.open(process.env.MONGODB_URL!, `guard_test_${randomUUID()}`));
-  // with each opened database dropped after the run.
-  t.test('mongodb: metadata store contract', { todo: 'no MongoDB metadata store is implemented yet' }, () => {});
+  // Every store of this run shares one fresh database; the contract's tests keep to
+  // their own orgs, and the tests below count change seqs from where they start.
+  const database = `guard_test_${randomUUID().replaceAll('-', '')}`;
+  const openMongo = () => MongoMetadataStore.open(mongodbUrl, database);
+
+  /** A plain client on the run's database, to look at (or tamper with) what the store wrote. */
+  async function inspectMongo<T>(look: (db: Db) => Promise<T>): Promise<T> {
+    const client = new MongoClient(mongodbUrl!);
+    try {
+      return await look(client.db(database));
+    } finally {
+      await client.close();
+    }
+  }
+
+  t.teardown(() => inspectMongo((db) => db.dropDatabase()));
+
+  metadataStoreContract(t, 'mongodb', openMongo);
+
+  t.test('mongodb: open creates the indexes of every lookup, and opening again is harmless', async (t) => {
+    const first = await openMongo();
+    await first.close();
+    const store = await openMongo();
+    t.teardown(() => store.close());
+    const indexes = await inspectMongo(async (db) => {
+      const byName: Record<string, Document> = {};
+      for (const name of ['users', 'agents', 'credentials', 'changes']) {
+        for (const index of await db.collection(name).listIndexes().toArray()) byName[String(index.name)] = index;
+      }
+      return byName;
+    });
+    t.match(indexes.users_by_email, { key: { email: 1 }, unique: true });
+    t.match(indexes.agents_by_key_hash, { key: { key_hash: 1 }, unique: true });
+    t.match(indexes.agents_by_org_created, { key: { org_id: 1, created_at: 1, insert_order: 1 } });
+    t.match(indexes.credentials_by_org_hostname, { key: { org_id: 1, hostname: 1 }, unique: true });
+    t.match(indexes.credentials_by_org_created, { key: { org_id: 1, created_at: 1, insert_order: 1 } });
+    t.match(indexes.changes_by_seq, { key: { seq: 1 }, unique: true });
+    t.match(indexes.changes_expire, { key: { at: 1 }, expireAfterSeconds: 3600 });
+  });
+
+  t.test('mongodb: changesSince returns the committed changes in order, from any process', async (t) => {
+    const writer = await openMongo();
+    // A second store stands in for another proxy process.
+    const reader = await openMongo();
+    t.teardown(async () => {
+      await writer.close();
+      await reader.close();
+    });
+
+    const base = await reader.lastChangeSeq();
+    t.same(await reader.changesSince(base, 100), [], 'nothing after the last seq');
+
+    const user = await writer.createUserWithOrg(`changes-${randomUUID()}@example.test`, 'hash');
+    const hash = randomBytes(32).toString('hex');
+    const agent = await writer.createAgent({
+      orgId: user.orgId,
+      name: 'a',
+      logOutputs: 'hash',
+      keyHash: hash,
+      apiKeyPrefix: 'agk_changes1...',
+    });
+    t.equal(await reader.lastChangeSeq(), base, 'signup and agent creation invalidate no cache');
+
+    await writer.setPolicy(agent.id, 'version: "1"\nrules: []\n');
+    const credential = await writer.createCredential({
+      orgId: user.orgId,
+      name: 'k',
+      hostname: 'api.example.com',
+      credType: 'bearer',
+      headerName: null,
+      queryParam: null,
+      sealedValue: 'sealed',
+    });
+    await writer.deleteCredential(user.orgId, credential.id);
+    await writer.deleteAgent(user.orgId, agent.id);
+
+    const expected = [
+      { seq: base + 1, change: { kind: 'policy', agentId: agent.id } },
+      { seq: base + 2, change: { kind: 'credential', orgId: user.orgId, hostname: 'api.example.com' } },
+      { seq: base + 3, change: { kind: 'credential', orgId: user.orgId, hostname: 'api.example.com' } },
+      { seq: base + 4, change: { kind: 'agent', agentId: agent.id, keyHash: hash } },
+    ];
+    t.same(await reader.changesSince(base, 100), expected);
+    t.same(await reader.changesSince(base, 2), expected.slice(0, 2), 'limit caps the batch');
+    t.same(await reader.changesSince(base, 0), [], 'a limit of 0 is nothing, not everything');
+    t.same(await reader.changesSince(base + 2, 100), expected.slice(2), 'only the changes after seq');
+    t.same(await reader.changesSince(base + 4, 100), []);
+    t.equal(await reader.lastChangeSeq(), base + 4);
+    t.equal(await writer.lastChangeSeq(), base + 4);
+    t.equal(await reader.findAgentByKeyHash(hash), undefined, 'the other process reads the deletion too');
+
+    t.equal(await writer.deleteAgent(user.orgId, agent.id), false);
+    t.equal(await reader.lastChangeSeq(), base + 4, 'a delete that finds nothing records nothing');
+  });
+
+  t.test('mongodb: changesSince waits at a recent gap in the seqs and reads past an old one', async (t) => {
+    const store = await openMongo();
+    t.teardown(() => store.close());
+    const base = await store.lastChangeSeq();
+    // seq base+1 is "in flight": taken from the counter, its entry not yet inserted.
+    await inspectMongo(async (db) => {
+      await db.collection<{ _id: string; seq: number }>('counters').updateOne({ _id: 'changes' }, { $set: { seq: base + 2 } });
+      await db.collection('changes').insertOne({
+        seq: base + 2,
+        kind: 'policy',
+        agent_id: 'after-the-gap',
+        key_hash: null,
+        org_id: null,
+        hostname: null,
+        at: new Date(),
+      });
+    });
+    t.same(await store.changesSince(base, 10), [], 'a fresh gap holds back what follows it');
+
+    await inspectMongo((db) =>
+      db.collection('changes').updateOne({ seq: base + 2 }, { $set: { at: new Date(Date.now() - 60_000) } }),
+    );
+    t.same(
+      await store.changesSince(base, 10),
+      [{ seq: base + 2, change: { kind: 'policy', agentId: 'after-the-gap' } }],
+      'a gap older than the grace period is a writer that died: read past it',
+    );
+  });
+
+  t.test('mongodb: setting the policy of an agent that does not exist is not_found and records no change', async (t) => {
+    const store = await openMongo();
+    t.teardown(() => store.close());
+    const before = await store.lastChangeSeq();
+    const agentId = randomUUID();
+    const err = await store.setPolicy(agentId, 'version: "1"\n').then(
+      () => undefined,
+      (e: unknown) => e,
+    );
+    t.ok(err instanceof GuardError);
+    t.equal((err as GuardError).code, 'not_found');
+    t.equal(await store.getPolicy(agentId), undefined);
+    t.equal(await store.lastChangeSeq(), before, 'the failed write recorded no change');
+  });
+
+  t.test('mongodb: watchChanges delivers changes from other processes on a replica set', async (t) => {
+    const watcher = await openMongo();
+    const writer = await openMongo();
+    t.teardown(async () => {
+      await watcher.close();
+      await writer.close();
+    });
+    if (!watcher.canWatchChanges) {
+      const stop = watcher.watchChanges(() => t.fail('a standalone server has no change streams'));
+      stop();
+      t.pass('standalone server: no change stream, callers poll changesSince');
+      return;
+    }
+    const user = await writer.createUserWithOrg(`watch-${randomUUID()}@example.test`, 'hash');
+    const heard: MetadataChange[] = [];
+    let streamError: Error | undefined;
+    const stop = watcher.watchChanges(
+      (entry) => heard.push(entry.change),
+      (err) => {
+        streamError = err;
+      },
+    );
+    t.teardown(stop);
+    // The stream starts asynchronously and misses what is committed before: keep
+    // writing (a credential for a new hostname each time) until it hears one.
+    for (let attempt = 0; heard.length === 0 && streamError === undefined && attempt < 50; attempt++) {
+      await writer.createCredential({
+        orgId: user.orgId,
+        name: 'k',
+        hostname: `api${attempt}.example.com`,
+        credType: 'bearer',
+        headerName: null,
+        queryParam: null,
+        sealedValue: 'sealed',
+      });
+      await new Promise((resolve) => setTimeout(resolve, 100));
+    }
+    t.equal(streamError, undefined, 'the change stream did not fail');
+    t.match(heard[0], { kind: 'credential', orgId: user.orgId, hostname: /^api\d+\.example\.com$/ });
+  });
+
+  t.test('mongodb: ping answers while open; close is idempotent and ping then fails as unavailable', async (t) => {
+    const store = await openMongo();
+    t.equal(await store.ping(), undefined);
+    await store.close();
+    await store.close();
+    await t.rejects(store.ping(), { code: 'unavailable', status: 503 });
+  });
 }
 
 t.test('sqlite: data survives closing and reopening the file', async (t) => {

@@ -131,7 +131,7 @@ t.test('policy paths are matched on the normalised path: encoded or dot-segment 
   const agent = await createAgent(base, owner, 'tricks');
   await setPolicy(agent.id, 'version: "1"\nrules:\n  - {name: no-admin, tool: "*", action: "*", path: /admin/**, decision: deny}\n');
   const before = upstream.seen.length;
-  for (const path of ['%61dmin/x', 'admin%2Fy', '%61%64%6D%69%6E']) {
+  for (const path of ['%61dmin/x', 'admin%2Fy', '%61%64%6D%69%6E', '/admin/x', 'admin//x']) {
     const res = await proxied(agent.api_key, `${upstream.authority}/${path}`);
     t.equal(res.status, 403, `${path} is seen as /admin/...`);
   }
@@ -348,10 +348,24 @@ t.test('log_outputs: full stores text up to the cap, base64 for binary; none sto
   const bin = rows.find((r) => r.tool_url.includes('/bytes'));
   t.equal(bin.output_truncated, true);
   t.ok(Buffer.from(bin.output, 'base64').equals(patternBytes(5000).subarray(0, 1000)), 'binary capture is base64 of the first bytes');
+  await (await proxied(full.api_key, `${upstream.authority}/status?code=204`)).arrayBuffer();
+  const [empty] = (await auditFor(owner, full.id, 3)).filter((r) => r.status_code === 204);
+  t.equal(empty.output, '', 'an empty upstream body is stored as an empty string, not null');
   const none = await createAgent(base, owner, 'none', 'none');
   await (await proxied(none.api_key, `${upstream.authority}/json`)).text();
   const [row] = await auditFor(owner, none.id, 1);
   t.equal(row.output, null);
   t.equal(row.output_hash, null);
   t.ok(row.latency_ms >= 0);
+});
+
+t.test('a request head over 16 KiB is answered 431 without reaching upstream', async (t) => {
+  const agent = await createAgent(base, owner, 'bighead');
+  const before = upstream.seen.length;
+  const res = await proxied(agent.api_key, `${upstream.authority}/echo`, { headers: { 'x-big': 'a'.repeat(20_000) } });
+  t.equal(res.status, 431);
+  t.equal(((await res.json()) as any).error, 'headers_too_large');
+  t.equal(upstream.seen.length, before);
+  const admin = await api(base, owner, 'GET', '/agents', undefined, { 'x-big': 'a'.repeat(20_000) });
+  t.equal(admin.status, 431, 'admin paths too');
 });

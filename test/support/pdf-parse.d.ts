@@ -21,6 +21,6 @@ declare module 'pdf-parse/lib/pdf-parse.js' {
     info: Record<string, unknown> | null;
     text: string;
   }
-  function pdfParse(data: Buffer, options?: PdfParseOptions): Promise<PdfParseResult>;
+  function pdfParse(data: Uint8Array, options?: PdfParseOptions): Promise<PdfParseResult>;
   export default pdfParse;
 }

@@ -146,7 +146,10 @@ interface ParsedPdf {
 
 async function parsePdf(pdf: Buffer): Promise<ParsedPdf> {
   const items: TextItem[][] = [];
-  const result = await pdfParse(pdf, {
+  // A plain Uint8Array, not the Buffer: pdf.js clones its input with
+  // `new input.constructor(input)`, which for a Buffer makes a view into Node's
+  // shared pool, and then misreads small (pooled) documents as "bad XRef entry".
+  const result = await pdfParse(new Uint8Array(pdf), {
     // pdf-parse renders pages one after another, so pages arrive in order.
     pagerender: async (page) => {
       const content = await page.getTextContent({ normalizeWhitespace: false, disableCombineTextItems: false });
@@ -408,6 +411,7 @@ t.test('hostile strings and numbers render as a PDF instead of throwing', async 
   const parsed = await parsePdf(pdf);
   t.ok(hasLine(parsed, ['Organisation', `Zürich? AG? (${ORG_ID})`]), 'controls and lone surrogates become ?');
   t.ok(hasLine(parsed, ['Window', '— to 2025-03-31T00:00:00Z (0 days)']));
+  t.ok(hasLine(parsed, ['0', '0', '0', '—', '—', '—']), 'NaN, negative and infinite totals show as 0 or —');
   const entry = allLines(parsed).find((line) => line[0] === 'not a time' && line.length === ENTRY_HEADER.length);
   t.ok(entry, 'the entry is listed on one line');
   t.match(entry![1], /^bell\? tab  lone\? x+/, 'BEL and the lone surrogate as ?, the tab as a space');

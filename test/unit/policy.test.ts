@@ -346,3 +346,17 @@ t.test('an alias bomb is refused quickly', async (t) => {
   t.match(err.message, /alias bomb/);
   t.ok(elapsedMs < 500, `refused in ${elapsedMs.toFixed(1)} ms`);
 });
+
+t.test('a path glob with * before a trailing /** compiles and matches (regression: it threw)', async (t) => {
+  const policy = parsePolicy(`version: "1"
+rules:
+  - {name: issues, tool: "*", action: "*", path: "/repos/*/issues/**", decision: deny}
+  - {name: nested, tool: "*", action: "*", path: "/a/**/b/**", decision: deny}
+  - {name: versions, tool: "*", action: "*", path: "/v*/**", decision: deny}
+`);
+  t.equal(evaluatePolicy(policy, 'x', 'GET', '/repos/node/issues').ruleMatched, 'issues');
+  t.equal(evaluatePolicy(policy, 'x', 'GET', '/repos/node/issues/12/comments').ruleMatched, 'issues');
+  t.equal(evaluatePolicy(policy, 'x', 'GET', '/repos/node/pulls').ruleMatched, 'default');
+  t.equal(evaluatePolicy(policy, 'x', 'GET', '/a/x/y/b/z').ruleMatched, 'nested');
+  t.equal(evaluatePolicy(policy, 'x', 'GET', '/v2/things').ruleMatched, 'versions');
+});
