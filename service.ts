@@ -3,13 +3,14 @@
 //   proxy       `npm run start:proxy`: the public entry point of split mode (any number);
 //   admin       `npm run start:admin`: the admin API of split mode (one).
 // Tests and the bench start it in-process through `startService`.
-import { mkdirSync } from 'node:fs';
+import { existsSync, mkdirSync, readFileSync } from 'node:fs';
 import { createAdminApp } from './admin/app.js';
 import { createAdminPassThrough } from './admin/pass-through.js';
 import { AuditBatcher } from './shared/audit/audit-batcher.js';
 import { AuditSpool } from './shared/audit/audit-spool.js';
 import { loadConfig, type Config } from './shared/config.js';
 import { createLogger, type Logger } from './shared/log.js';
+import { Metrics } from './shared/metrics.js';
 import { loadSecrets } from './shared/secrets.js';
 import type { AuditStore } from './shared/stores/audit-store.js';
 import type { MetadataChange } from './shared/types.js';
@@ -31,6 +32,7 @@ export interface RunningService {
   auditStore: AuditStore;
   auditBatcher: AuditBatcher;
   pipeline: ProxyPipeline | null;
+  metrics: Metrics;
   /** Stops accepting, drains in-flight calls up to `drainMs`, flushes (or spools) the audit, closes the stores. Idempotent. */
   stop(drainMs?: number): Promise<void>;
 }
@@ -44,6 +46,15 @@ interface Watchable {
 
 function isWatchable(store: object): store is Watchable {
   return (store as Partial<Watchable>).canWatchChanges === true && typeof (store as Partial<Watchable>).watchChanges === 'function';
+}
+
+/** docs/openapi.json from the package root (the source tree or above dist/). */
+function readOpenApi(): string | null {
+  for (const up of ['./docs/openapi.json', '../docs/openapi.json']) {
+    const file = new URL(up, import.meta.url);
+    if (existsSync(file)) return readFileSync(file, 'utf8');
+  }
+  return null;
 }
 
 /** What split mode needs that all-in-one can generate or embed. Empty when the config will do. */
@@ -66,19 +77,28 @@ export async function startService(config: Readonly<Config>, log: Logger = creat
   const store = await openMetadataStore(config);
   const auditStore = await openAuditStore(config);
   const spool = AuditSpool.open(config.spoolDir!, config.spoolMaxBytes);
+  const metrics = new Metrics({ agentLabel: config.metricsAgentLabel });
   const auditBatcher = new AuditBatcher(auditStore, {
     maxRows: config.auditBatchRows,
     maxDelayMs: config.auditBatchMs,
     maxQueued: config.auditQueueMax,
     spool,
     onError: (err, rows) => log.error('audit batch not written; spooled for replay', { rows, err }),
+    onBatchWritten: (rows, ms) => {
+      metrics.batchRows.observe(rows);
+      metrics.flushSeconds.observe(ms / 1000);
+    },
   });
   if (spool.batches.length > 0) log.warn('replaying audit batches left in the spool', { batches: spool.batches.length });
 
   let publicUrl = config.publicUrl ?? '';
-  const admin = role === 'proxy' ? null : createAdminApp({ config, publicUrl: () => publicUrl, secrets, store, auditStore, auditBatcher }, log);
+  const admin = role === 'proxy' ? null : createAdminApp({ config, publicUrl: () => publicUrl, secrets, store, auditStore, auditBatcher, metrics }, log);
   const passThrough = role === 'proxy' ? createAdminPassThrough(config.adminUrl!) : null;
-  const pipeline = role === 'admin' ? null : createProxyPipeline({ config, store, encryptionKey: secrets.encryptionKey, batcher: auditBatcher, log });
+  const pipeline = role === 'admin' ? null : createProxyPipeline({ config, store, encryptionKey: secrets.encryptionKey, batcher: auditBatcher, log, metrics });
+  metrics.setSources({
+    auditStats: () => ({ ...auditBatcher.stats, pending: auditBatcher.pending, spooledBatches: auditBatcher.spooledBatches }),
+    inFlight: () => pipeline?.inFlight ?? 0,
+  });
   let poller: ChangePoller | null = null;
   let unwatch: (() => void) | null = null;
   if (role === 'proxy' && pipeline !== null) {
@@ -100,6 +120,15 @@ export async function startService(config: Readonly<Config>, log: Logger = creat
     admin: passThrough !== null ? passThrough.handle : admin!.handle,
     trustForwardedFor: role === 'admin',
     health: () => ({ role, audit_pending: auditBatcher.pending, audit_spooled_batches: auditBatcher.spooledBatches }),
+    ready: async () => {
+      if (auditBatcher.saturated) return 'the audit pipeline is refusing work';
+      const [metadata, audit] = await Promise.allSettled([store.ping(), auditStore.ping()]);
+      if (metadata.status === 'rejected') return 'the metadata store does not answer';
+      if (audit.status === 'rejected') return 'the audit store does not answer';
+      return null;
+    },
+    metrics: { text: () => metrics.text(), contentType: metrics.contentType, token: config.metricsToken },
+    openapi: readOpenApi(),
   });
   const url = `http://${config.host.includes(':') ? `[${config.host}]` : config.host}:${listener.port}`;
   if (publicUrl === '') publicUrl = `http://localhost:${listener.port}`;
@@ -122,7 +151,7 @@ export async function startService(config: Readonly<Config>, log: Logger = creat
     return stopping;
   }
 
-  return { role, port: listener.port, url, publicUrl, log, store, auditStore, auditBatcher, pipeline, stop };
+  return { role, port: listener.port, url, publicUrl, log, store, auditStore, auditBatcher, pipeline, metrics, stop };
 }
 
 /**

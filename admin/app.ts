@@ -134,7 +134,9 @@ export function createAdminApp(ctx: AdminContext, log: Logger): AdminApp {
     } catch (err) {
       if (!(err instanceof GuardError)) log.error('admin request failed', { method: req.method, path: req.path, err });
       else if (err.status >= 500) log.warn('admin request failed', { method: req.method, path: req.path, code: err.code });
-      const { status, body, headers } = toErrorResponse(isStoreUnavailable(err) ? new GuardError('unavailable') : err);
+      const storeDown = isStoreUnavailable(err);
+      if (storeDown && ctx.metrics) ctx.metrics.storeErrors++;
+      const { status, body, headers } = toErrorResponse(storeDown ? new GuardError('unavailable') : err);
       return { status, headers: { 'content-type': 'application/json', ...headers }, body };
     }
   }

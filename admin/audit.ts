@@ -36,6 +36,7 @@ export function auditJson(r: AuditRecord) {
     output_hash: r.outputHash,
     output: r.output,
     output_truncated: r.outputTruncated,
+    request_id: r.requestId,
   };
 }
 

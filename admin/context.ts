@@ -1,6 +1,7 @@
 // What every admin resource handler is given.
 import type { Config } from '../shared/config.js';
 import type { AuditBatcher } from '../shared/audit/audit-batcher.js';
+import type { Metrics } from '../shared/metrics.js';
 import type { Secrets } from '../shared/secrets.js';
 import type { AuditStore } from '../shared/stores/audit-store.js';
 import type { MetadataStore } from '../shared/stores/metadata-store.js';
@@ -15,6 +16,8 @@ export interface AdminContext {
   store: MetadataStore;
   auditStore: AuditStore;
   auditBatcher: AuditBatcher;
+  /** Counts store errors for /metrics. */
+  metrics?: Metrics;
 }
 
 /** A route handler: the request, the authenticated caller, and the path's `:params`. */

@@ -58,6 +58,9 @@ export async function runBench(options: BenchOptions, progress: (line: string) =
   const selected = selectScenarios(options.scenarios);
   const startedAt = new Date();
   const tmpDir = mkdtempSync(join(tmpdir(), 'tcg-bench-'));
+  // Also removed when the process exits without unwinding (SIGINT in the CLI).
+  const removeTmpDir = (): void => rmSync(tmpDir, { recursive: true, force: true });
+  process.once('exit', removeTmpDir);
   const http = new BenchHttp();
   const problems: string[] = [];
   try {
@@ -152,7 +155,8 @@ export async function runBench(options: BenchOptions, progress: (line: string) =
   } finally {
     http.close();
     await stopAll();
-    rmSync(tmpDir, { recursive: true, force: true });
+    removeTmpDir();
+    process.removeListener('exit', removeTmpDir);
   }
 }
 

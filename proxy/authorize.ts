@@ -8,10 +8,10 @@ export function authorize(ex: ProxyExchange, caches: ProxyCaches): StageResult {
   const agentId = ex.agent!.id;
   const hit = caches.policies.get(agentId);
   if (hit !== undefined) {
-    caches.stats.hits++;
+    caches.stats.policies.hits++;
     return decide(ex, hit);
   }
-  caches.stats.misses++;
+  caches.stats.policies.misses++;
   return caches.policies.fetch(agentId).then((policy) => decide(ex, policy ?? NONE));
 }
 

@@ -6,6 +6,7 @@ import { LRUCache } from 'lru-cache';
 import { parsePolicy, type CompiledPolicy } from '../shared/policy/index.js';
 import { credentialAssociatedData, openValue } from '../shared/secrets.js';
 import type { MetadataStore } from '../shared/stores/metadata-store.js';
+import type { CacheCounters, CacheName } from '../shared/metrics.js';
 import type { Agent, CredType, MetadataChange } from '../shared/types.js';
 
 /** What the proxy injects: the credential's shape and its opened value. */
@@ -27,7 +28,8 @@ export interface ProxyCaches {
   unknownKeys: LRUCache<string, true>;
   policies: LRUCache<string, Cached<CompiledPolicy>>;
   credentials: LRUCache<string, Cached<InjectedCredential>>;
-  stats: { hits: number; misses: number };
+  /** Hits, misses and evictions per cache (the metrics read them). */
+  stats: Record<CacheName, CacheCounters>;
   /** Evicts what a change touches. */
   apply(change: MetadataChange): void;
   /** Evicts everything (a change feed that lost its place). */
@@ -43,17 +45,23 @@ export function credentialCacheKey(orgId: string, authority: string): string {
 export function createProxyCaches(
   store: MetadataStore,
   encryptionKey: Buffer,
-  options: { maxEntries: number; ttlMs: number },
+  options: { maxEntries: number; ttlMs: number; stats: Record<CacheName, CacheCounters> },
 ): ProxyCaches {
+  const { stats } = options;
   const common = { max: options.maxEntries, ttl: options.ttlMs, ttlAutopurge: false, updateAgeOnGet: false };
+  const countEvictions = (name: CacheName) => (_value: unknown, _key: string, reason: string) => {
+    if (reason === 'evict') stats[name].evictions++;
+  };
 
   const agents = new LRUCache<string, Cached<Agent>>({
     ...common,
+    dispose: countEvictions('agents'),
     fetchMethod: async (keyHash) => (await store.findAgentByKeyHash(keyHash)) ?? NONE,
   });
   const unknownKeys = new LRUCache<string, true>({ max: Math.min(options.maxEntries, 10_000), ttl: options.ttlMs });
   const policies = new LRUCache<string, Cached<CompiledPolicy>>({
     ...common,
+    dispose: countEvictions('policies'),
     fetchMethod: async (agentId) => {
       const record = await store.getPolicy(agentId);
       return record ? parsePolicy(record.rulesYaml) : NONE;
@@ -61,6 +69,7 @@ export function createProxyCaches(
   });
   const credentials = new LRUCache<string, Cached<InjectedCredential>>({
     ...common,
+    dispose: countEvictions('credentials'),
     fetchMethod: async (key) => {
       const split = key.indexOf('|');
       const orgId = key.slice(0, split);
@@ -104,5 +113,5 @@ export function createProxyCaches(
   }
 
   const unsubscribe = store.onChange(apply);
-  return { agents, unknownKeys, policies, credentials, stats: { hits: 0, misses: 0 }, apply, clear, close: unsubscribe };
+  return { agents, unknownKeys, policies, credentials, stats, apply, clear, close: unsubscribe };
 }

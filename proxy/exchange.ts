@@ -61,6 +61,9 @@ export class ProxyExchange {
   capture: Buffer | null = null;
   captureLength = 0;
   captureTruncated = false;
+  /** performance.now() when the call went upstream, and the time to its response head. */
+  forwardedAt = 0;
+  upstreamMs = -1;
   /** Aborts the upstream request, once one is under way. */
   abortUpstream: ((reason?: Error) => void) | null = null;
 

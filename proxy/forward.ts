@@ -54,6 +54,8 @@ export function createForwarder(config: Readonly<Config>): Forwarder {
     const target = ex.target!;
     const headers = ex.headers;
     headers.push('host', target.authority);
+    // The request id travels upstream, so both sides' logs meet (RFC-less but common: X-Request-Id).
+    if (ex.requestId === '') headers.push('x-request-id', ex.id);
     const body = ex.body;
     let payload: Buffer | NodeJS.ReadableStream | null = null;
     if (body !== null) {
@@ -71,6 +73,7 @@ export function createForwarder(config: Readonly<Config>): Forwarder {
       path += (ex.query.length > 0 ? '&' : '?') + credential.value;
     }
     const handler = new UpstreamResponse(ex, config.outputCaptureBytes);
+    ex.forwardedAt = performance.now();
     try {
       poolFor(ex.address, target.port, target.hostname).dispatch(
         { path, method: ex.method, headers, body: payload as never, blocking: false },

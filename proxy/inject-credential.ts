@@ -9,10 +9,10 @@ export function injectCredential(ex: ProxyExchange, caches: ProxyCaches): StageR
   const key = credentialCacheKey(ex.agent!.orgId, ex.target!.authority);
   const hit = caches.credentials.get(key);
   if (hit !== undefined) {
-    caches.stats.hits++;
+    caches.stats.credentials.hits++;
     return apply(ex, hit);
   }
-  caches.stats.misses++;
+  caches.stats.credentials.misses++;
   return caches.credentials.fetch(key).then((credential) => apply(ex, credential ?? NONE));
 }
 

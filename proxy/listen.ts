@@ -8,6 +8,7 @@ import type { HttpRequest, HttpResponse, TemplatedApp, us_listen_socket } from '
 import type { AdminRequest, AdminResponse } from '../admin/http.js';
 import { MAX_ADMIN_BODY_BYTES } from '../admin/http.js';
 import { errorBody, type ErrorCode, ERRORS } from '../shared/errors.js';
+import { timingSafeEqual } from 'node:crypto';
 import { hashApiKey } from '../shared/secrets.js';
 import { ProxyExchange } from './exchange.js';
 import type { ProxyPipeline } from './pipeline.js';
@@ -48,6 +49,11 @@ export interface ListenOptions {
   /** Split-mode admin: the client address comes from the proxy's X-Forwarded-For. */
   trustForwardedFor: boolean;
   health: () => Record<string, unknown>;
+  /** Resolves with null when ready, else why not (GET /ready answers 503 with it). */
+  ready: () => Promise<string | null>;
+  metrics: { text(): Promise<string>; contentType: string; token: string | null };
+  /** The OpenAPI document served at GET /openapi.json (null: 404). */
+  openapi: string | null;
 }
 
 export interface Listener {
@@ -140,6 +146,45 @@ export function listen(uws: Uws, options: ListenOptions): Promise<Listener> {
     const body = JSON.stringify({ status: 'ok', ...options.health() });
     res.cork(() => res.writeHeader('content-type', 'application/json').end(body));
   });
+  app.get('/ready', (res) => {
+    let aborted = false;
+    res.onAborted(() => {
+      aborted = true;
+    });
+    void options.ready().then(
+      (reason) => reason,
+      () => 'a readiness check failed',
+    ).then((reason) => {
+      if (aborted) return;
+      res.cork(() => {
+        if (reason === null) res.writeHeader('content-type', 'application/json').end('{"status":"ready"}');
+        else writeError(res, 'unavailable', `Not ready: ${reason}.`);
+      });
+    });
+  });
+
+  app.get('/metrics', (res, req) => {
+    const { token } = options.metrics;
+    if (token !== null && !bearerMatches(req.getHeader('authorization'), token)) {
+      writeError(res, 'unauthorized', 'GET /metrics needs the metrics bearer token.');
+      return;
+    }
+    let aborted = false;
+    res.onAborted(() => {
+      aborted = true;
+    });
+    void options.metrics.text().then((text) => {
+      if (!aborted) res.cork(() => res.writeHeader('content-type', options.metrics.contentType).end(text));
+    });
+  });
+
+  const openapi = options.openapi;
+  if (openapi !== null) {
+    app.get('/openapi.json', (res) => {
+      res.writeHeader('content-type', 'application/json').end(openapi);
+    });
+  }
+
   app.any('/health', (res, req) => {
     if (req.getCaseSensitiveMethod() === 'HEAD') {
       res.cork(() => res.writeHeader('content-type', 'application/json').endWithoutBody());
@@ -270,4 +315,10 @@ function handleAdmin(res: HttpResponse, req: HttpRequest, admin: (req: AdminRequ
       void admin(request).then(respond);
     }
   });
+}
+
+function bearerMatches(header: string, token: string): boolean {
+  const given = Buffer.from(header.startsWith('Bearer ') ? header.slice(7) : '');
+  const expected = Buffer.from(token);
+  return given.length === expected.length && timingSafeEqual(given, expected);
 }

@@ -5,7 +5,8 @@
 import type { AuditBatcher } from '../shared/audit/audit-batcher.js';
 import type { Config } from '../shared/config.js';
 import { isStoreUnavailable } from '../shared/errors.js';
-import type { Logger } from '../shared/log.js';
+import { FIELD, type Logger } from '../shared/log.js';
+import type { Metrics } from '../shared/metrics.js';
 import type { MetadataStore } from '../shared/stores/metadata-store.js';
 import { authorize } from './authorize.js';
 import { createProxyCaches, type ProxyCaches } from './caches.js';
@@ -32,9 +33,11 @@ export function createProxyPipeline(deps: {
   encryptionKey: Buffer;
   batcher: AuditBatcher;
   log: Logger;
+  metrics: Metrics;
 }): ProxyPipeline {
-  const { config, batcher, log } = deps;
-  const caches = createProxyCaches(deps.store, deps.encryptionKey, { maxEntries: config.cacheMaxEntries, ttlMs: config.cacheTtlMs });
+  const { config, batcher, log, metrics } = deps;
+  const caches = createProxyCaches(deps.store, deps.encryptionKey, { maxEntries: config.cacheMaxEntries, ttlMs: config.cacheTtlMs, stats: metrics.caches });
+  const sample = config.logRequestSample;
   const guard = createTargetGuard({ allowTargets: config.allowTargets, dnsServer: config.dnsServer });
   const forwarder = createForwarder(config);
   let inFlight = 0;
@@ -50,25 +53,41 @@ export function createProxyPipeline(deps: {
 
   function onFinish(ex: ProxyExchange): void {
     inFlight--;
+    const seconds = (performance.now() - ex.startedAt) / 1000;
+    metrics.totalLatency.observe(seconds);
+    if (ex.upstreamMs >= 0) metrics.upstreamLatency.observe(ex.upstreamMs / 1000);
+    metrics.bytesOut += ex.responseBytes;
+    if (ex.body !== null) metrics.bytesIn += ex.body.received;
+    metrics.recordProxied(ex.auditDecision, ex.method, ex.aborted ? 499 : ex.statusCode, ex.agent?.id ?? null);
     if (ex.agent === null) return;
     const record = ex.toAuditRecord();
     batcher.enqueue(record);
-    log.debug('proxied', {
-      request_id: record.requestId,
-      agent_id: record.agentId,
-      key_prefix: ex.keyPrefix,
-      method: record.action,
-      tool: record.toolName,
-      status: record.statusCode,
-      decision: record.decision,
-      rule: record.ruleMatched,
-      latency_ms: record.latencyMs,
-    });
+    // One canonical line per call: at info for a sampled share, else at debug.
+    const atInfo = sample > 0 && Math.random() < sample;
+    if (atInfo || log.isLevelEnabled('debug')) {
+      (atInfo ? log.info : log.debug)('proxied', {
+        [FIELD.requestId]: record.requestId,
+        [FIELD.agentId]: record.agentId,
+        [FIELD.keyPrefix]: ex.keyPrefix,
+        [FIELD.method]: record.action,
+        [FIELD.tool]: record.toolName,
+        [FIELD.path]: ex.target?.path ?? '',
+        [FIELD.status]: record.statusCode,
+        [FIELD.decision]: record.decision,
+        [FIELD.rule]: record.ruleMatched,
+        [FIELD.latencyMs]: record.latencyMs,
+        [FIELD.upstreamMs]: ex.upstreamMs >= 0 ? Math.round(ex.upstreamMs) : null,
+        [FIELD.requestBytes]: record.requestBytes,
+        [FIELD.responseBytes]: record.responseBytes,
+      });
+    }
   }
 
   function fail(ex: ProxyExchange, err: unknown): void {
-    log.error('proxy stage failed', { request_id: ex.id, key_prefix: ex.keyPrefix, err });
-    ex.answerError(isStoreUnavailable(err) ? 'unavailable' : 'internal');
+    const storeDown = isStoreUnavailable(err);
+    if (storeDown) metrics.storeErrors++;
+    log.error('proxy stage failed', { [FIELD.requestId]: ex.id, [FIELD.keyPrefix]: ex.keyPrefix, [FIELD.err]: err });
+    ex.answerError(storeDown ? 'unavailable' : 'internal');
   }
 
   function runFrom(ex: ProxyExchange, first: number): void {

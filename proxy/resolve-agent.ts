@@ -8,14 +8,14 @@ export const API_KEY_RE = /^agk_[0-9A-Za-z]{40}$/;
 export function resolveAgent(ex: ProxyExchange, caches: ProxyCaches): StageResult {
   const hit = caches.agents.get(ex.keyHash);
   if (hit !== undefined) {
-    caches.stats.hits++;
+    caches.stats.agents.hits++;
     return applyAgent(ex, caches, hit);
   }
   if (caches.unknownKeys.has(ex.keyHash)) {
-    caches.stats.hits++;
+    caches.stats.agents.hits++;
     return ex.answerError('invalid_api_key');
   }
-  caches.stats.misses++;
+  caches.stats.agents.misses++;
   return caches.agents.fetch(ex.keyHash).then((agent) => applyAgent(ex, caches, agent ?? NONE));
 }
 

@@ -67,6 +67,7 @@ export class UpstreamResponse {
     this.#rawHeaders = rawHeaders;
     this.#resume = resume;
     this.#ex.statusCode = status;
+    this.#ex.upstreamMs = performance.now() - this.#ex.forwardedAt;
     const mode = this.#ex.agent!.logOutputs;
     if (mode === 'hash') this.#ex.outputHash = createHash('sha256');
     else if (mode === 'full') this.#ex.capture = EMPTY; // '' unless a body arrives

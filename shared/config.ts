@@ -36,6 +36,9 @@ export interface Config {
   loginWindowSeconds: number;
   pdfMaxEntries: number;
   dnsServer: string | null;
+  metricsToken: string | null;
+  metricsAgentLabel: boolean;
+  logRequestSample: number;
   spoolDir: string | null;
   spoolMaxBytes: number;
   changePollMs: number;
@@ -82,6 +85,12 @@ function oneOf<T extends string>(values: readonly T[]) {
 
 const text = (raw: string): string => raw;
 
+function oneOfBool(raw: string): boolean {
+  if (raw === 'true' || raw === '1') return true;
+  if (raw === 'false' || raw === '0') return false;
+  throw new ConfigError('must be true or false');
+}
+
 /** Every variable the service reads, in the order the README's table lists them. */
 export const CONFIG_SPECS: readonly Spec[] = [
   { env: 'PORT', key: 'port', doc: 'public listener port', parse: integer(0, 65535), fallback: 8080 },
@@ -105,6 +114,15 @@ export const CONFIG_SPECS: readonly Spec[] = [
   { env: 'GUARD_ALLOW_TARGETS', key: 'allowTargets', doc: 'hosts and CIDRs the SSRF guard lets through', parse: (r) =>
     Object.freeze(r.split(',').map((s) => s.trim().toLowerCase()).filter(Boolean)), fallback: Object.freeze([]) },
   { env: 'LOG_LEVEL', key: 'logLevel', doc: 'debug, info, warn, error', parse: oneOf(['debug', 'info', 'warn', 'error'] as const), fallback: 'info' },
+  { env: 'LOG_REQUEST_SAMPLE', key: 'logRequestSample', doc: 'share of proxied calls logged at info (the rest at debug)', parse: (r) => {
+    if (!/^(0(\.\d+)?|1(\.0+)?)$/.test(r)) throw new ConfigError('must be a number from 0 to 1');
+    return Number(r);
+  }, fallback: 0 },
+  { env: 'METRICS_TOKEN', key: 'metricsToken', doc: 'bearer token GET /metrics requires', parse: (r) => {
+    if (r.length < 16) throw new ConfigError('must be at least 16 characters');
+    return r;
+  }, fallback: null },
+  { env: 'METRICS_AGENT_LABEL', key: 'metricsAgentLabel', doc: 'count proxied calls per agent id (one series per agent)', parse: oneOfBool, fallback: false },
   { env: 'JWT_TTL_SECONDS', key: 'jwtTtlSeconds', doc: 'access token lifetime', parse: integer(60, 30 * 86400), fallback: 12 * 3600 },
   { env: 'AUDIT_BATCH_ROWS', key: 'auditBatchRows', doc: 'audit rows per insert, at most', parse: integer(1, 100_000), fallback: 5000 },
   { env: 'AUDIT_BATCH_MS', key: 'auditBatchMs', doc: 'longest an audit row waits before its batch is written', parse: integer(1, 60_000), fallback: 250 },

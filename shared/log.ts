@@ -1,30 +1,55 @@
-// Structured JSON logs, one object per line on stdout. Callers pass fields, never
-// preformatted strings holding request data, so that nothing secret slips in by
-// interpolation (agent keys are logged by prefix only; credential values never).
+// Structured JSON logs (pino), one object per line on stdout. Callers pass
+// fields named by the constants in FIELD, never preformatted strings holding
+// request data, so that nothing secret slips in by interpolation: agent keys are
+// logged by their prefix only, credential values never.
+import { pino, stdSerializers, type DestinationStream } from 'pino';
 import type { LogLevel } from './config.js';
 
-const LEVELS: Record<LogLevel, number> = { debug: 10, info: 20, warn: 30, error: 40 };
+/** Field names of every log line, so that dashboards and queries can rely on them. */
+export const FIELD = {
+  requestId: 'request_id',
+  agentId: 'agent_id',
+  keyPrefix: 'key_prefix',
+  method: 'method',
+  tool: 'tool',
+  path: 'path',
+  status: 'status',
+  decision: 'decision',
+  rule: 'rule',
+  latencyMs: 'latency_ms',
+  upstreamMs: 'upstream_ms',
+  requestBytes: 'request_bytes',
+  responseBytes: 'response_bytes',
+  role: 'role',
+  err: 'err',
+} as const;
 
 export interface Logger {
   debug(msg: string, fields?: Record<string, unknown>): void;
   info(msg: string, fields?: Record<string, unknown>): void;
   warn(msg: string, fields?: Record<string, unknown>): void;
   error(msg: string, fields?: Record<string, unknown>): void;
+  isLevelEnabled(level: LogLevel): boolean;
 }
 
-export function createLogger(level: LogLevel, write: (line: string) => void = (line) => process.stdout.write(line)): Logger {
-  const min = LEVELS[level];
-  const emit = (lvl: LogLevel) => (msg: string, fields?: Record<string, unknown>) => {
-    if (LEVELS[lvl] < min) return;
-    write(JSON.stringify({ time: new Date().toISOString(), level: lvl, msg, ...fields }, errorReplacer) + '\n');
+/** A logger at `level`; `write` receives each line (tests collect them), stdout by default. */
+export function createLogger(level: LogLevel, write?: (line: string) => void): Logger {
+  const destination: DestinationStream | undefined = write !== undefined ? { write } : undefined;
+  const base = pino(
+    {
+      level,
+      base: undefined,
+      timestamp: pino.stdTimeFunctions.isoTime,
+      formatters: { level: (label) => ({ level: label }) },
+      serializers: { err: stdSerializers.err },
+    },
+    destination,
+  );
+  return {
+    debug: (msg, fields) => base.debug(fields ?? {}, msg),
+    info: (msg, fields) => base.info(fields ?? {}, msg),
+    warn: (msg, fields) => base.warn(fields ?? {}, msg),
+    error: (msg, fields) => base.error(fields ?? {}, msg),
+    isLevelEnabled: (lvl) => base.isLevelEnabled(lvl),
   };
-  return { debug: emit('debug'), info: emit('info'), warn: emit('warn'), error: emit('error') };
-}
-
-function errorReplacer(_key: string, value: unknown): unknown {
-  if (value instanceof Error) {
-    const code = (value as { code?: unknown }).code;
-    return { name: value.name, message: value.message, ...(code !== undefined ? { code } : {}), stack: value.stack };
-  }
-  return value;
 }

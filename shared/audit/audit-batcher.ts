@@ -23,6 +23,8 @@ export interface AuditBatcherOptions {
   /** Where refused batches wait; without one they wait in memory. */
   spool?: AuditSpool;
   onError?: (err: unknown, batchRows: number) => void;
+  /** Each insert the store took: its rows and how long it took. */
+  onBatchWritten?: (rows: number, ms: number) => void;
 }
 
 interface Batch {
@@ -144,7 +146,9 @@ export class AuditBatcher {
     let batch: Batch | undefined;
     while ((batch = this.#sealed[0]) !== undefined) {
       try {
+        const started = performance.now();
         await this.#store.insert(batch.rows, batch.token);
+        this.#options.onBatchWritten?.(batch.rows.length, performance.now() - started);
         this.stats.written += batch.rows.length;
         this.stats.batches += 1;
         this.#retryMs = RETRY_MIN_MS;

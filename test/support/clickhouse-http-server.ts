@@ -32,6 +32,14 @@
 //   `X-ClickHouse-Timezone`, `X-ClickHouse-Server-Display-Name`,
 //   `X-ClickHouse-Summary`.
 //
+// Not implemented (a real server differs): sessions (`session_id` is ignored; all
+// requests share one engine session, so a client's own `SET`/`USE` statement or
+// temporary table outlives its request); progress headers; mid-stream
+// exceptions (results are buffered whole, as with wait_end_of_query=1); native
+// block compression (`compress=1`/`decompress=1` → NOT_IMPLEMENTED); external
+// tables in multipart bodies; JWT auth, roles, quotas; `readonly=2` is treated
+// as `readonly=1`. Bodies are capped at 256 MiB.
+//
 // One chDB session runs everything, one request at a time (a queue): chDB keeps
 // settings and the current database per session, so each request first puts the
 // session in its state (`USE`, `SET x = v` for its settings, `SET x = DEFAULT`
@@ -420,6 +428,11 @@ function parseRequest(req: IncomingMessage, url: URL, body: Buffer, isGet: boole
   for (const [key, value] of search) {
     if (key.startsWith('param_')) rawParams.set(key.slice('param_'.length), value);
   }
+  for (const flag of ['compress', 'decompress']) {
+    if ((search.get(flag) ?? '0') !== '0') {
+      throw err.notImplemented(`${flag}=1 (ClickHouse's native block compression) is not supported by this test server; use Content-Encoding / enable_http_compression`);
+    }
+  }
   const urlQuery = search.get('query') ?? '';
   const sql = urlQuery !== '' ? (bodyText !== '' ? `${urlQuery}\n${bodyText}` : urlQuery) : bodyText;
   if (sql.trim() === '') throw err.syntax('Empty query');
@@ -449,7 +462,7 @@ function parseRequest(req: IncomingMessage, url: URL, body: Buffer, isGet: boole
 
   const defaultFormat = search.get('default_format') ?? headerValue(req, 'x-clickhouse-format') ?? 'TabSeparated';
   const data = scan.dataStart === null ? null : sql.slice(scan.dataStart);
-  const lineFormat = /(EachRow|TabSeparated|TSV|CSV|Lines)$/i.test(scan.format ?? '');
+  const lineFormat = /(EachRow|TabSeparated|TSV|CSV|Lines)$/i.test(scan.inputFormat ?? '');
   const dataLines = data === null ? 0 : data.split('\n').filter((l) => l.trim() !== '').length;
   return {
     sql,
@@ -723,8 +736,10 @@ interface ScannedQuery {
   placeholders: Map<string, string>;
   /** The first keyword, upper-cased ('(' for a parenthesised query). */
   kind: string;
-  /** The name in a trailing `FORMAT <name>` (not an INSERT's input format). */
+  /** The name in a trailing `FORMAT <name>` (the output format). */
   format: string | null;
+  /** An INSERT's `FORMAT <name>` (the inline data's format). */
+  inputFormat: string | null;
   /** For INSERT … FORMAT X / VALUES: where the inline data starts. */
   dataStart: number | null;
   multiStatement: boolean;
@@ -734,7 +749,7 @@ const WORD = /[A-Za-z_][A-Za-z0-9_$]*/y;
 const PLACEHOLDER_HEAD = /\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*:\s*/y;
 
 export function scanQuery(sql: string): ScannedQuery {
-  const out: ScannedQuery = { placeholders: new Map(), kind: '', format: null, dataStart: null, multiStatement: false };
+  const out: ScannedQuery = { placeholders: new Map(), kind: '', format: null, inputFormat: null, dataStart: null, multiStatement: false };
   const n = sql.length;
   let depth = 0;
   let i = 0;
@@ -871,7 +886,7 @@ export function scanQuery(sql: string): ScannedQuery {
       if (name === null) continue;
       if (out.kind === 'INSERT') {
         // The input format; the data follows it.
-        out.format = null;
+        out.inputFormat = name.name;
         out.dataStart = name.end;
         break;
       }
@@ -902,6 +917,7 @@ function toServerError(e: unknown): ServerError {
   if (typeof code === 'number' && m !== null) return new ServerError(code, m[2] ?? 'UNKNOWN', m[1] ?? message);
   const named = /\(([A-Z][A-Z0-9_]{2,})\)\s*$/.exec(message);
   if (typeof code === 'number') return new ServerError(code, named?.[1] ?? 'UNKNOWN_EXCEPTION', message);
+  if ((e as { code?: unknown } | null)?.code === 'CHDB_BIND') return new ServerError(457, 'BAD_QUERY_PARAMETER', message);
   return new ServerError(1001, 'STD_EXCEPTION', message);
 }
 

@@ -1,0 +1,159 @@
+// Prometheus metrics (prom-client). The hot path only bumps plain numbers and
+// observes two label-free histograms; counters are read into prom-client when
+// /metrics is scraped, so a proxied call pays no label hashing. No label carries
+// an agent key, a secret, a URL or any other unbounded value; the agent id is a
+// label only when METRICS_AGENT_LABEL is on (one series per agent).
+import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
+import type { AuditDecision } from './types.js';
+
+const METHODS = ['GET', 'POST', 'PUT', 'PATCH', 'DELETE', 'HEAD', 'OPTIONS', 'other'] as const;
+const DECISIONS: readonly AuditDecision[] = ['allowed', 'denied'];
+const STATUS_CLASSES = ['1xx', '2xx', '3xx', '4xx', '5xx'] as const;
+const LATENCY_BUCKETS = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30];
+
+export type CacheName = 'agents' | 'policies' | 'credentials';
+
+export interface CacheCounters {
+  hits: number;
+  misses: number;
+  evictions: number;
+}
+
+/** Numbers a source (the batcher, the pipeline) exposes for scraping. */
+export interface MetricSources {
+  auditStats(): { queued: number; written: number; spooled: number; replayed: number; failedAttempts: number; pending: number; spooledBatches: number };
+  inFlight(): number;
+}
+
+export class Metrics {
+  readonly registry = new Registry();
+  /** decision × method × status class, flattened. */
+  readonly #proxied = new Float64Array(DECISIONS.length * METHODS.length * STATUS_CLASSES.length);
+  bytesIn = 0;
+  bytesOut = 0;
+  storeErrors = 0;
+  readonly caches: Record<CacheName, CacheCounters> = {
+    agents: { hits: 0, misses: 0, evictions: 0 },
+    policies: { hits: 0, misses: 0, evictions: 0 },
+    credentials: { hits: 0, misses: 0, evictions: 0 },
+  };
+  readonly #byAgent: Map<string, number> | null;
+  readonly upstreamLatency: Histogram;
+  readonly totalLatency: Histogram;
+  readonly batchRows: Histogram;
+  readonly flushSeconds: Histogram;
+  #sources: MetricSources | null = null;
+
+  constructor(options: { agentLabel: boolean }) {
+    const registry = this.registry;
+    this.#byAgent = options.agentLabel ? new Map() : null;
+    collectDefaultMetrics({ register: registry, prefix: 'tcg_' });
+    const self = this;
+
+    new Counter({
+      name: 'tcg_proxy_requests_total',
+      help: 'Proxied calls by decision, method and status class.',
+      labelNames: ['decision', 'method', 'status_class'],
+      registers: [registry],
+      collect() {
+        this.reset();
+        for (let d = 0; d < DECISIONS.length; d++) {
+          for (let m = 0; m < METHODS.length; m++) {
+            for (let s = 0; s < STATUS_CLASSES.length; s++) {
+              const value = self.#proxied[(d * METHODS.length + m) * STATUS_CLASSES.length + s]!;
+              if (value > 0) this.inc({ decision: DECISIONS[d]!, method: METHODS[m]!, status_class: STATUS_CLASSES[s]! }, value);
+            }
+          }
+        }
+      },
+    });
+    if (this.#byAgent !== null) {
+      const byAgent = this.#byAgent;
+      new Counter({
+        name: 'tcg_proxy_agent_requests_total',
+        help: 'Proxied calls per agent (METRICS_AGENT_LABEL).',
+        labelNames: ['agent_id'],
+        registers: [registry],
+        collect() {
+          this.reset();
+          for (const [agentId, value] of byAgent) this.inc({ agent_id: agentId }, value);
+        },
+      });
+    }
+    const counter = (name: string, help: string, read: () => number) =>
+      new Counter({ name, help, registers: [registry], collect() { this.reset(); this.inc(read()); } });
+    const gauge = (name: string, help: string, read: () => number) =>
+      new Gauge({ name, help, registers: [registry], collect() { this.set(read()); } });
+    counter('tcg_proxy_request_bytes_total', 'Request body bytes received from agents.', () => self.bytesIn);
+    counter('tcg_proxy_response_bytes_total', 'Response body bytes sent to agents.', () => self.bytesOut);
+    counter('tcg_store_errors_total', 'Calls answered 503 because a store could not be reached.', () => self.storeErrors);
+    for (const kind of ['hits', 'misses', 'evictions'] as const) {
+      new Counter({
+        name: `tcg_cache_${kind}_total`,
+        help: `Proxy cache ${kind}.`,
+        labelNames: ['cache'],
+        registers: [registry],
+        collect() {
+          this.reset();
+          for (const name of Object.keys(self.caches) as CacheName[]) this.inc({ cache: name }, self.caches[name][kind]);
+        },
+      });
+    }
+    const audit = () => self.#sources?.auditStats() ?? { queued: 0, written: 0, spooled: 0, replayed: 0, failedAttempts: 0, pending: 0, spooledBatches: 0 };
+    counter('tcg_audit_rows_queued_total', 'Audit rows accepted.', () => audit().queued);
+    counter('tcg_audit_rows_written_total', 'Audit rows written to the audit store.', () => audit().written);
+    counter('tcg_audit_rows_spooled_total', 'Audit rows written to the on-disk spool.', () => audit().spooled);
+    counter('tcg_audit_rows_replayed_total', 'Audit rows replayed from the spool.', () => audit().replayed);
+    counter('tcg_audit_insert_failures_total', 'Audit inserts the store refused.', () => audit().failedAttempts);
+    gauge('tcg_audit_rows_pending', 'Audit rows held in memory.', () => audit().pending);
+    gauge('tcg_audit_spool_batches', 'Audit batches waiting in the spool.', () => audit().spooledBatches);
+    gauge('tcg_proxy_in_flight', 'Proxied calls under way (one per open proxied connection).', () => self.#sources?.inFlight() ?? 0);
+    this.upstreamLatency = new Histogram({
+      name: 'tcg_proxy_upstream_latency_seconds',
+      help: 'From forwarding a call to the upstream response head.',
+      buckets: LATENCY_BUCKETS,
+      registers: [registry],
+    });
+    this.totalLatency = new Histogram({
+      name: 'tcg_proxy_request_duration_seconds',
+      help: 'From a call\'s arrival to its last response byte.',
+      buckets: LATENCY_BUCKETS,
+      registers: [registry],
+    });
+    this.batchRows = new Histogram({
+      name: 'tcg_audit_batch_rows',
+      help: 'Rows per audit insert.',
+      buckets: [1, 10, 50, 100, 500, 1000, 5000, 10000],
+      registers: [registry],
+    });
+    this.flushSeconds = new Histogram({
+      name: 'tcg_audit_flush_seconds',
+      help: 'Duration of one audit insert.',
+      buckets: LATENCY_BUCKETS,
+      registers: [registry],
+    });
+  }
+
+  setSources(sources: MetricSources): void {
+    this.#sources = sources;
+  }
+
+  /** One finished proxied call. */
+  recordProxied(decision: AuditDecision, method: string, status: number, agentId: string | null): void {
+    const d = decision === 'allowed' ? 0 : 1;
+    let m = METHODS.indexOf(method as (typeof METHODS)[number]);
+    if (m < 0) m = METHODS.length - 1;
+    const s = Math.min(Math.max(Math.floor(status / 100) - 1, 0), STATUS_CLASSES.length - 1);
+    const i = (d * METHODS.length + m) * STATUS_CLASSES.length + s;
+    this.#proxied[i] = this.#proxied[i]! + 1;
+    if (this.#byAgent !== null && agentId !== null) this.#byAgent.set(agentId, (this.#byAgent.get(agentId) ?? 0) + 1);
+  }
+
+  text(): Promise<string> {
+    return this.registry.metrics();
+  }
+
+  get contentType(): string {
+    return this.registry.contentType;
+  }
+}

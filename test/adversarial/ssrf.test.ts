@@ -1,0 +1,181 @@
+// SSRF (CONTRACT.md "Proxy", SSRF): every spelling of a refused address is refused
+// with 403 and audited; names are resolved through a stub DNS server the test
+// controls, every resolved address is checked, and the connection goes to the
+// address that was checked — never to a refused one, not even through a resolver
+// that changes its answer (DNS rebinding).
+//
+// The allow-list opens 127.0.0.3 only, so 127.0.0.1 (127.1, 2130706433) is refused
+// too. One upstream listens on one port at 127.0.0.3 (allowed) and at 127.0.0.1,
+// 127.0.0.2 and ::1 (refused): a refused call must reach none of them, and an
+// allowed one exactly the 127.0.0.3 listener. Other ranges are tested as pure
+// functions (here, for the issue's list, and in full in test/unit/target-address.test.ts).
+import t from 'tap';
+import { DNS_CACHE_TTL_MS } from '../../proxy/guard-target.js';
+import { classifyAddress } from '../../proxy/target-address.js';
+import { assertError, auditRows, sleep } from '../support/checks.js';
+import { startDnsStub } from '../support/dns-stub.js';
+import { startMultiAddressUpstream } from '../support/multi-address-upstream.js';
+import { api, createAgent, signup, startTestService } from '../support/service.js';
+
+const ALLOWED = '127.0.0.3';
+const REFUSED_LISTENERS = ['127.0.0.1', '127.0.0.2', '::1'];
+const upstream = await startMultiAddressUpstream([ALLOWED, ...REFUSED_LISTENERS]);
+const dns = await startDnsStub({
+  'good.upstream.test': { A: [ALLOWED] },
+  'evil.upstream.test': { A: ['127.0.0.2'] },
+  'localhost-alias.upstream.test': { A: ['127.0.0.1'] },
+  'v6-evil.upstream.test': { AAAA: ['::1'] },
+  'mapped-evil.upstream.test': { AAAA: ['::ffff:127.0.0.2'] },
+  'allowed-then-refused.upstream.test': { A: [ALLOWED, '127.0.0.2'] },
+  'refused-then-allowed.upstream.test': { A: ['127.0.0.2', ALLOWED] },
+  'allowed-v4-refused-v6.upstream.test': { A: [ALLOWED], AAAA: ['::1'] },
+  // The first answer is the allowed address, every later one the refused address.
+  'rebind.upstream.test': (askedBefore, type) => (type === 'A' ? { A: [askedBefore === 0 ? ALLOWED : '127.0.0.2'] } : {}),
+});
+const service = await startTestService({ GUARD_ALLOW_TARGETS: ALLOWED, GUARD_DNS_SERVER: dns.server });
+const base = service.url;
+t.teardown(async () => {
+  await service.close();
+  await upstream.close();
+  await dns.close();
+});
+
+const owner = await signup(base);
+
+/** Connections each refused listener accepted: any at all is a failure. */
+const refusedConnections = () => REFUSED_LISTENERS.reduce((n, a) => n + upstream.connections.get(a)!, 0);
+
+async function call(key: string, host: string, path = '/echo') {
+  const res = await api(base, null, 'GET', `/proxy/${key}/${host}:${upstream.port}${path}`);
+  return res;
+}
+
+// The rebinding case needs the proxy's DNS cache (DNS_CACHE_TTL_MS, a constant,
+// no config knob) to expire; its first phase starts now and its second runs last,
+// so the wait overlaps the other tests instead of adding to the file's time.
+const rebinder = await createAgent(base, owner, 'rebinder');
+const rebindFirst = await call(rebinder.api_key, 'rebind.upstream.test');
+const rebindFirstAt = Date.now();
+
+t.test('literal spellings of refused addresses are 403 target_forbidden, audited, and reach no listener', async (t) => {
+  const agent = await createAgent(base, owner, 'literals');
+  const forms: Array<[literal: string, toolName: string]> = [
+    ['127.1', '127.0.0.1'],
+    ['2130706433', '127.0.0.1'],
+    ['0x7f.0.0.2', '127.0.0.2'],
+    ['0177.0.0.2', '127.0.0.2'],
+    ['[::ffff:127.0.0.2]', '::ffff:7f00:2'],
+    ['[::1]', '::1'],
+    ['0.0.0.0', '0.0.0.0'],
+  ];
+  const before = upstream.total();
+  for (const [literal] of forms) {
+    const res = await call(agent.api_key, literal);
+    assertError(t, res, 403, 'target_forbidden');
+    t.notOk(/127\.0\.0\.|::1|0\.0\.0\.0/.test(res.json?.message ?? ''), `${literal}: the message names the kind of address, not the address`);
+  }
+  t.equal(upstream.total(), before, 'no listener saw a request');
+  t.equal(refusedConnections(), 0, 'no refused listener accepted a connection');
+  const rows = await auditRows(base, owner, agent.id, forms.length);
+  t.equal(rows.length, forms.length, 'one audit row per refused call');
+  for (const row of rows) {
+    t.equal(row.decision, 'denied');
+    t.equal(row.status_code, 403);
+    t.equal(row.rule_matched, 'target_forbidden');
+  }
+  t.same(rows.map((r) => r.tool_name).sort(), forms.map(([, name]) => name).sort(), 'each audited under its normalised address');
+});
+
+t.test('the allowed address is reached, on its own listener (the control for the refusals above)', async (t) => {
+  const agent = await createAgent(base, owner, 'allowed');
+  const res = await call(agent.api_key, ALLOWED);
+  t.equal(res.status, 200, res.text);
+  const hits = upstream.hits.get(ALLOWED)!;
+  t.equal(hits.at(-1)?.localAddress, ALLOWED, 'the connection arrived on 127.0.0.3');
+  t.equal(refusedConnections(), 0);
+});
+
+t.test('the classifier refuses every range of the issue (pure function; the full table is test/unit/target-address.test.ts)', async (t) => {
+  const cases: Array<[string, string]> = [
+    ['10.0.0.1', 'private'], ['10.255.255.255', 'private'],
+    ['172.16.0.1', 'private'], ['172.31.255.255', 'private'],
+    ['192.168.0.1', 'private'], ['192.168.255.255', 'private'],
+    ['169.254.169.254', 'link-local'], ['169.254.0.1', 'link-local'],
+    ['100.64.0.1', 'cgnat'], ['100.127.255.255', 'cgnat'],
+    ['fc00::1', 'unique-local'], ['fdff::1', 'unique-local'],
+    ['fe80::1', 'link-local'], ['febf::1', 'link-local'],
+    ['224.0.0.1', 'multicast'], ['239.255.255.255', 'multicast'], ['ff02::1', 'multicast'],
+    ['64:ff9b::a9fe:a9fe', 'nat64'], ['64:ff9b::8.8.8.8', 'nat64'],
+    ['2002:a9fe:a9fe::1', '6to4'], ['2002::', '6to4'],
+    ['2001::1', 'teredo'], ['2001:0:ffff::1', 'teredo'],
+    ['::ffff:10.0.0.1', 'private'], ['::ffff:169.254.169.254', 'link-local'],
+  ];
+  for (const [address, reason] of cases) t.equal(classifyAddress(address), reason, address);
+  for (const address of ['172.15.255.255', '172.32.0.0', '100.63.255.255', '100.128.0.0', '8.8.8.8', '2606:4700::1111']) {
+    t.equal(classifyAddress(address), null, `${address} is public`);
+  }
+});
+
+t.test('a name resolving to a refused address is refused (A, AAAA and IPv4-mapped answers)', async (t) => {
+  const agent = await createAgent(base, owner, 'dns-refused');
+  const names = ['evil.upstream.test', 'localhost-alias.upstream.test', 'v6-evil.upstream.test', 'mapped-evil.upstream.test'];
+  const before = upstream.total();
+  for (const name of names) {
+    const res = await call(agent.api_key, name);
+    assertError(t, res, 403, 'target_forbidden');
+    t.ok(dns.asked(name).length > 0, `${name} was resolved through the stub`);
+  }
+  t.equal(upstream.total(), before, 'nothing was reached');
+  t.equal(refusedConnections(), 0, 'no refused listener accepted a connection');
+  const rows = await auditRows(base, owner, agent.id, names.length);
+  t.same(rows.map((r) => r.tool_name).sort(), [...names].sort());
+  t.ok(rows.every((r) => r.decision === 'denied' && r.rule_matched === 'target_forbidden'), 'audited as denied by the SSRF guard');
+});
+
+t.test('a name resolving to an allowed and a refused address never connects to the refused one', async (t) => {
+  const agent = await createAgent(base, owner, 'dns-mixed');
+  const before = upstream.total();
+  for (const name of ['allowed-then-refused.upstream.test', 'refused-then-allowed.upstream.test', 'allowed-v4-refused-v6.upstream.test']) {
+    for (let i = 0; i < 3; i++) {
+      const res = await call(agent.api_key, name);
+      // The contract: every resolved address is checked, so one refused address refuses the name.
+      assertError(t, res, 403, 'target_forbidden');
+    }
+  }
+  t.equal(refusedConnections(), 0, 'no refused listener accepted a connection');
+  t.equal(upstream.total(), before, 'and the name is refused whole, not half-reached');
+});
+
+t.test('a name resolving to the allowed address is reached there, with the name as Host and TLS name', async (t) => {
+  const agent = await createAgent(base, owner, 'dns-good');
+  const hits = upstream.hits.get(ALLOWED)!;
+  const before = hits.length;
+  for (let i = 0; i < 5; i++) {
+    const res = await call(agent.api_key, 'good.upstream.test');
+    t.equal(res.status, 200, res.text);
+  }
+  t.equal(hits.length, before + 5, 'every call arrived on the 127.0.0.3 listener');
+  t.ok(hits.slice(before).every((h) => h.localAddress === ALLOWED && h.host === `good.upstream.test:${upstream.port}`), 'peer is the checked address; Host is the name');
+  t.equal(refusedConnections(), 0);
+});
+
+t.test('a rebinding resolver (allowed first, refused after) cannot make the proxy connect to the refused address', async (t) => {
+  t.equal(rebindFirst.status, 200, `the first answer (allowed) is used: ${rebindFirst.text.slice(0, 200)}`);
+  t.equal(upstream.hits.get(ALLOWED)!.filter((h) => h.host?.startsWith('rebind.')).length, 1, 'that call reached 127.0.0.3');
+  const lookups = dns.asked('rebind.upstream.test').filter((q) => q.type === 'A').length;
+  t.equal(lookups, 1, 'the check and the connection used one lookup: no second resolution between them');
+
+  // Within the cache lifetime the checked answer is reused: still 127.0.0.3.
+  const again = await call(rebinder.api_key, 'rebind.upstream.test');
+  t.equal(again.status, 200);
+  t.equal(dns.asked('rebind.upstream.test').filter((q) => q.type === 'A').length, 1, 'served from the cache of checked answers');
+
+  // Once the cache expires the proxy resolves again, gets the refused address, and refuses.
+  const wait = rebindFirstAt + DNS_CACHE_TTL_MS + 500 - Date.now();
+  if (wait > 0) await sleep(wait);
+  const after = await call(rebinder.api_key, 'rebind.upstream.test');
+  t.ok(dns.asked('rebind.upstream.test').filter((q) => q.type === 'A').length >= 2, 'the name was resolved again after the cache expired');
+  assertError(t, after, 403, 'target_forbidden');
+  t.equal(upstream.hits.get(ALLOWED)!.filter((h) => h.host?.startsWith('rebind.')).length, 2, 'no further call reached anything');
+  t.equal(refusedConnections(), 0, 'the refused listener never got a connection');
+});

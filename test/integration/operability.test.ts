@@ -1,0 +1,105 @@
+// Operability: /metrics, canonical log lines and request ids, /ready, /openapi.json.
+import t from 'tap';
+import { api, createAgent, eventually, signup, startTestService } from '../support/service.js';
+import { startUpstream } from '../support/upstream.js';
+
+const METRICS_TOKEN = 'metrics-token-0123456789';
+const upstream = await startUpstream();
+const service = await startTestService({ METRICS_TOKEN, LOG_REQUEST_SAMPLE: '1', LOG_LEVEL: 'info' });
+const base = service.url;
+t.teardown(async () => {
+  await service.close();
+  await upstream.close();
+});
+const owner = await signup(base);
+const agent = await createAgent(base, owner, 'observed', 'hash');
+const canary = 'canary-metrics-secret-77';
+await api(base, owner, 'POST', '/credentials', { name: 'tok', hostname: upstream.authority, cred_type: 'bearer', value: canary });
+
+async function scrape(): Promise<string> {
+  const res = await fetch(`${base}/metrics`, { headers: { authorization: `Bearer ${METRICS_TOKEN}` } });
+  if (res.status !== 200) throw new Error(`metrics: ${res.status}`);
+  return res.text();
+}
+
+function sample(text: string, name: string, labels: Record<string, string> = {}): number {
+  for (const line of text.split('\n')) {
+    if (!line.startsWith(`${name}{`) && !line.startsWith(`${name} `)) continue;
+    if (Object.entries(labels).every(([k, v]) => line.includes(`${k}="${v}"`))) return Number(line.slice(line.lastIndexOf(' ') + 1));
+  }
+  return 0;
+}
+
+t.test('GET /metrics needs the bearer token when one is configured', async (t) => {
+  t.equal((await fetch(`${base}/metrics`)).status, 401);
+  t.equal((await fetch(`${base}/metrics`, { headers: { authorization: 'Bearer wrong-token-000000000' } })).status, 401);
+  const res = await fetch(`${base}/metrics`, { headers: { authorization: `Bearer ${METRICS_TOKEN}` } });
+  t.equal(res.status, 200);
+  t.match(res.headers.get('content-type') ?? '', /text\/plain/);
+});
+
+t.test('metrics count proxied calls by decision, method and status class, with no unbounded label', async (t) => {
+  const before = await scrape();
+  for (let i = 0; i < 3; i++) await (await fetch(`${base}/proxy/${agent.api_key}/${upstream.authority}/json?secret-path=1`)).text();
+  await (await fetch(`${base}/proxy/${agent.api_key}/${upstream.authority}/status?code=404`)).text();
+  await (await fetch(`${base}/proxy/${agent.api_key}/127.0.0.2:1/x`)).text(); // target_forbidden
+  const after = await eventually(async () => {
+    const text = await scrape();
+    return sample(text, 'tcg_audit_rows_written_total') >= sample(before, 'tcg_audit_rows_written_total') + 5 ? text : undefined;
+  });
+  const delta = (name: string, labels: Record<string, string> = {}) => sample(after, name, labels) - sample(before, name, labels);
+  t.equal(delta('tcg_proxy_requests_total', { decision: 'allowed', method: 'GET', status_class: '2xx' }), 3);
+  t.equal(delta('tcg_proxy_requests_total', { decision: 'allowed', method: 'GET', status_class: '4xx' }), 1);
+  t.equal(delta('tcg_proxy_requests_total', { decision: 'denied', method: 'GET', status_class: '4xx' }), 1);
+  t.ok(delta('tcg_cache_hits_total', { cache: 'agents' }) >= 4, 'warm key lookups are cache hits');
+  t.ok(sample(after, 'tcg_proxy_request_duration_seconds_count') >= 5);
+  t.ok(sample(after, 'tcg_proxy_upstream_latency_seconds_count') >= 4);
+  t.ok(delta('tcg_proxy_response_bytes_total') > 0);
+  t.ok(sample(after, 'tcg_audit_batch_rows_count') >= 1, 'batch sizes observed');
+  t.ok(sample(after, 'tcg_process_cpu_user_seconds_total') > 0, 'process metrics');
+  for (const leak of [agent.api_key, agent.api_key.slice(0, 12), agent.id, canary, 'secret-path', upstream.authority]) {
+    t.notOk(after.includes(leak), `no label carries ${leak.slice(0, 16)}`);
+  }
+});
+
+t.test('one canonical log line per proxied call; the key appears by prefix only; request ids travel', async (t) => {
+  const requestId = 'req-0123456789abcdef';
+  const res = await fetch(`${base}/proxy/${agent.api_key}/${upstream.authority}/echo/logged`, { headers: { 'x-request-id': requestId } });
+  const echoed = (await res.json()) as any;
+  t.equal(echoed.headers['x-request-id'], requestId, 'propagated to the upstream');
+  const res2 = await fetch(`${base}/proxy/${agent.api_key}/${upstream.authority}/echo/generated`);
+  const generated = ((await res2.json()) as any).headers['x-request-id'];
+  t.match(generated, /^[0-9a-f-]{36}$/, 'added when absent');
+  const rows = await eventually(async () => {
+    const list = (await api(base, owner, 'GET', `/audit?agent_id=${agent.id}&limit=1000`)).json as any[];
+    return list.some((r) => r.request_id === generated) && list.some((r) => r.request_id === requestId) ? list : undefined;
+  });
+  t.ok(rows.find((r) => r.request_id === requestId).tool_url.endsWith('/echo/logged'), 'the audit record carries the request id');
+  const lines = service.logs.map((l) => JSON.parse(l)).filter((l) => l.msg === 'proxied');
+  const line = lines.find((l) => l.request_id === requestId);
+  t.ok(line, 'a canonical line for the call');
+  t.equal(line.level, 'info');
+  t.equal(line.key_prefix, agent.api_key.slice(0, 12));
+  t.equal(line.status, 200);
+  t.equal(line.tool, '127.0.0.1');
+  t.ok(typeof line.latency_ms === 'number' && typeof line.upstream_ms === 'number');
+  const all = service.logs.join('\n');
+  t.notOk(all.includes(agent.api_key), 'the full key never appears in the logs');
+  t.notOk(all.includes(canary), 'the credential never appears in the logs');
+});
+
+t.test('GET /ready is 200 when the stores answer; /health stays a liveness check', async (t) => {
+  const ready = await fetch(`${base}/ready`);
+  t.equal(ready.status, 200);
+  t.same(await ready.json(), { status: 'ready' });
+  const health = await fetch(`${base}/health`);
+  t.equal(((await health.json()) as any).status, 'ok');
+});
+
+t.test('GET /openapi.json serves the OpenAPI document', async (t) => {
+  const res = await fetch(`${base}/openapi.json`);
+  t.equal(res.status, 200);
+  const doc = (await res.json()) as any;
+  t.equal(doc.openapi, '3.1.0');
+  t.ok(doc.paths['/agents'], 'documents the admin API');
+});

@@ -1,0 +1,62 @@
+// Small assertions and waits shared by the adversarial tests (test/adversarial/).
+import type { Test } from 'tap';
+import { api, eventually, type Session } from './service.js';
+
+export type Reply = Awaited<ReturnType<typeof api>>;
+
+export const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
+
+/** The contract's error answer: the status, JSON content type and `{error, message}` (plus what the caller checks). */
+export function assertError(t: Test, res: Reply, status: number, code: string): void {
+  t.equal(res.status, status, `status ${status} (${res.text.slice(0, 300)})`);
+  t.match(res.headers.get('content-type') ?? '', /^application\/json/, 'JSON content type');
+  t.equal(res.json?.error, code, `error code ${code}`);
+  t.type(res.json?.message, 'string', 'a message');
+}
+
+/** An agent's audit rows, newest first, once at least `count` of them are there. */
+export async function auditRows(base: string, session: Session, agentId: string, count: number, ms = 5000): Promise<any[]> {
+  return eventually(async () => {
+    const res = await api(base, session, 'GET', `/audit?agent_id=${agentId}&limit=1000`);
+    return Array.isArray(res.json) && res.json.length >= count ? (res.json as any[]) : undefined;
+  }, ms);
+}
+
+/** Milliseconds a GET /health takes, or Infinity when it fails. */
+export async function healthLatency(base: string, timeoutMs = 2000): Promise<number> {
+  const started = performance.now();
+  try {
+    const res = await fetch(`${base}/health`, { signal: AbortSignal.timeout(timeoutMs) });
+    await res.arrayBuffer();
+    return res.status === 200 ? performance.now() - started : Infinity;
+  } catch {
+    return Infinity;
+  }
+}
+
+/**
+ * Probes /health every `everyMs` until stopped; returns every latency measured.
+ * One probe at a time, so a slow answer shows as one long sample, not as a pile-up.
+ */
+export function probeHealth(base: string, everyMs = 50): { stop(): Promise<number[]> } {
+  const samples: number[] = [];
+  let running = true;
+  const loop = (async () => {
+    while (running) {
+      samples.push(await healthLatency(base));
+      await sleep(everyMs);
+    }
+  })();
+  return {
+    async stop() {
+      running = false;
+      await loop;
+      return samples;
+    },
+  };
+}
+
+export function percentile(values: number[], p: number): number {
+  const sorted = [...values].sort((a, b) => a - b);
+  return sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))] ?? NaN;
+}
