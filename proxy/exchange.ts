@@ -73,9 +73,10 @@ export class ProxyExchange {
 
   /**
    * Answers with the contract's error body (corked: this may run after an await)
-   * and marks the call denied when the proxy itself refused it.
+   * and marks the call denied when the proxy itself refused it. `closeConnection`
+   * ends the connection after the answer (a head whose framing cannot be trusted).
    */
-  answerError(code: ErrorCode, message?: string, extra?: Record<string, unknown>, decision: AuditDecision = 'denied'): false {
+  answerError(code: ErrorCode, message?: string, extra?: Record<string, unknown>, decision: AuditDecision = 'denied', closeConnection = false): false {
     if (this.finished) return false;
     this.auditDecision = decision;
     if (!this.aborted) this.body?.detach();
@@ -87,7 +88,7 @@ export class ProxyExchange {
       this.res.cork(() => {
         this.res.writeStatus(`${status} ${STATUS_TEXT[status] ?? ''}`).writeHeader('content-type', 'application/json');
         if (status === 405) this.res.writeHeader('allow', 'GET, POST, PUT, PATCH, DELETE, HEAD, OPTIONS');
-        this.res.end(body);
+        this.res.end(body, closeConnection);
       });
     }
     this.finish();

@@ -7,7 +7,11 @@ import { parseTarget } from './target-address.js';
 export const PROXY_METHODS = new Set(['GET', 'POST', 'PUT', 'PATCH', 'DELETE', 'HEAD', 'OPTIONS']);
 
 export function checkRequest(ex: ProxyExchange, batcher: AuditBatcher): StageResult {
-  if (ex.headError !== null) return ex.answerError(ex.headError.code, ex.headError.message);
+  if (ex.headError !== null) {
+    const { code, message } = ex.headError;
+    if (code !== 'invalid_request') return ex.answerError(code, message);
+    return refuseFraming(ex, message);
+  }
   if (!PROXY_METHODS.has(ex.method)) return ex.answerError('method_not_allowed', `Method ${ex.method} is not proxied.`);
   const target = parseTarget(ex.rawTarget);
   if (target === null) return ex.answerError('invalid_target');
@@ -20,6 +24,24 @@ export function checkRequest(ex: ProxyExchange, batcher: AuditBatcher): StageRes
     return ex.answerError('unavailable', 'The audit pipeline is saturated; retry later.', undefined, 'denied');
   }
   return undefined;
+}
+
+/**
+ * A head with two Content-Lengths, two Hosts or a Transfer-Encoding other than
+ * chunked (listen.ts sets these as `invalid_request`) has framing another HTTP
+ * hop may read differently: uWS frames the body by the first Content-Length, so
+ * the bytes after it would be parsed as a next request on this connection
+ * (request smuggling). The answer closes the connection, and it is written on a
+ * later turn of the event loop: uWS goes on parsing what is already buffered
+ * after a response ended inside the request handler (even with close), while a
+ * request that arrives with this response still pending makes uWS drop the
+ * connection. Either way no byte after the refused head is served.
+ */
+function refuseFraming(ex: ProxyExchange, message: string): Promise<false> {
+  ex.auditDecision = 'denied';
+  return new Promise((resolve) => {
+    setImmediate(() => resolve(ex.answerError('invalid_request', message, undefined, 'denied', true)));
+  });
 }
 
 const ESCAPE = /%([0-9A-Fa-f]{2})/g;

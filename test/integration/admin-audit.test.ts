@@ -27,7 +27,7 @@ function assertError(t: Test, res: Reply, status: number, code: string, field?: 
 const ISO_MS = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z$/;
 const ENTRY_KEYS = [
   'action', 'agent_id', 'agent_name', 'decision', 'id', 'latency_ms', 'output', 'output_hash', 'output_truncated', 'reasoning',
-  'request_bytes', 'response_bytes', 'rule_matched', 'source', 'status_code', 'task_id', 'timestamp', 'tool_name', 'tool_url',
+  'request_bytes', 'request_id', 'response_bytes', 'rule_matched', 'source', 'status_code', 'task_id', 'timestamp', 'tool_name', 'tool_url',
 ];
 
 interface Entry {
@@ -77,11 +77,12 @@ t.test('POST /audit answers 201 with the stored entry, every contract field', as
   t.match(e.timestamp, ISO_MS, 'ISO 8601 UTC with milliseconds');
   t.ok(Date.parse(e.timestamp) >= before - 1000 && Date.parse(e.timestamp) <= Date.now() + 1000, 'timestamp is now');
   t.same(
-    { ...e, id: undefined, timestamp: undefined },
+    { ...e, id: undefined, timestamp: undefined, request_id: undefined },
     {
       ...body,
       id: undefined,
       timestamp: undefined,
+      request_id: undefined,
       agent_name: 'Scout Agent',
       rule_matched: '',
       source: 'api',

@@ -151,6 +151,10 @@ export class ClickHouseAuditStore implements AuditStore {
         // dropped (rows carry unique ids, so only a true retry is identical).
         insert_deduplication_token: dedupToken ?? '',
         insert_deduplicate: 1,
+        // Synchronous inserts, whatever the server's default: an async insert may
+        // ignore the token (async_insert_deduplicate=0) and acknowledges before the
+        // rows are durable.
+        async_insert: 0,
       },
     });
   }
