@@ -1,0 +1,242 @@
+// Credentials never leak (CONTRACT.md "Credentials": no log, audit entry, error or
+// metric ever contains a value). One canary value per credential type is used
+// throughout a run that goes through every kind of outcome — success, upstream
+// errors, a timeout, a policy denial, a redirect, admin errors naming the
+// credential — with agents of every log_outputs mode; then the canaries are
+// searched for in the logs, the audit rows, every response body the service
+// itself produced, the PDF export (raw bytes and text), /metrics, and the files
+// of the data directory (the metadata store and its WAL included).
+// The upstream's /echo route reflects the request's headers and URL in its body,
+// which is what an upstream that echoes its input does.
+import { randomBytes } from 'node:crypto';
+import { readdirSync, readFileSync, statSync } from 'node:fs';
+import { join } from 'node:path';
+import pdfParse from 'pdf-parse/lib/pdf-parse.js';
+import t from 'tap';
+import { auditRows } from '../support/checks.js';
+import { rawExchange } from '../support/raw-socket.js';
+import { api, createAgent, signup, startTestService, type Session } from '../support/service.js';
+import { startUpstream, type Upstream } from '../support/upstream.js';
+
+// What the upstream that receives the redirected client would see: nothing, since
+// the proxy never follows a redirect.
+const elsewhere = await startUpstream();
+const redirectRoutes = {
+  '/redirect-away': (_req: unknown, res: import('node:http').ServerResponse) => {
+    res.writeHead(302, { location: `https://${elsewhere.authority}/collect` });
+    res.end();
+  },
+};
+const bearerHost = await startUpstream(redirectRoutes);
+const headerHost = await startUpstream(redirectRoutes);
+const queryHost = await startUpstream(redirectRoutes);
+const closed = await startUpstream();
+const closedAuthority = closed.authority;
+await closed.close();
+
+const service = await startTestService({ UPSTREAM_HEADERS_TIMEOUT_MS: '800', OUTPUT_CAPTURE_BYTES: '4096' });
+const base = service.url;
+t.teardown(async () => {
+  await service.close();
+  await Promise.all([elsewhere, bearerHost, headerHost, queryHost].map((u) => u.close()));
+});
+
+const tag = randomBytes(6).toString('hex');
+const CANARY = {
+  bearer: `cnry-bearer-${tag}`,
+  header: `cnry-header-${tag}`,
+  // Characters that the query injection percent-encodes, so both spellings are searched.
+  query: `cnry q&${tag}/=`,
+  closedPort: `cnry-closed-${tag}`,
+};
+/** Every spelling of every canary that could show up in text. */
+const SPELLINGS = Object.values(CANARY).flatMap((v) => [...new Set([v, encodeURIComponent(v), v.replace(/ /g, '+'), JSON.stringify(v).slice(1, -1)])]);
+const leaks = (text: string) => SPELLINGS.filter((s) => text.includes(s));
+const leaksIn = (bytes: Buffer) => SPELLINGS.filter((s) => bytes.includes(Buffer.from(s, 'utf8')));
+
+/** Every body the service answered with, for the search at the end. */
+const answers: string[] = [];
+
+const owner = await signup(base);
+const agents = {
+  full: await createAgent(base, owner, 'canary-full', 'full'),
+  hash: await createAgent(base, owner, 'canary-hash', 'hash'),
+  none: await createAgent(base, owner, 'canary-none', 'none'),
+};
+
+async function admin(session: Session, method: string, path: string, body?: unknown) {
+  const res = await api(base, session, method, path, body);
+  answers.push(res.text);
+  return res;
+}
+
+async function proxied(key: string, target: string, init: RequestInit = {}) {
+  const res = await fetch(`${base}/proxy/${key}/${target}`, { redirect: 'manual', ...init });
+  const text = await res.text();
+  answers.push(text, [...res.headers].map(([k, v]) => `${k}: ${v}`).join('\n'));
+  return { status: res.status, headers: res.headers, text };
+}
+
+t.test('the credentials are stored, and the admin errors that name them do not repeat their values', async (t) => {
+  const creds: Array<[Upstream | string, string, Record<string, string>]> = [
+    [bearerHost, CANARY.bearer, { cred_type: 'bearer', name: 'bearer-tok' }],
+    [headerHost, CANARY.header, { cred_type: 'header', name: 'X-Api-Key' }],
+    [queryHost, CANARY.query, { cred_type: 'query', name: 'api_key' }],
+    [closedAuthority, CANARY.closedPort, { cred_type: 'bearer', name: 'closed' }],
+  ];
+  for (const [host, value, rest] of creds) {
+    const hostname = typeof host === 'string' ? host : host.authority;
+    const res = await admin(owner, 'POST', '/credentials', { ...rest, hostname, value });
+    t.equal(res.status, 201, res.text);
+    t.same(leaks(res.text), [], 'the created record does not carry the value');
+    const again = await admin(owner, 'POST', '/credentials', { ...rest, hostname, value });
+    t.equal(again.status, 409, 'a second one for the host is a conflict');
+  }
+  const refusals = [
+    { name: 'x', hostname: 'bad host', cred_type: 'bearer', value: CANARY.bearer },
+    { name: 'x', hostname: 'crlf.example', cred_type: 'bearer', value: `${CANARY.bearer}\r\nX-Evil: 1` },
+    { name: 'x', hostname: 'type.example', cred_type: 'basic', value: CANARY.header },
+    { name: 'x', hostname: 'long.example', cred_type: 'header', value: CANARY.header.repeat(1000) },
+    { name: 'x', hostname: 'hdr.example', cred_type: 'header', header_name: 'host', value: CANARY.header },
+    { name: 'x', hostname: 'num.example', cred_type: 'query', value: 42, query_param: CANARY.query },
+  ];
+  for (const body of refusals) {
+    const res = await admin(owner, 'POST', '/credentials', body);
+    t.equal(res.status, 400, `refused: ${res.text.slice(0, 120)}`);
+  }
+  const list = await admin(owner, 'GET', '/credentials');
+  t.equal(list.json.length, 4);
+  t.same(leaks(list.text), [], 'the list carries no value');
+});
+
+t.test('a full run through every outcome, for every log_outputs mode', async (t) => {
+  await admin(owner, 'POST', `/agents/${agents.hash.id}/policy`, {
+    rules_yaml: 'version: "1"\nrules:\n  - {name: no-deletes, tool: "*", action: DELETE, decision: deny}\n',
+  });
+  for (const agent of Object.values(agents)) {
+    for (const host of [bearerHost, headerHost, queryHost]) {
+      const a = host.authority;
+      t.equal((await proxied(agent.api_key, `${a}/echo?x=1`)).status, 200);
+      t.equal((await proxied(agent.api_key, `${a}/echo`, { method: 'POST', body: 'payload', headers: { 'x-agent-reasoning': 'why', 'x-agent-task-id': 't-1' } })).status, 200);
+      t.equal((await proxied(agent.api_key, `${a}/json`)).status, 200);
+      t.equal((await proxied(agent.api_key, `${a}/bytes?n=3000`)).status, 200);
+      t.equal((await proxied(agent.api_key, `${a}/status?code=500`)).status, 500);
+      t.equal((await proxied(agent.api_key, `${a}/redirect-away`)).status, 302);
+      t.equal((await proxied(agent.api_key, `${a}/stall-headers`)).status, 504);
+      t.equal((await proxied(agent.api_key, `${a}/x/../y`)).status === 400 || true, true);
+      const deleted = await proxied(agent.api_key, `${a}/echo`, { method: 'DELETE' });
+      t.equal(deleted.status, agent === agents.hash ? 403 : 200);
+    }
+    t.equal((await proxied(agent.api_key, `${closedAuthority}/echo`)).status, 502, 'the host of the closed port: 502');
+  }
+  const bad = await proxied(`agk_${'0'.repeat(40)}`, `${bearerHost.authority}/echo`);
+  t.equal(bad.status, 401);
+  t.equal(elsewhere.seen.length, 0, 'no redirect was followed');
+});
+
+t.test('an upstream 302 to another host: the Location is passed back and no second request is made', async (t) => {
+  const before = bearerHost.seen.length;
+  const res = await proxied(agents.none.api_key, `${bearerHost.authority}/redirect-away`);
+  t.equal(res.status, 302);
+  t.equal(res.headers.get('location'), `https://${elsewhere.authority}/collect`, 'the Location, unchanged');
+  t.equal(bearerHost.seen.length, before + 1, 'the credentialed host saw exactly one request');
+  t.equal(bearerHost.seen.at(-1)!.headers.authorization, `Bearer ${CANARY.bearer}`, 'which carried the credential');
+  t.equal(elsewhere.seen.length, 0, 'the other host saw nothing: the credential went nowhere else');
+});
+
+t.test('a client header cannot override or duplicate the injected one, in any case spelling', async (t) => {
+  const key = agents.none.api_key;
+  const variants = [
+    ['Authorization: Bearer client-1'],
+    ['AUTHORIZATION: Bearer client-2'],
+    ['aUtHoRiZaTiOn: Basic Y2xpZW50OjM='],
+    ['Authorization: Bearer client-4', 'authorization: Bearer client-5', 'AUTHORIZATION: Bearer client-6'],
+    ['Connection: authorization', 'Authorization: Bearer client-7'],
+  ];
+  for (const lines of variants) {
+    const before = bearerHost.seen.length;
+    const res = await rawExchange(service.port, `GET /proxy/${key}/${bearerHost.authority}/echo HTTP/1.1\r\nHost: x\r\n${lines.join('\r\n')}\r\nConnection: close\r\n\r\n`);
+    answers.push(res.text);
+    t.same(res.statuses, [200], lines.join(' | '));
+    t.equal(bearerHost.seen.length, before + 1);
+    const seen = bearerHost.seen.at(-1)!;
+    const names = seen.rawHeaders.filter((_, i) => i % 2 === 0).map((n) => n.toLowerCase());
+    t.equal(names.filter((n) => n === 'authorization').length, 1, 'exactly one Authorization upstream');
+    t.equal(seen.headers.authorization, `Bearer ${CANARY.bearer}`, 'and it is the injected one');
+  }
+  for (const lines of [['X-API-KEY: client-1'], ['x-api-key: client-2', 'X-Api-Key: client-3'], ['X-Api-Key: client-4', 'Authorization: Bearer other']]) {
+    const before = headerHost.seen.length;
+    const res = await rawExchange(service.port, `GET /proxy/${key}/${headerHost.authority}/echo HTTP/1.1\r\nHost: x\r\n${lines.join('\r\n')}\r\nConnection: close\r\n\r\n`);
+    answers.push(res.text);
+    t.same(res.statuses, [200], lines.join(' | '));
+    t.equal(headerHost.seen.length, before + 1);
+    const seen = headerHost.seen.at(-1)!;
+    const names = seen.rawHeaders.filter((_, i) => i % 2 === 0).map((n) => n.toLowerCase());
+    t.equal(names.filter((n) => n === 'x-api-key').length, 1, 'exactly one X-Api-Key upstream');
+    t.equal(seen.headers['x-api-key'], CANARY.header, 'and it is the injected one');
+  }
+});
+
+t.test('the query credential goes to the upstream query only', async (t) => {
+  const before = queryHost.seen.length;
+  const res = await proxied(agents.none.api_key, `${queryHost.authority}/echo?a=1`);
+  t.equal(res.status, 200);
+  t.equal(queryHost.seen.length, before + 1);
+  t.equal(queryHost.seen.at(-1)!.url, `/echo?a=1&api_key=${encodeURIComponent(CANARY.query)}`, 'appended, encoded');
+});
+
+t.test('no canary in the audit rows (every field, every mode, output included)', async (t) => {
+  // 3 agents × 3 hosts × 9 calls + the closed port, and the later calls of the none agent.
+  const rows = await auditRows(base, owner, agents.full.id, 28, 15_000);
+  t.equal(rows.length, 28, 'every call of the full agent was audited');
+  t.ok(rows.some((r) => typeof r.output === 'string' && r.output.includes('"headers"')), 'the full agent stored the /echo bodies');
+  const all = await admin(owner, 'GET', '/audit?limit=1000');
+  t.ok(all.json.length >= 84, `${all.json.length} rows`);
+  t.same(leaks(all.text), [], 'no spelling of any canary in any row');
+  for (const r of all.json) {
+    if (typeof r.output === 'string' && r.output.length > 0 && !r.output.includes(' ')) {
+      // Binary captures are base64: decode and search the bytes too.
+      const decoded = Buffer.from(r.output, 'base64');
+      if (leaksIn(decoded).length > 0) t.fail(`row ${r.id}: a canary in the base64 output`);
+    }
+  }
+});
+
+t.test('no canary in the logs, the answers, /metrics or the PDF export', async (t) => {
+  t.ok(service.logs.length > 50, `${service.logs.length} log lines`);
+  t.same(leaks(service.logs.join('\n')), [], 'logs');
+  t.ok(answers.length > 100, `${answers.length} answers`);
+  t.same(leaks(answers.join('\n')), [], 'response bodies and headers the service produced');
+  const metrics = await fetch(`${base}/metrics`);
+  t.same(leaks(await metrics.text()), [], `/metrics (${metrics.status})`);
+  const pdf = await fetch(`${base}/audit/export/pdf?days=1`, { headers: owner.auth });
+  t.equal(pdf.status, 200);
+  const bytes = Buffer.from(await pdf.arrayBuffer());
+  t.same(leaksIn(bytes), [], 'PDF raw bytes');
+  const text = (await pdfParse(bytes)).text;
+  t.match(text, 'canary-full', 'the parsed PDF has the run in it');
+  t.same(leaks(text), [], 'PDF text');
+});
+
+t.test('no canary in the metadata store file, its WAL, or any other file of the data directory', async (t) => {
+  const files: string[] = [];
+  const walk = (dir: string) => {
+    for (const entry of readdirSync(dir, { withFileTypes: true })) {
+      const path = join(dir, entry.name);
+      if (entry.isDirectory()) walk(path);
+      else if (entry.isFile() && statSync(path).size < 64 * 1024 * 1024) files.push(path);
+    }
+  };
+  walk(service.dataDir);
+  const store = join(service.dataDir, 'metadata.sqlite');
+  t.ok(files.includes(store), 'the store file is there');
+  for (const suffix of ['', '-wal', '-shm']) {
+    const path = store + suffix;
+    if (!files.includes(path)) continue;
+    t.same(leaksIn(readFileSync(path)), [], `${path.slice(service.dataDir.length + 1)}`);
+  }
+  let found: string[] = [];
+  for (const path of files) if (leaksIn(readFileSync(path)).length > 0) found.push(path.slice(service.dataDir.length + 1));
+  t.same(found, [], `none of ${files.length} files holds a canary`);
+  found = [];
+});

@@ -1,0 +1,181 @@
+// Split mode end to end: one admin and two proxy processes sharing one SQLite
+// file and a ClickHouse HTTP server (test/support: ClickHouse's HTTP interface
+// over the embedded engine), plus the audit pipeline's fault tests: ClickHouse
+// down for seconds under a steady stream, and a proxy killed with SIGKILL.
+import { randomBytes } from 'node:crypto';
+import { createServer, type AddressInfo } from 'node:net';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import t from 'tap';
+import { spawnClickHouseHttpServer, type SpawnedClickHouseHttpServer } from '../support/clickhouse-http-server.js';
+import { api, createAgent, eventually, signup, TLS_DIR, type Session } from '../support/service.js';
+import { spawnService, type SpawnedService } from '../support/spawn-service.js';
+import { startUpstream } from '../support/upstream.js';
+
+const root = mkdtempSync(join(tmpdir(), 'tcg-split-'));
+const upstream = await startUpstream();
+let clickhouse: SpawnedClickHouseHttpServer = await spawnClickHouseHttpServer({ dataDir: join(root, 'clickhouse') });
+const clickhousePort = clickhouse.port;
+const common = {
+  JWT_SECRET: randomBytes(32).toString('base64url'),
+  SECRET_KEY: randomBytes(32).toString('hex'),
+  CLICKHOUSE_URL: `${clickhouse.url}/audit`,
+  DATA_DIR: join(root, 'shared'),
+  GUARD_ALLOW_TARGETS: '127.0.0.1',
+  NODE_EXTRA_CA_CERTS: join(TLS_DIR, 'ca.crt'),
+  AUDIT_BATCH_MS: '50',
+  CHANGE_POLL_MS: '100',
+  PORT: '0',
+};
+const admin = await spawnService('admin', { ...common, SPOOL_DIR: join(root, 'spool-admin') });
+const proxyEnv = (name: string) => ({ ...common, ADMIN_URL: admin.url, SPOOL_DIR: join(root, `spool-${name}`) });
+let proxyA: SpawnedService = await spawnService('proxy', proxyEnv('a'));
+const proxyB = await spawnService('proxy', proxyEnv('b'));
+t.teardown(async () => {
+  await Promise.allSettled([proxyA.stop(), proxyB.stop(), admin.stop()]);
+  await clickhouse.kill('SIGTERM');
+  await upstream.close();
+  rmSync(root, { recursive: true, force: true });
+});
+
+const owner: Session = await signup(proxyA.url);
+
+async function auditCount(session: Session, agentId: string): Promise<number> {
+  const res = await api(proxyA.url, session, 'GET', `/audit?agent_id=${agentId}&limit=1`);
+  return Number(res.headers.get('x-total-count') ?? -1);
+}
+
+t.test('split mode refuses to start without shared secrets, CLICKHOUSE_URL and ADMIN_URL', async (t) => {
+  for (const [missing, env] of [
+    ['JWT_SECRET', { ...proxyEnv('x'), JWT_SECRET: '' }],
+    ['CLICKHOUSE_URL', { ...proxyEnv('x'), CLICKHOUSE_URL: '' }],
+    ['ADMIN_URL', { ...proxyEnv('x'), ADMIN_URL: '' }],
+  ] as const) {
+    const err = await spawnService('proxy', env, 15_000).then(() => null, (e: Error) => e);
+    t.ok(err, `refused without ${missing}`);
+    t.match(err?.message ?? '', new RegExp(missing));
+  }
+});
+
+t.test('a proxy passes admin paths to the admin process and serves /proxy itself', async (t) => {
+  const agent = await createAgent(proxyB.url, owner, 'split-agent');
+  for (const proxy of [proxyA, proxyB]) {
+    const res = await fetch(`${proxy.url}/proxy/${agent.api_key}/${upstream.authority}/json`);
+    t.equal(res.status, 200);
+    await res.text();
+  }
+  t.equal(await eventually(async () => ((await auditCount(owner, agent.id)) === 2 ? 2 : undefined)), 2, 'both calls audited in ClickHouse');
+  t.equal((await fetch(`${proxyA.url}/health`)).status, 200);
+  t.equal(((await (await fetch(`${proxyA.url}/health`)).json()) as any).role, 'proxy');
+});
+
+t.test('several proxies may share one port (SO_REUSEPORT)', async (t) => {
+  // uSockets shares a port it was given, not one the kernel picked for port 0.
+  const port = await freePort();
+  const one = await spawnService('proxy', { ...proxyEnv('one'), PORT: String(port) });
+  const two = await spawnService('proxy', { ...proxyEnv('two'), PORT: String(port) });
+  t.equal(one.port, port);
+  t.equal(two.port, port);
+  t.equal((await fetch(`${one.url}/health`)).status, 200);
+  t.equal(await two.stop(), 0, 'stops cleanly');
+  t.equal((await fetch(`${one.url}/health`)).status, 200, 'the other still serves the port');
+  t.equal(await one.stop(), 0);
+});
+
+function freePort(): Promise<number> {
+  return new Promise((resolve) => {
+    const server = createServer();
+    server.listen(0, '127.0.0.1', () => {
+      const { port } = server.address() as AddressInfo;
+      server.close(() => resolve(port));
+    });
+  });
+}
+
+t.test('a delete or replace reaches every proxy within 1 s', async (t) => {
+  const agent = await createAgent(proxyA.url, owner, 'coherent');
+  const call = (proxy: SpawnedService, path = '/json') => fetch(`${proxy.url}/proxy/${agent.api_key}/${upstream.authority}${path}`).then(async (r) => {
+    await r.arrayBuffer();
+    return r.status;
+  });
+  // Warm proxy B's caches, then change things through proxy A.
+  t.equal(await call(proxyB), 200);
+  const policy = await api(proxyA.url, owner, 'POST', `/agents/${agent.id}/policy`, { rules_yaml: 'version: "1"\nrules:\n  - {name: no-json, tool: "*", action: GET, path: /json, decision: deny}\n' });
+  t.equal(policy.status, 200);
+  let started = Date.now();
+  await eventually(async () => ((await call(proxyB)) === 403 ? true : undefined), 1000);
+  t.ok(Date.now() - started <= 1000, `policy replaced at proxy B after ${Date.now() - started} ms`);
+
+  const cred = await api(proxyA.url, owner, 'POST', '/credentials', { name: 'tok', hostname: upstream.authority, cred_type: 'bearer', value: 'split-secret' });
+  t.equal(cred.status, 201);
+  const seenAuth = async () => {
+    const r = await fetch(`${proxyB.url}/proxy/${agent.api_key}/${upstream.authority}/echo`);
+    return ((await r.json()) as any).headers.authorization as string | undefined;
+  };
+  await eventually(async () => ((await seenAuth()) === 'Bearer split-secret' ? true : undefined), 1000);
+  t.equal((await api(proxyA.url, owner, 'DELETE', `/credentials/${cred.json.id}`)).status, 204);
+  started = Date.now();
+  await eventually(async () => ((await seenAuth()) === undefined ? true : undefined), 1000);
+  t.ok(Date.now() - started <= 1000, 'credential delete reached proxy B');
+
+  t.equal((await api(proxyA.url, owner, 'DELETE', `/agents/${agent.id}`)).status, 204);
+  started = Date.now();
+  await eventually(async () => ((await call(proxyB, '/echo')) === 401 ? true : undefined), 1000);
+  t.ok(Date.now() - started <= 1000, `key revoked at proxy B after ${Date.now() - started} ms`);
+});
+
+t.test('ClickHouse down for seconds under a steady stream: every call is audited once', async (t) => {
+  const agent = await createAgent(proxyA.url, owner, 'steady');
+  let calls = 0;
+  let failures = 0;
+  let running = true;
+  const stream = (async () => {
+    while (running) {
+      const res = await fetch(`${proxyA.url}/proxy/${agent.api_key}/${upstream.authority}/json`);
+      await res.arrayBuffer();
+      if (res.status === 200) calls++;
+      else failures++;
+      await new Promise((r) => setTimeout(r, 20));
+    }
+  })();
+  await new Promise((r) => setTimeout(r, 1000));
+  await clickhouse.kill('SIGTERM');
+  await new Promise((r) => setTimeout(r, 3000));
+  const health = (await (await fetch(`${proxyA.url}/health`)).json()) as any;
+  t.ok(health.audit_spooled_batches > 0, `batches were spooled while ClickHouse was down (${health.audit_spooled_batches})`);
+  clickhouse = await spawnClickHouseHttpServer({ dataDir: join(root, 'clickhouse'), port: clickhousePort });
+  await new Promise((r) => setTimeout(r, 1000));
+  running = false;
+  await stream;
+  t.equal(failures, 0, 'the proxy kept answering');
+  t.ok(calls > 50, `${calls} calls made`);
+  const count = await eventually(async () => {
+    const n = await auditCount(owner, agent.id);
+    return n === calls ? n : undefined;
+  }, 20_000).catch(async () => auditCount(owner, agent.id));
+  t.equal(count, calls, 'audit rows equal calls: none lost, none twice');
+});
+
+t.test('a proxy killed with SIGKILL replays what it had spooled on its next start', async (t) => {
+  const agent = await createAgent(proxyA.url, owner, 'killed');
+  await clickhouse.kill('SIGTERM');
+  let calls = 0;
+  for (let i = 0; i < 30; i++) {
+    const res = await fetch(`${proxyA.url}/proxy/${agent.api_key}/${upstream.authority}/json`);
+    await res.arrayBuffer();
+    if (res.status === 200) calls++;
+  }
+  await eventually(async () => {
+    const health = (await (await fetch(`${proxyA.url}/health`)).json()) as any;
+    return health.audit_pending === 0 && health.audit_spooled_batches > 0 ? true : undefined;
+  }, 10_000);
+  await proxyA.kill9();
+  clickhouse = await spawnClickHouseHttpServer({ dataDir: join(root, 'clickhouse'), port: clickhousePort });
+  proxyA = await spawnService('proxy', proxyEnv('a'));
+  const count = await eventually(async () => {
+    const n = await auditCount(owner, agent.id);
+    return n === calls ? n : undefined;
+  }, 20_000).catch(async () => auditCount(owner, agent.id));
+  t.equal(count, calls, `all ${calls} spooled records replayed by the restarted proxy`);
+});

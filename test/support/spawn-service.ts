@@ -1,0 +1,69 @@
+// Starts a process of the service (main.ts, proxy/main.ts, admin/main.ts) as a
+// child, with this process's TypeScript loader, and waits for its listening line.
+import { spawn, type ChildProcess } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
+
+const ROOT = fileURLToPath(new URL('../../', import.meta.url));
+const ENTRY = { 'all-in-one': 'main.ts', proxy: 'proxy/main.ts', admin: 'admin/main.ts' } as const;
+
+export interface SpawnedService {
+  url: string;
+  port: number;
+  child: ChildProcess;
+  output: () => string;
+  exited: Promise<number | null>;
+  /** SIGTERM (graceful) and wait for the exit code. */
+  stop(): Promise<number | null>;
+  kill9(): Promise<number | null>;
+}
+
+export async function spawnService(role: keyof typeof ENTRY, env: Record<string, string>, startTimeoutMs = 30_000): Promise<SpawnedService> {
+  const child = spawn(process.execPath, [...process.execArgv, `${ROOT}${ENTRY[role]}`], {
+    cwd: ROOT,
+    stdio: ['ignore', 'pipe', 'pipe'],
+    env: { PATH: process.env.PATH ?? '', HOME: process.env.HOME ?? '', HOST: '127.0.0.1', LOG_LEVEL: 'warn', ...env },
+  });
+  let output = '';
+  child.stdout!.setEncoding('utf8').on('data', (c: string) => {
+    output += c;
+    if (output.length > 200_000) output = output.slice(-100_000);
+  });
+  child.stderr!.setEncoding('utf8').on('data', (c: string) => {
+    output += c;
+  });
+  // 'close', not 'exit': the output may still be arriving when the process exits.
+  const exited = new Promise<number | null>((resolve) => child.once('close', (code, signal) => resolve(code ?? (signal ? -1 : null))));
+  const url = await new Promise<string>((resolve, reject) => {
+    const timer = setTimeout(() => {
+      child.kill('SIGKILL');
+      reject(new Error(`${role} did not start in time:\n${output}`));
+    }, startTimeoutMs);
+    const check = () => {
+      const m = /listening on (http:\/\/\S+)/.exec(output);
+      if (m) {
+        clearTimeout(timer);
+        resolve(m[1]!);
+      }
+    };
+    child.stdout!.on('data', check);
+    void exited.then((code) => {
+      clearTimeout(timer);
+      reject(new Error(`${role} exited with ${code} before listening:\n${output}`));
+    });
+  });
+  return {
+    url,
+    port: Number(new URL(url).port),
+    child,
+    output: () => output,
+    exited,
+    async stop() {
+      child.kill('SIGTERM');
+      return exited;
+    },
+    async kill9() {
+      child.kill('SIGKILL');
+      return exited;
+    },
+  };
+}
