@@ -1,0 +1,53 @@
+// Graceful shutdown of a real process: SIGTERM drains in-flight proxied calls,
+// flushes the audit and exits 0; a second signal exits at once.
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import t from 'tap';
+import { api, createAgent, signup, TLS_DIR } from '../support/service.js';
+import { spawnService } from '../support/spawn-service.js';
+import { startUpstream } from '../support/upstream.js';
+
+const dataDir = mkdtempSync(join(tmpdir(), 'tcg-shutdown-'));
+const upstream = await startUpstream();
+const env = { DATA_DIR: dataDir, PORT: '0', GUARD_ALLOW_TARGETS: '127.0.0.1', NODE_EXTRA_CA_CERTS: join(TLS_DIR, 'ca.crt'), AUDIT_BATCH_MS: '5000' };
+t.teardown(async () => {
+  await upstream.close();
+  rmSync(dataDir, { recursive: true, force: true });
+});
+
+t.test('SIGTERM lets an in-flight call finish, writes its audit record and exits 0', async (t) => {
+  const service = await spawnService('all-in-one', env);
+  const owner = await signup(service.url);
+  const agent = await createAgent(service.url, owner, 'draining', 'full');
+  const inFlight = fetch(`${service.url}/proxy/${agent.api_key}/${upstream.authority}/sse`).then(async (r) => ({ status: r.status, text: await r.text() }));
+  await new Promise((r) => setTimeout(r, 150));
+  service.child.kill('SIGTERM');
+  const res = await inFlight;
+  t.equal(res.status, 200);
+  t.equal(res.text, 'data: event 1\n\ndata: event 2\n\ndata: event 3\n\n', 'the call completed in full');
+  t.equal(await service.exited, 0, 'exit code 0');
+  // AUDIT_BATCH_MS is 5 s: the record was written by the shutdown flush, not the timer.
+  const again = await spawnService('all-in-one', env);
+  const login = await api(again.url, null, 'POST', '/auth/login', { email: owner.email, password: 'correct horse battery' });
+  const rows = (await api(again.url, { token: login.json.access_token, auth: { authorization: `Bearer ${login.json.access_token}` } }, 'GET', `/audit?agent_id=${agent.id}`)).json as any[];
+  t.equal(rows.length, 1, 'the drained call is in the audit log after a restart');
+  t.equal(rows[0].status_code, 200);
+  t.equal(rows[0].output, res.text);
+  t.equal(await again.stop(), 0);
+});
+
+t.test('a second signal exits at once', async (t) => {
+  const service = await spawnService('all-in-one', { ...env, UPSTREAM_HEADERS_TIMEOUT_MS: '60000' });
+  const owner = await signup(service.url);
+  const agent = await createAgent(service.url, owner, 'stuck');
+  const stuck = fetch(`${service.url}/proxy/${agent.api_key}/${upstream.authority}/stall-headers`).catch(() => null);
+  await new Promise((r) => setTimeout(r, 150));
+  const started = Date.now();
+  service.child.kill('SIGTERM');
+  await new Promise((r) => setTimeout(r, 200));
+  service.child.kill('SIGTERM');
+  t.equal(await service.exited, 130);
+  t.ok(Date.now() - started < 2000, `exited in ${Date.now() - started} ms, not after the drain deadline`);
+  await stuck;
+});
