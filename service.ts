@@ -83,7 +83,10 @@ export async function startService(config: Readonly<Config>, log: Logger = creat
     maxDelayMs: config.auditBatchMs,
     maxQueued: config.auditQueueMax,
     spool,
-    onError: (err, rows) => log.error('audit batch not written; spooled for replay', { rows, err }),
+    onError: (err, rows, stage) => {
+      const next = { insert: 'spooling it for replay', spool: 'keeping it in memory and retrying', replay: 'retrying later' }[stage];
+      log.error(`audit ${stage} failed; ${next}`, { rows, err });
+    },
     onBatchWritten: (rows, ms) => {
       metrics.batchRows.observe(rows);
       metrics.flushSeconds.observe(ms / 1000);

@@ -90,7 +90,7 @@ export async function runBench(options: BenchOptions, progress: (line: string) =
     if (nginxBinary !== null) {
       const nginx = await startNginx(nginxBinary, tmpDir, upstream.port, bearer);
       targets.set('nginx', nginx);
-      comparators.nginx = `${await versionOf(nginxBinary, ['-v'])}: 1 worker, upstream keepalive 64, proxy_ssl_verify on`;
+      comparators.nginx = `${(await versionOf(nginxBinary, ['-v'])).replace(/^nginx version: /, '')}, 1 worker, upstream keepalive 64, proxy_ssl_verify on`;
     } else {
       missing.set('nginx', options.nginx ? 'nginx is not on PATH' : 'turned off (--no-nginx)');
     }

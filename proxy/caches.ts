@@ -4,7 +4,7 @@
 // touches at once, so a delete or a replace takes effect on the next request.
 import { LRUCache } from 'lru-cache';
 import { parsePolicy, type CompiledPolicy } from '../shared/policy/index.js';
-import { credentialAssociatedData, openValue } from '../shared/secrets.js';
+import { credentialAssociatedData, openValue, secretSpellings } from '../shared/secrets.js';
 import type { MetadataStore } from '../shared/stores/metadata-store.js';
 import type { CacheCounters, CacheName } from '../shared/metrics.js';
 import type { Agent, CredType, MetadataChange } from '../shared/types.js';
@@ -16,6 +16,8 @@ export interface InjectedCredential {
   name: string;
   /** The header value ('Bearer …' for bearer) or the query pair `param=value`, encoded. */
   value: string;
+  /** Every spelling of the secret itself, kept out of the audited output (secretSpellings). */
+  spellings: readonly Buffer[];
 }
 
 // Absent entries are cached as NONE so that a miss is not a store round-trip too.
@@ -77,14 +79,15 @@ export function createProxyCaches(
       const sealed = await store.findCredentialForHost(orgId, authority);
       if (!sealed) return NONE;
       const value = openValue(encryptionKey, sealed.sealedValue, credentialAssociatedData(orgId, sealed.hostname));
+      const spellings = secretSpellings(value);
       switch (sealed.credType) {
         case 'bearer':
-          return { credType: 'bearer', name: 'authorization', value: `Bearer ${value}` };
+          return { credType: 'bearer', name: 'authorization', value: `Bearer ${value}`, spellings };
         case 'header':
-          return { credType: 'header', name: sealed.headerName ?? sealed.name.toLowerCase(), value };
+          return { credType: 'header', name: sealed.headerName ?? sealed.name.toLowerCase(), value, spellings };
         case 'query': {
           const param = sealed.queryParam ?? sealed.name;
-          return { credType: 'query', name: param, value: `${encodeURIComponent(param)}=${encodeURIComponent(value)}` };
+          return { credType: 'query', name: param, value: `${encodeURIComponent(param)}=${encodeURIComponent(value)}`, spellings };
         }
       }
     },

@@ -33,6 +33,8 @@ export class ProxyExchange {
   reasoning = '';
   taskId = '';
   requestId = '';
+  /** The agent sent an X-Request-Id (kept even when too long to record). */
+  hasRequestId = false;
   /** The request's Content-Length, or -1 when it has none (no body, or chunked). */
   contentLength = -1;
   /** Transfer-Encoding: chunked (a body of unknown length). */
@@ -115,7 +117,9 @@ export class ProxyExchange {
     const agent = this.agent!;
     let output: string | null = null;
     if (this.capture !== null) {
-      output = captureToText(this.capture.subarray(0, this.captureLength), this.captureTruncated);
+      let captured = this.capture.subarray(0, this.captureLength);
+      if (this.credential !== null) captured = redactCapture(captured, this.credential.spellings, this.captureTruncated);
+      output = captureToText(captured, this.captureTruncated);
     }
     return {
       id: this.id,
@@ -141,6 +145,44 @@ export class ProxyExchange {
       requestId: this.requestId || this.id,
     };
   }
+}
+
+const REDACTED = Buffer.from('[REDACTED]');
+
+/**
+ * The captured body without the injected credential: an upstream that echoes its
+ * request (headers, URL) would otherwise put the value into the audit log, which
+ * must never hold one (CONTRACT.md "Credentials"). Every spelling is replaced;
+ * when the cap cut the body, a tail that begins a spelling is dropped too, so no
+ * prefix of the secret is kept either.
+ */
+export function redactCapture(bytes: Buffer, spellings: readonly Buffer[], truncated: boolean): Buffer {
+  let out = bytes;
+  for (const spelling of spellings) {
+    let at = out.indexOf(spelling);
+    if (at < 0) continue;
+    const parts: Buffer[] = [];
+    let from = 0;
+    while (at >= 0) {
+      parts.push(out.subarray(from, at), REDACTED);
+      from = at + spelling.length;
+      at = out.indexOf(spelling, from);
+    }
+    parts.push(out.subarray(from));
+    out = Buffer.concat(parts);
+  }
+  if (truncated) {
+    for (const spelling of spellings) {
+      // The earliest start in the last (length - 1) bytes whose rest is a prefix of the spelling.
+      for (let i = Math.max(0, out.length - spelling.length + 1); i < out.length; i++) {
+        if (out[i] === spelling[0] && out.compare(spelling, 0, out.length - i, i) === 0) {
+          out = out.subarray(0, i);
+          break;
+        }
+      }
+    }
+  }
+  return out;
 }
 
 /** UTF-8 text when the captured bytes are text (a character cut by the cap is dropped), else base64. */

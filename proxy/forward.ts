@@ -55,7 +55,7 @@ export function createForwarder(config: Readonly<Config>): Forwarder {
     const headers = ex.headers;
     headers.push('host', target.authority);
     // The request id travels upstream, so both sides' logs meet (RFC-less but common: X-Request-Id).
-    if (ex.requestId === '') headers.push('x-request-id', ex.id);
+    if (!ex.hasRequestId) headers.push('x-request-id', ex.id);
     const body = ex.body;
     let payload: Buffer | NodeJS.ReadableStream | null = null;
     if (body !== null) {

@@ -78,7 +78,10 @@ function copyProxyHeader(name: string, value: string): void {
   const ex = current!;
   headBytes += name.length + value.length + 4;
   if (!HOP_BY_HOP.has(name)) {
-    if (name === 'x-request-id' && value.length <= 200) ex.requestId = value;
+    if (name === 'x-request-id') {
+      ex.hasRequestId = true;
+      if (value.length <= 200) ex.requestId = value;
+    }
     ex.headers.push(name, value);
     return;
   }
@@ -288,7 +291,10 @@ function handleAdmin(res: HttpResponse, req: HttpRequest, admin: (req: AdminRequ
       res.writeStatus(`${response.status} ${STATUS_CODES[response.status] ?? ''}`);
       for (const name in response.headers) res.writeHeader(name, response.headers[name]!);
       if (response.status === 204) res.endWithoutBody();
-      else if (request.method === 'HEAD') res.endWithoutBody(Buffer.byteLength(response.body));
+      else if (request.method === 'HEAD') {
+        // By hand: uWS's endWithoutBody(length) leaves the connection unusable.
+        res.writeHeader('content-length', String(Buffer.byteLength(response.body))).endWithoutBody();
+      }
       else res.end(response.body);
     });
   };

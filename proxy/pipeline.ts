@@ -86,7 +86,7 @@ export function createProxyPipeline(deps: {
   function fail(ex: ProxyExchange, err: unknown): void {
     const storeDown = isStoreUnavailable(err);
     if (storeDown) metrics.storeErrors++;
-    log.error('proxy stage failed', { [FIELD.requestId]: ex.id, [FIELD.keyPrefix]: ex.keyPrefix, [FIELD.err]: err });
+    log.error('proxy stage failed', { [FIELD.requestId]: ex.requestId || ex.id, [FIELD.keyPrefix]: ex.keyPrefix, [FIELD.err]: err });
     ex.answerError(storeDown ? 'unavailable' : 'internal');
   }
 

@@ -105,11 +105,13 @@ export class UpstreamResponse {
       return;
     }
     // Part of the response is out: all we can do is cut the connection so the
-    // client sees a truncated body rather than a complete-looking one.
+    // client sees a truncated body rather than a complete-looking one. The
+    // exchange is finished (audited 504/502) before the close: uWS runs the
+    // onAborted handler inside close(), which would record it as client-gone (499).
     ex.statusCode = timeout ? 504 : 502;
     ex.body?.detach();
-    ex.res.close();
     ex.finish();
+    ex.res.close();
   }
 
   #writeHead(): void {
@@ -197,8 +199,10 @@ export class UpstreamResponse {
     const status = this.#status;
     if (this.#headOnly || status === 204 || status === 304) {
       // No body: HEAD reports the length the GET would have (RFC 9110 §9.3.2).
-      if (this.#headOnly && this.#length >= 0) res.endWithoutBody(this.#length);
-      else res.endWithoutBody();
+      // Written by hand: uWS's endWithoutBody(length) leaves the response
+      // half-open, and the connection's next request closes it.
+      if (this.#headOnly && this.#length >= 0) res.writeHeader('content-length', String(this.#length));
+      res.endWithoutBody();
       this.#done();
     } else if (this.#length >= 0) {
       // All bytes were handed to tryEnd; `done` fires there, or on the last onWritable.

@@ -74,6 +74,22 @@ export function openValue(key: Buffer, sealed: string, associated: string): stri
   return Buffer.concat([decipher.update(raw.subarray(28)), decipher.final()]).toString('utf8');
 }
 
+/**
+ * The byte spellings under which a credential value can come back in a response
+ * body that echoes the request (raw in a header, percent- or form-encoded in a
+ * URL, JSON-escaped), longest first: what the audit's captured output must not
+ * hold (see redactCapture in proxy/exchange.ts).
+ */
+export function secretSpellings(value: string): Buffer[] {
+  const forms = new Set([
+    value,
+    encodeURIComponent(value),
+    new URLSearchParams({ v: value }).toString().slice(2),
+    JSON.stringify(value).slice(1, -1),
+  ]);
+  return [...forms].filter((f) => f.length > 0).map((f) => Buffer.from(f, 'utf8')).sort((a, b) => b.length - a.length);
+}
+
 export function credentialAssociatedData(orgId: string, hostname: string): string {
   return `${orgId}\n${hostname}`;
 }

@@ -22,7 +22,8 @@ export interface AuditBatcherOptions {
   maxQueued: number;
   /** Where refused batches wait; without one they wait in memory. */
   spool?: AuditSpool;
-  onError?: (err: unknown, batchRows: number) => void;
+  /** A failed insert (then spooled), spool write (then kept in memory) or replay (then retried). */
+  onError?: (err: unknown, batchRows: number, stage: 'insert' | 'spool' | 'replay') => void;
   /** Each insert the store took: its rows and how long it took. */
   onBatchWritten?: (rows: number, ms: number) => void;
 }
@@ -154,7 +155,7 @@ export class AuditBatcher {
         this.#retryMs = RETRY_MIN_MS;
       } catch (err) {
         this.stats.failedAttempts += 1;
-        this.#options.onError?.(err, batch.rows.length);
+        this.#options.onError?.(err, batch.rows.length, 'insert');
         if (!(await this.#trySpool(batch))) {
           this.#backOff();
           return; // kept in memory; retried after the back-off
@@ -176,7 +177,7 @@ export class AuditBatcher {
       this.#retryMs = Math.min(this.#retryMs * 2, RETRY_MAX_MS);
       return true;
     } catch (err) {
-      this.#options.onError?.(err, batch.rows.length);
+      this.#options.onError?.(err, batch.rows.length, 'spool');
       return false;
     }
   }
@@ -197,7 +198,7 @@ export class AuditBatcher {
         this.#retryMs = RETRY_MIN_MS;
       } catch (err) {
         this.stats.failedAttempts += 1;
-        this.#options.onError?.(err, 0);
+        this.#options.onError?.(err, 0, 'replay');
         this.#backOff();
         return;
       }

@@ -38,16 +38,21 @@ export async function healthLatency(base: string, timeoutMs = 2000): Promise<num
  * Probes /health every `everyMs` until stopped; returns every latency measured.
  * One probe at a time, so a slow answer shows as one long sample, not as a pile-up.
  */
-export function probeHealth(base: string, everyMs = 50): { stop(): Promise<number[]> } {
+export function probeHealth(base: string, everyMs = 50): { stop(): Promise<number[]>; at: number[] } {
   const samples: number[] = [];
+  /** When each probe started, in ms from the start of probing. */
+  const at: number[] = [];
+  const started = performance.now();
   let running = true;
   const loop = (async () => {
     while (running) {
+      at.push(performance.now() - started);
       samples.push(await healthLatency(base));
       await sleep(everyMs);
     }
   })();
   return {
+    at,
     async stop() {
       running = false;
       await loop;

@@ -25,7 +25,7 @@ const CONFIG_SECTION_HEADING = '## Configuration';
 const ENDPOINTS_HEADING = '## Endpoints';
 const METHODS = ['GET', 'POST', 'PUT', 'PATCH', 'DELETE'] as const;
 /** Served by the listener itself, not the admin route table. */
-const LISTENER_ROUTES = new Set(['GET /health']);
+const LISTENER_ROUTES = new Set(['GET /health', 'GET /ready', 'GET /metrics', 'GET /openapi.json']);
 const PROXY_PREFIX = '/proxy/';
 
 // --- text helpers --------------------------------------------------------------
