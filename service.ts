@@ -122,7 +122,14 @@ export async function startService(config: Readonly<Config>, log: Logger = creat
     pipeline,
     admin: passThrough !== null ? passThrough.handle : admin!.handle,
     trustForwardedFor: role === 'admin',
-    health: () => ({ role, audit_pending: auditBatcher.pending, audit_spooled_batches: auditBatcher.spooledBatches }),
+    closing: () => stopping,
+    health: () => ({
+      role,
+      proxied_total: pipeline?.audited ?? 0,
+      audit_written_total: auditBatcher.stats.written,
+      audit_pending: auditBatcher.pending,
+      audit_spooled_batches: auditBatcher.spooledBatches,
+    }),
     ready: async () => {
       if (auditBatcher.saturated) return 'the audit pipeline is refusing work';
       const [metadata, audit] = await Promise.allSettled([store.ping(), auditStore.ping()]);
@@ -136,9 +143,12 @@ export async function startService(config: Readonly<Config>, log: Logger = creat
   const url = `http://${config.host.includes(':') ? `[${config.host}]` : config.host}:${listener.port}`;
   if (publicUrl === '') publicUrl = `http://localhost:${listener.port}`;
 
-  let stopping: Promise<void> | null = null;
+  let stopping = false;
+  let stopped: Promise<void> | null = null;
   async function stop(drainMs = 10_000): Promise<void> {
-    stopping ??= (async () => {
+    stopped ??= (async () => {
+      pipeline?.stopAdmitting();
+      stopping = true;
       listener.stop();
       poller?.stop();
       unwatch?.();
@@ -151,7 +161,7 @@ export async function startService(config: Readonly<Config>, log: Logger = creat
       await auditStore.close();
       await store.close();
     })();
-    return stopping;
+    return stopped;
   }
 
   return { role, port: listener.port, url, publicUrl, log, store, auditStore, auditBatcher, pipeline, metrics, stop };

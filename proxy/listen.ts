@@ -48,6 +48,8 @@ export interface ListenOptions {
   admin: (req: AdminRequest) => Promise<AdminResponse>;
   /** Split-mode admin: the client address comes from the proxy's X-Forwarded-For. */
   trustForwardedFor: boolean;
+  /** True once shutdown began: admin requests are answered 503 with Connection: close. */
+  closing: () => boolean;
   health: () => Record<string, unknown>;
   /** Resolves with null when ready, else why not (GET /ready answers 503 with it). */
   ready: () => Promise<string | null>;
@@ -217,7 +219,13 @@ export function listen(uws: Uws, options: ListenOptions): Promise<Listener> {
     pipeline.run(ex);
   });
 
-  app.any('/*', (res, req) => handleAdmin(res, req, options.admin, options.trustForwardedFor));
+  app.any('/*', (res, req) => {
+    if (options.closing()) {
+      writeError(res, 'unavailable', 'The service is shutting down; retry.', true);
+      return;
+    }
+    handleAdmin(res, req, options.admin, options.trustForwardedFor);
+  });
 
   return new Promise((resolve, reject) => {
     app.listen(options.host, options.port, (socket: us_listen_socket | false) => {

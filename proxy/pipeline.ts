@@ -24,6 +24,14 @@ export interface ProxyPipeline {
   caches: ProxyCaches;
   /** Exchanges started and not yet finished. */
   readonly inFlight: number;
+  /** Exchanges finished with a known agent, i.e. audit records queued. */
+  readonly audited: number;
+  /**
+   * Shutdown has begun: calls that arrive now (on connections kept alive) are
+   * answered 503 with Connection: close and audited, so that the drain ends and
+   * no record arrives after the audit pipeline closed.
+   */
+  stopAdmitting(): void;
   close(): Promise<void>;
 }
 
@@ -41,9 +49,12 @@ export function createProxyPipeline(deps: {
   const guard = createTargetGuard({ allowTargets: config.allowTargets, dnsServer: config.dnsServer });
   const forwarder = createForwarder(config);
   let inFlight = 0;
+  let audited = 0;
+  let admitting = true;
 
   const stages: Stage[] = [
     (ex) => resolveAgent(ex, caches),
+    (ex) => (admitting ? undefined : ex.answerError('unavailable', 'The service is shutting down; retry.', undefined, 'denied', true)),
     (ex) => checkRequest(ex, batcher),
     (ex) => authorize(ex, caches),
     (ex) => guard.guard(ex),
@@ -62,6 +73,7 @@ export function createProxyPipeline(deps: {
     if (ex.agent === null) return;
     const record = ex.toAuditRecord();
     batcher.enqueue(record);
+    audited++;
     // One canonical line per call: at info for a sampled share, else at debug.
     const atInfo = sample > 0 && Math.random() < sample;
     if (atInfo || log.isLevelEnabled('debug')) {
@@ -118,6 +130,12 @@ export function createProxyPipeline(deps: {
     caches,
     get inFlight() {
       return inFlight;
+    },
+    get audited() {
+      return audited;
+    },
+    stopAdmitting() {
+      admitting = false;
     },
     run(ex) {
       inFlight++;

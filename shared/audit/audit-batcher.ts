@@ -59,6 +59,8 @@ export class AuditBatcher {
   #retryTimer: NodeJS.Timeout | null = null;
   #idleWaiters: (() => void)[] = [];
   #closing = false;
+  /** Set once close() takes over: the work loop touches nothing after that. */
+  #stopped = false;
   readonly stats: AuditBatcherStats = { queued: 0, written: 0, spooled: 0, replayed: 0, failedAttempts: 0, batches: 0 };
 
   constructor(store: AuditStore, options: AuditBatcherOptions) {
@@ -91,7 +93,7 @@ export class AuditBatcher {
 
   /** Queues a record and resolves once the batch holding it is durable (written or spooled). */
   enqueueDurable(record: AuditRecord): Promise<void> {
-    if (this.saturated) return Promise.reject(new Error('audit pipeline is saturated'));
+    if (this.#closing || this.saturated) return Promise.reject(new Error('audit pipeline is saturated or closing'));
     return new Promise((resolve, reject) => {
       this.#open.waiters.push({ resolve, reject });
       this.#add(record);
@@ -130,7 +132,7 @@ export class AuditBatcher {
 
   /** Starts the work loop unless it runs already (or waits for a retry). */
   #kick(): void {
-    if (this.#working || this.#retryTimer !== null) return;
+    if (this.#working || this.#retryTimer !== null || this.#stopped) return;
     this.#working = true;
     void this.#work().finally(() => {
       this.#working = false;
@@ -149,6 +151,7 @@ export class AuditBatcher {
       try {
         const started = performance.now();
         await this.#store.insert(batch.rows, batch.token);
+        if (this.#stopped) return; // close() spooled it meanwhile; its token makes the second copy a no-op
         this.#options.onBatchWritten?.(batch.rows.length, performance.now() - started);
         this.stats.written += batch.rows.length;
         this.stats.batches += 1;
@@ -173,7 +176,7 @@ export class AuditBatcher {
     try {
       await this.#spool.write(batch.rows, batch.token);
       this.stats.spooled += batch.rows.length;
-      this.#schedule(this.#retryMs);
+      if (!this.#stopped) this.#schedule(this.#retryMs);
       this.#retryMs = Math.min(this.#retryMs * 2, RETRY_MAX_MS);
       return true;
     } catch (err) {
@@ -238,25 +241,29 @@ export class AuditBatcher {
       }),
     ]);
     clearTimeout(timer);
-    if (this.#retryTimer !== null) {
-      clearTimeout(this.#retryTimer);
-      this.#retryTimer = null;
-    }
-    while (this.#working) await new Promise((r) => setTimeout(r, 10));
-    // Whatever is still in memory goes to the spool, if there is one.
-    for (const batch of this.#sealed.splice(0)) {
-      if (await this.#trySpool(batch)) {
-        this.#held -= batch.rows.length;
-        for (const waiter of batch.waiters) waiter.resolve();
-      } else {
-        this.#sealed.push(batch);
-        break;
+    // An insert still in flight gets a moment; past that its batch is spooled too
+    // (the same token makes whichever copy lands second a no-op).
+    const insertDeadline = Date.now() + 2000;
+    while (this.#working && Date.now() < insertDeadline) await new Promise((r) => setTimeout(r, 10));
+    this.#stopped = true;
+    if (this.#timer !== null) clearTimeout(this.#timer);
+    if (this.#retryTimer !== null) clearTimeout(this.#retryTimer);
+    this.#timer = null;
+    this.#retryTimer = null;
+    // Whatever is still in memory goes to the spool, including records of calls
+    // that finished while we were closing (the loop runs until none is left).
+    for (;;) {
+      if (this.#open.rows.length > 0) {
+        this.#sealed.push(this.#open);
+        this.#open = newBatch();
       }
+      const batch = this.#sealed[0];
+      if (batch === undefined || !(await this.#trySpool(batch))) break;
+      this.#sealed.shift();
+      this.#held -= batch.rows.length;
+      for (const waiter of batch.waiters) waiter.resolve();
     }
-    if (this.#retryTimer !== null) {
-      clearTimeout(this.#retryTimer);
-      this.#retryTimer = null;
-    }
+    if (this.#retryTimer !== null) clearTimeout(this.#retryTimer);
     this.#spool?.close();
     return this.#held;
   }

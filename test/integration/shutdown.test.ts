@@ -51,3 +51,40 @@ t.test('a second signal exits at once', async (t) => {
   t.ok(Date.now() - started < 2000, `exited in ${Date.now() - started} ms, not after the drain deadline`);
   await stuck;
 });
+
+t.test('SIGTERM under load: every call answered is audited, none twice', async (t) => {
+  const dir = mkdtempSync(join(tmpdir(), 'tcg-shutdown-load-'));
+  const loadEnv = { ...env, DATA_DIR: dir, AUDIT_BATCH_MS: '200' };
+  const service = await spawnService('all-in-one', loadEnv);
+  const owner = await signup(service.url);
+  const agent = await createAgent(service.url, owner, 'loaded', 'none');
+  let answered = 0;
+  let refusedByShutdown = 0;
+  let running = true;
+  const client = async () => {
+    while (running) {
+      try {
+        const res = await fetch(`${service.url}/proxy/${agent.api_key}/${upstream.authority}/json`);
+        await res.arrayBuffer();
+        answered++;
+        if (res.status === 503) refusedByShutdown++;
+      } catch {
+        await new Promise((r) => setTimeout(r, 5)); // the listener is gone: not answered, not audited
+      }
+    }
+  };
+  const clients = Array.from({ length: 32 }, client);
+  await new Promise((r) => setTimeout(r, 1500));
+  service.child.kill('SIGTERM');
+  t.equal(await service.exited, 0, 'exit code 0');
+  running = false;
+  await Promise.all(clients);
+  t.ok(answered > 100, `${answered} calls answered (${refusedByShutdown} of them 503 while shutting down)`);
+  const again = await spawnService('all-in-one', loadEnv);
+  const login = await api(again.url, null, 'POST', '/auth/login', { email: owner.email, password: 'correct horse battery' });
+  const session = { token: login.json.access_token, auth: { authorization: `Bearer ${login.json.access_token}` } };
+  const res = await api(again.url, session, 'GET', `/audit?agent_id=${agent.id}&limit=1`);
+  t.equal(Number(res.headers.get('x-total-count')), answered, 'audit rows equal calls answered');
+  t.equal(await again.stop(), 0);
+  rmSync(dir, { recursive: true, force: true });
+});
