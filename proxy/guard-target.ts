@@ -15,7 +15,11 @@ export const DNS_CACHE_TTL_MS = 30_000;
 interface Resolution {
   addresses: string[];
   error: string | null;
+  /** The guard's verdict on these addresses, worked out once (the allow-list is fixed). */
+  refusal?: string | null;
 }
+
+const MAX_REMEMBERED_LITERALS = 10_000;
 
 export interface TargetGuard {
   guard(ex: ProxyExchange): StageResult;
@@ -37,30 +41,48 @@ export function createTargetGuard(options: { allowTargets: readonly string[]; dn
     },
   });
 
+  /** The first refused address's reason, or null when every address may be reached. */
+  function refusalOf(hostname: string, addresses: readonly string[]): string | null {
+    // A host opened by name is trusted for every address it resolves to.
+    if (allowList.allowsHost(hostname)) return null;
+    for (const address of addresses) {
+      const refusal = classifyAddress(address);
+      if (refusal !== null && !allowList.allowsAddress(address)) return refusal;
+    }
+    return null;
+  }
+
   function check(ex: ProxyExchange, resolution: Resolution): undefined | false {
     const hostname = ex.target!.hostname;
     if (resolution.error !== null) {
       resolutions.delete(hostname); // a failed lookup is not cached
       return ex.answerError('upstream_unreachable', `The target host could not be resolved (${resolution.error}).`, undefined, 'allowed');
     }
-    // A host opened by name is trusted for every address it resolves to.
-    if (!allowList.allowsHost(hostname)) {
-      for (const address of resolution.addresses) {
-        const refusal = classifyAddress(address);
-        if (refusal !== null && !allowList.allowsAddress(address)) {
-          ex.ruleMatched = 'target_forbidden';
-          return ex.answerError('target_forbidden', `The target resolves to a ${refusal} address, which the proxy does not reach.`);
-        }
-      }
+    const refusal = resolution.refusal !== undefined ? resolution.refusal : (resolution.refusal = refusalOf(hostname, resolution.addresses));
+    if (refusal !== null) {
+      ex.ruleMatched = 'target_forbidden';
+      return ex.answerError('target_forbidden', `The target resolves to a ${refusal} address, which the proxy does not reach.`);
     }
     ex.address = resolution.addresses[0]!;
     return undefined;
   }
 
+  // IP literals need no lookup; their verdicts are remembered, bounded.
+  const literals = new Map<string, Resolution>();
+  function literal(ip: string): Resolution {
+    let resolution = literals.get(ip);
+    if (resolution === undefined) {
+      if (literals.size >= MAX_REMEMBERED_LITERALS) literals.clear();
+      resolution = { addresses: [ip], error: null };
+      literals.set(ip, resolution);
+    }
+    return resolution;
+  }
+
   return {
     guard(ex) {
       const hostname = ex.target!.hostname;
-      if (isIP(hostname) !== 0) return check(ex, { addresses: [hostname], error: null });
+      if (isIP(hostname) !== 0) return check(ex, literal(hostname));
       const hit = resolutions.get(hostname);
       if (hit !== undefined) return check(ex, hit);
       return resolutions.fetch(hostname).then((resolution) => check(ex, resolution ?? { addresses: [], error: 'lookup failed' }));

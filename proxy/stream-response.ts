@@ -119,19 +119,21 @@ export class UpstreamResponse {
     const res = this.#ex.res;
     res.writeStatus(statusLine(this.#status));
     const raw = this.#rawHeaders!;
+    // One pass; names are lower-cased once. A Connection header (rare in
+    // responses) names more fields to drop, which may come before it: then a
+    // second pass writes the rest.
+    const names: string[] = new Array(raw.length >> 1);
     let connectionTokens: string[] | null = null;
     for (let i = 0; i < raw.length; i += 2) {
       const name = raw[i]!.toString('latin1').toLowerCase();
-      if (name === 'connection') {
-        connectionTokens = raw[i + 1]!.toString('latin1').toLowerCase().split(',').map((s) => s.trim());
-      }
+      names[i >> 1] = name;
       if (name === 'content-length') this.#length = Number(raw[i + 1]!.toString('latin1'));
+      else if (name === 'connection') connectionTokens = raw[i + 1]!.toString('latin1').toLowerCase().split(',').map((s) => s.trim());
     }
     for (let i = 0; i < raw.length; i += 2) {
-      const nameBuf = raw[i]!;
-      const name = nameBuf.toString('latin1').toLowerCase();
+      const name = names[i >> 1]!;
       if (RESPONSE_DROP.has(name) || (connectionTokens !== null && connectionTokens.includes(name))) continue;
-      res.writeHeader(nameBuf, raw[i + 1]!);
+      res.writeHeader(raw[i]!, raw[i + 1]!);
     }
     if (!Number.isSafeInteger(this.#length) || this.#length < 0) this.#length = -1;
   }

@@ -61,7 +61,22 @@ export function parseTarget(rest: string): ParsedTarget | null {
   const slash = rest.indexOf('/');
   const authorityPart = slash === -1 ? rest : rest.slice(0, slash);
   const path = slash === -1 ? '/' : rest.slice(slash);
+  // Agents call few distinct hosts: the authority's parse (regexes, the WHATWG
+  // parser) is remembered, bounded, so the hot path pays it once per host.
+  let authority = AUTHORITIES.get(authorityPart);
+  if (authority === undefined) {
+    authority = parseAuthority(authorityPart);
+    if (AUTHORITIES.size >= MAX_REMEMBERED_AUTHORITIES) AUTHORITIES.clear();
+    AUTHORITIES.set(authorityPart, authority);
+  }
+  return authority === null ? null : { ...authority, path };
+}
 
+type ParsedAuthority = Omit<ParsedTarget, 'path'>;
+const AUTHORITIES = new Map<string, ParsedAuthority | null>();
+const MAX_REMEMBERED_AUTHORITIES = 10_000;
+
+function parseAuthority(authorityPart: string): ParsedAuthority | null {
   // The character classes below already exclude `@` (userinfo), `%`
   // (percent-encoding, IPv6 zone ids), `\` (which the WHATWG parser would read
   // as `/`) and non-ASCII (agents send IDNs as punycode).
@@ -104,7 +119,7 @@ export function parseTarget(rest: string): ParsedTarget | null {
   }
 
   const authority = port === DEFAULT_PORT ? host : `${host}:${port}`;
-  return { host, port, authority, hostname, path };
+  return { host, port, authority, hostname };
 }
 
 function isDnsName(name: string): boolean {
