@@ -209,10 +209,11 @@ export function listen(uws: Uws, options: ListenOptions): Promise<Listener> {
     const url = req.getUrl();
     readProxyHead(ex, req, url);
     if (ex.keyHash === '') {
-      ex.method ||= 'GET';
       // Not a well-formed key: refused before any lookup, and not audited (no agent).
-      writeError(res, 'invalid_api_key', undefined, ex.contentLength !== 0 || ex.chunked);
       ex.finished = true;
+      if (ex.headError !== null) answerAndClose(res, ex.headError.code, ex.headError.message);
+      else if (ex.contentLength > 0 || ex.chunked) answerAndClose(res, 'invalid_api_key');
+      else writeError(res, 'invalid_api_key');
       return;
     }
     if (ex.contentLength > 0 || ex.chunked) ex.body = new RequestBody(res, ex.chunked ? -1 : ex.contentLength);
@@ -221,7 +222,7 @@ export function listen(uws: Uws, options: ListenOptions): Promise<Listener> {
 
   app.any('/*', (res, req) => {
     if (options.closing()) {
-      writeError(res, 'unavailable', 'The service is shutting down; retry.', true);
+      answerAndClose(res, 'unavailable', 'The service is shutting down; retry.');
       return;
     }
     handleAdmin(res, req, options.admin, options.trustForwardedFor);
@@ -238,6 +239,24 @@ export function listen(uws: Uws, options: ListenOptions): Promise<Listener> {
         stop: () => uws.us_listen_socket_close(socket),
       });
     });
+  });
+}
+
+/**
+ * Answers a request whose framing cannot be trusted (or whose body we will not
+ * read) and closes the connection. Not from inside the handler: uWS then goes on
+ * to serve the bytes after the first Content-Length as a next request even with
+ * end(body, true). Draining the body first and answering a turn later closes
+ * before any such "request" is parsed.
+ */
+function answerAndClose(res: HttpResponse, code: ErrorCode, message?: string): void {
+  let aborted = false;
+  res.onAborted(() => {
+    aborted = true; // replaces any earlier handler: nothing else will touch this response
+  });
+  res.onData(() => undefined);
+  setImmediate(() => {
+    if (!aborted) res.cork(() => writeError(res, code, message, true));
   });
 }
 
@@ -282,7 +301,7 @@ function handleAdmin(res: HttpResponse, req: HttpRequest, admin: (req: AdminRequ
   }
   if (problem !== null) {
     const { code, message } = problem;
-    writeError(res, code, message, hasBody);
+    answerAndClose(res, code, message);
     return;
   }
   const request: AdminRequest = {

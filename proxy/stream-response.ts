@@ -95,6 +95,14 @@ export class UpstreamResponse {
     const ex = this.#ex;
     if (ex.aborted || ex.finished) return;
     const timeout = isTimeout(err);
+    if (!this.#headWritten && (err as NodeJS.ErrnoException).code === 'UND_ERR_INVALID_ARG') {
+      // undici's dispatch reports a header, path or method it will not put on the
+      // wire through onError, not by throwing (forward.ts's catch never sees it):
+      // the caller's request is at fault, so 400 (its message names the header,
+      // never a value; a header value uWS decoded from obs-text lands here).
+      ex.answerError('invalid_request', `The request cannot be forwarded: ${err.message}.`);
+      return;
+    }
     if (!this.#headWritten) {
       ex.answerError(
         timeout ? 'upstream_timeout' : 'upstream_unreachable',
