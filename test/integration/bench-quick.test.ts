@@ -1,0 +1,27 @@
+// The bench works end to end (it asserts no speed): a tiny --quick run of two
+// scenarios against the real guard, upstream and the Node peer, with the audit
+// check exact against the guard's own count of proxied calls.
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import t from 'tap';
+import { parseBenchArgs, runBench } from '../../bench/run.js';
+
+t.test('npm run bench -- --quick runs, reports every comparator, and the audit rows match', async (t) => {
+  const out = mkdtempSync(join(tmpdir(), 'tcg-bench-test-'));
+  t.teardown(() => rmSync(out, { recursive: true, force: true }));
+  const lines: string[] = [];
+  const { report, files } = await runBench(
+    parseBenchArgs(['--quick', '--duration', '1', '--scenarios', 'small-get,policy-denied', '--out', out]),
+    (line) => lines.push(line),
+  );
+  t.same(report.problems, [], 'no problems reported');
+  t.same(report.scenarios.map((s) => s.id).sort(), ['policy-denied', 'small-get']);
+  const small = report.scenarios.find((s) => s.id === 'small-get')!;
+  t.ok((small.medians.guard?.rps ?? 0) > 0, 'the guard answered under load');
+  t.ok((small.medians.direct?.rps ?? 0) > 0, 'direct ran beside it');
+  t.ok(small.ratios.guard !== undefined, 'ratios computed');
+  t.ok(report.audit?.ok, `audit check: ${report.audit?.note}`);
+  t.match(readFileSync(files.markdown, 'utf8'), /## Summary/);
+  t.ok(lines.length > 3, 'progress printed while it ran');
+});
