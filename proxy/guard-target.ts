@@ -25,12 +25,12 @@ export interface TargetGuard {
   guard(ex: ProxyExchange): StageResult;
 }
 
-export function createTargetGuard(options: { allowTargets: readonly string[]; dnsServer: string | null }): TargetGuard {
+export function createTargetGuard(options: { allowTargets: readonly string[]; dnsServer: string | null; dnsCacheTtlMs?: number }): TargetGuard {
   const allowList = createAllowList(options.allowTargets);
   const resolve = createResolver(options.dnsServer);
   const resolutions = new LRUCache<string, Resolution>({
     max: 10_000,
-    ttl: DNS_CACHE_TTL_MS,
+    ttl: options.dnsCacheTtlMs ?? DNS_CACHE_TTL_MS,
     fetchMethod: async (hostname) => {
       try {
         const addresses = await resolve(hostname);

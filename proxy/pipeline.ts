@@ -46,7 +46,7 @@ export function createProxyPipeline(deps: {
   const { config, batcher, log, metrics } = deps;
   const caches = createProxyCaches(deps.store, deps.encryptionKey, { maxEntries: config.cacheMaxEntries, ttlMs: config.cacheTtlMs, stats: metrics.caches });
   const sample = config.logRequestSample;
-  const guard = createTargetGuard({ allowTargets: config.allowTargets, dnsServer: config.dnsServer });
+  const guard = createTargetGuard({ allowTargets: config.allowTargets, dnsServer: config.dnsServer, dnsCacheTtlMs: config.dnsCacheTtlMs });
   const forwarder = createForwarder(config);
   let inFlight = 0;
   let audited = 0;

@@ -36,6 +36,7 @@ export interface Config {
   loginWindowSeconds: number;
   pdfMaxEntries: number;
   dnsServer: string | null;
+  dnsCacheTtlMs: number;
   metricsToken: string | null;
   metricsAgentLabel: boolean;
   logRequestSample: number;
@@ -141,6 +142,7 @@ export const CONFIG_SPECS: readonly Spec[] = [
   { env: 'LOGIN_MAX_FAILURES', key: 'loginMaxFailures', doc: 'failed logins per email or client address before 429', parse: integer(1, 1_000_000), fallback: 10 },
   { env: 'LOGIN_WINDOW_SECONDS', key: 'loginWindowSeconds', doc: 'window of LOGIN_MAX_FAILURES', parse: integer(1, 86_400), fallback: 900 },
   { env: 'PDF_MAX_ENTRIES', key: 'pdfMaxEntries', doc: 'audit entries listed in a PDF export, at most', parse: integer(0, 100_000), fallback: 500 },
+  { env: 'GUARD_DNS_CACHE_TTL_MS', key: 'dnsCacheTtlMs', doc: 'how long a checked DNS answer is reused', parse: integer(1, 3_600_000), fallback: 30_000 },
   { env: 'GUARD_DNS_SERVER', key: 'dnsServer', doc: 'DNS server (ip[:port]) the proxy resolves targets with', parse: text, fallback: null },
   { env: 'NODE_EXTRA_CA_CERTS', key: 'extraCa', doc: 'extra trusted CA file (PEM) for upstream TLS', parse: (r) => {
     let pem: string;

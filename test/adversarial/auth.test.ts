@@ -30,13 +30,13 @@ const STORE = join(service.dataDir, 'metadata.sqlite');
 const jwtSecret = new TextEncoder().encode((JSON.parse(readFileSync(join(service.dataDir, 'secrets.json'), 'utf8')) as { jwt_secret: string }).jwt_secret);
 
 /** A request from a chosen loopback source address (Linux routes all of 127/8 to lo). */
-function from(localAddress: string, method: string, path: string, body: unknown): Promise<Reply> {
+function from(localAddress: string, method: string, path: string, body: unknown, extraHeaders: Record<string, string> = {}): Promise<Reply> {
   return new Promise((resolve, reject) => {
     const payload = JSON.stringify(body);
     const req = httpRequest(`${base}${path}`, {
       method,
       localAddress,
-      headers: { 'content-type': 'application/json', 'content-length': Buffer.byteLength(payload) },
+      headers: { 'content-type': 'application/json', 'content-length': Buffer.byteLength(payload), ...extraHeaders },
     }, (res) => {
       const chunks: Buffer[] = [];
       res.on('data', (c: Buffer) => chunks.push(c));
@@ -134,6 +134,15 @@ t.test('100 failed logins for one account from 100 client addresses: 429 for tha
   // Each address failed once, so they are not blocked for other accounts.
   const bystander = await signup(base);
   t.equal((await login('127.0.6.1', bystander.email, PASSWORD)).status, 200, 'another account from a used address logs in');
+});
+
+t.test('a spoofed X-Forwarded-For does not give one client address fresh counters', async (t) => {
+  const statuses: number[] = [];
+  for (let i = 0; i < 12; i++) {
+    const res = await from('127.0.10.1', 'POST', '/auth/login', { email: `spoof${i}@example.com`, password: 'wrong password!' }, { 'x-forwarded-for': `203.0.113.${i + 1}`, forwarded: `for=198.51.100.${i + 1}`, 'x-real-ip': `192.0.2.${i + 1}` });
+    statuses.push(res.status);
+  }
+  t.same(statuses, [...Array(10).fill(401), 429, 429], 'counted against the TCP peer, whatever the headers claim');
 });
 
 t.test('an unknown email is locked out exactly like a real one (the lockout reveals no account)', async (t) => {

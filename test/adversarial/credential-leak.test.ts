@@ -258,8 +258,6 @@ t.test('no canary in the metadata store file, its WAL, or any other file of the 
     if (!files.includes(path)) continue;
     t.same(leaksIn(readFileSync(path)), [], `${path.slice(service.dataDir.length + 1)}`);
   }
-  let found: string[] = [];
-  for (const path of files) if (leaksIn(readFileSync(path)).length > 0) found.push(path.slice(service.dataDir.length + 1));
+  const found = files.filter((path) => leaksIn(readFileSync(path)).length > 0).map((path) => path.slice(service.dataDir.length + 1));
   t.same(found, [], `none of ${files.length} files holds a canary`);
-  found = [];
 });

@@ -138,9 +138,7 @@ t.test('a duplicate Host: 400, closed, and a pipelined request after it never ru
   await stillServes(t);
 });
 
-t.test('a framing error on an admin path or with a malformed key closes before any pipelined request is served', {
-  skip: 'needs a fix in proxy/listen.ts: handleAdmin and the invalid_api_key branch answer framing errors (two Content-Lengths, two Hosts, a non-chunked Transfer-Encoding) synchronously inside the uWS handler, and uWS then serves the bytes after the first Content-Length as a next request even with end(body, true); defer such answers (res.onData(() => {}) to drain, then setImmediate(() => { if (!aborted) res.cork(() => writeError(res, code, message, true)); })) as parse-target.ts now does for the proxy',
-}, async (t) => {
+t.test('a framing error on an admin path or with a malformed key closes before any pipelined request is served', async (t) => {
   const cases: Record<string, string> = {
     'admin, two lengths': `POST /agents HTTP/1.1\r\nHost: x\r\n${AUTH}Content-Type: application/json\r\nContent-Length: 2\r\nContent-Length: ${2 + smuggled('adm-1').length}\r\n\r\n{}${smuggled('adm-1')}`,
     'admin, two Hosts': `GET /agents HTTP/1.1\r\nHost: x\r\nHost: y\r\n${AUTH}\r\n${smuggled('adm-2')}`,
@@ -153,6 +151,21 @@ t.test('a framing error on an admin path or with a malformed key closes before a
     const marker = `adm-${Object.keys(cases).indexOf(what) + 1}`;
     assertRefusedAndClosed(t, what, res, marker);
   }
+  await stillServes(t);
+});
+
+t.test('a header value the upstream client refuses (obs-text, DEL) is 400 invalid_request, not a 502, and not forwarded', async (t) => {
+  const cases: Record<string, Buffer> = {
+    'obs-text (latin1 é)': Buffer.concat([Buffer.from(`GET ${PROXY}/marker-obs HTTP/1.1\r\nHost: x\r\nConnection: close\r\nX-Name: caf`), Buffer.from([0xe9]), Buffer.from('s\r\n\r\n')]),
+    'a DEL character': Buffer.from(`GET ${PROXY}/marker-del HTTP/1.1\r\nHost: x\r\nConnection: close\r\nX-Name: a\x7fb\r\n\r\n`, 'latin1'),
+  };
+  for (const [what, bytes] of Object.entries(cases)) {
+    const res = await rawExchange(service.port, bytes, { maxMs: 1500 });
+    t.same(res.statuses, [400], `${what}: 400 (${res.text.slice(-160)})`);
+    t.match(res.text, /"error":"invalid_request"/);
+    t.match(res.text, /x-name/, 'the message names the header');
+  }
+  t.notOk(reached('obs') || reached('del'), 'nothing upstream');
   await stillServes(t);
 });
 

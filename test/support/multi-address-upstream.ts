@@ -33,7 +33,8 @@ function serve(address: string, port: number, routes: Record<string, Route>, hit
     req.on('data', (c: Buffer) => chunks.push(c));
     req.on('end', () => {
       hits.push({ method: req.method!, url: req.url!, host: req.headers.host, localAddress: req.socket.localAddress ?? '' });
-      const path = new URL(req.url!, 'https://x').pathname;
+      // Not new URL(): a target such as `//x/y` is a valid origin-form path but parses as an authority.
+      const path = req.url!.split('?')[0]!;
       (routes[path] ?? routes['/echo']!)(req, res, Buffer.concat(chunks));
     });
   });

@@ -45,7 +45,7 @@ export const DEFAULT_ROUTES: Record<string, Route> = {
     res.end(JSON.stringify({ ok: true, items: [1, 2, 3], text: 'héllo' }));
   },
   '/bytes': (req, res) => {
-    const n = Number(new URL(req.url!, 'https://x').searchParams.get('n') ?? '1024');
+    const n = Number(requestUrl(req).searchParams.get('n') ?? '1024');
     res.setHeader('content-type', 'application/octet-stream');
     res.setHeader('content-length', String(n));
     res.end(patternBytes(n));
@@ -69,7 +69,7 @@ export const DEFAULT_ROUTES: Record<string, Route> = {
     }, 150);
   },
   '/status': (req, res) => {
-    const code = Number(new URL(req.url!, 'https://x').searchParams.get('code') ?? '200');
+    const code = Number(requestUrl(req).searchParams.get('code') ?? '200');
     res.statusCode = code;
     if (code === 204 || code === 304) res.end();
     else res.end(`status ${code}`);
@@ -124,7 +124,7 @@ export async function startUpstream(routes: Record<string, Route> = {}, tls: { c
         bodySha256: createHash('sha256').update(body).digest('hex'),
         remoteAddress: req.socket.remoteAddress ?? '',
       });
-      const path = new URL(req.url!, 'https://x').pathname;
+      const path = requestUrl(req).pathname;
       const route = all[path] ?? all['/echo']!;
       route(req, res, body);
     });
@@ -141,4 +141,9 @@ export async function startUpstream(routes: Record<string, Route> = {}, tls: { c
       server.close(() => resolve());
     }),
   };
+}
+
+/** The request target as a URL. Prefixed, not resolved: `//x/y` is a path, not a host. */
+function requestUrl(req: IncomingMessage): URL {
+  return new URL(`https://upstream.test${req.url!.startsWith('/') ? '' : '/'}${req.url!}`);
 }
