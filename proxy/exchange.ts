@@ -3,7 +3,9 @@
 // forward → stream-response), and the one place that answers the client and
 // builds the audit record at the end of the exchange.
 import { isUtf8 } from 'node:buffer';
-import { randomUUID, type Hash } from 'node:crypto';
+import { createHash, hash as oneShotHash, randomUUID, type Hash } from 'node:crypto';
+
+const EMPTY_SHA256 = oneShotHash('sha256', '', 'hex');
 import type { HttpResponse } from 'uWebSockets.js';
 import { ERRORS, STATUS_TEXT, errorBody, type ErrorCode } from '../shared/errors.js';
 import type { PolicyDecision } from '../shared/policy/index.js';
@@ -59,7 +61,26 @@ export class ProxyExchange {
   auditDecision: AuditDecision = 'allowed';
   ruleMatched = '';
   responseBytes = 0;
+  /**
+   * log_outputs: hash. A body that arrives whole in one chunk is hashed in one
+   * call (crypto.hash, no Hash object: 0.3 vs 0.8 µs measured); anything else
+   * feeds an incremental Hash.
+   */
+  hashing = false;
   outputHash: Hash | null = null;
+  outputDigest: string | null = null;
+
+  /** Feeds one response chunk to the output hash; `whole` when it is the entire body. */
+  hashChunk(chunk: Buffer, whole: boolean): void {
+    if (whole && this.outputHash === null) this.outputDigest = oneShotHash('sha256', chunk, 'hex');
+    else (this.outputHash ??= createHash('sha256')).update(chunk);
+  }
+
+  #outputDigest(): string | null {
+    if (!this.hashing) return null;
+    if (this.outputDigest !== null) return this.outputDigest;
+    return this.outputHash !== null ? this.outputHash.digest('hex') : EMPTY_SHA256;
+  }
   capture: Buffer | null = null;
   captureLength = 0;
   captureTruncated = false;
@@ -139,7 +160,7 @@ export class ProxyExchange {
       source: 'proxy',
       requestBytes: this.body !== null ? this.body.received : 0,
       responseBytes: this.responseBytes,
-      outputHash: this.outputHash !== null ? this.outputHash.digest('hex') : null,
+      outputHash: this.#outputDigest(),
       output,
       outputTruncated: this.captureTruncated,
       requestId: this.requestId || this.id,

@@ -3,7 +3,6 @@
 // own core calls: onConnect / onHeaders / onData / onComplete / onError), so no
 // adapter or header object is built per request; raw header buffers go straight
 // to uWS. Status, headers and the first body chunk leave in one cork.
-import { createHash } from 'node:crypto';
 import { STATUS_CODES } from 'node:http';
 import type { ProxyExchange } from './exchange.js';
 
@@ -65,11 +64,18 @@ export class UpstreamResponse {
     if (status < 200) return true; // 1xx: undici handles them; wait for the final status
     this.#status = status;
     this.#rawHeaders = rawHeaders;
+    for (let i = 0; i < rawHeaders.length; i += 2) {
+      const name = rawHeaders[i]!;
+      if (name.length === 14 && name.toString('latin1').toLowerCase() === 'content-length') {
+        const length = Number(rawHeaders[i + 1]!.toString('latin1'));
+        this.#length = Number.isSafeInteger(length) && length >= 0 ? length : -1;
+      }
+    }
     this.#resume = resume;
     this.#ex.statusCode = status;
     this.#ex.upstreamMs = performance.now() - this.#ex.forwardedAt;
     const mode = this.#ex.agent!.logOutputs;
-    if (mode === 'hash') this.#ex.outputHash = createHash('sha256');
+    if (mode === 'hash') this.#ex.hashing = true;
     else if (mode === 'full') this.#ex.capture = EMPTY; // '' unless a body arrives
     return true;
   }
@@ -78,7 +84,7 @@ export class UpstreamResponse {
     const ex = this.#ex;
     if (ex.aborted) return true;
     ex.responseBytes += chunk.length;
-    if (ex.outputHash !== null) ex.outputHash.update(chunk);
+    if (ex.hashing) ex.hashChunk(chunk, ex.responseBytes === chunk.length && chunk.length === this.#length);
     else if (ex.agent!.logOutputs === 'full') this.#capture(chunk);
     this.#chunk = chunk;
     ex.res.cork(this.#writeChunkCorked);
@@ -135,15 +141,13 @@ export class UpstreamResponse {
     for (let i = 0; i < raw.length; i += 2) {
       const name = raw[i]!.toString('latin1').toLowerCase();
       names[i >> 1] = name;
-      if (name === 'content-length') this.#length = Number(raw[i + 1]!.toString('latin1'));
-      else if (name === 'connection') connectionTokens = raw[i + 1]!.toString('latin1').toLowerCase().split(',').map((s) => s.trim());
+      if (name === 'connection') connectionTokens = raw[i + 1]!.toString('latin1').toLowerCase().split(',').map((s) => s.trim());
     }
     for (let i = 0; i < raw.length; i += 2) {
       const name = names[i >> 1]!;
       if (RESPONSE_DROP.has(name) || (connectionTokens !== null && connectionTokens.includes(name))) continue;
       res.writeHeader(raw[i]!, raw[i + 1]!);
     }
-    if (!Number.isSafeInteger(this.#length) || this.#length < 0) this.#length = -1;
   }
 
   /** Runs corked. */

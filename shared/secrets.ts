@@ -1,6 +1,6 @@
 // Secrets: the JWT signing key, the credential encryption key (AES-256-GCM), agent
 // API keys and their hashes.
-import { createCipheriv, createDecipheriv, createHash, randomBytes } from 'node:crypto';
+import { createCipheriv, createDecipheriv, hash, randomBytes } from 'node:crypto';
 import { chmodSync, existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Config } from './config.js';
@@ -110,7 +110,8 @@ export function generateApiKey(): string {
 }
 
 export function hashApiKey(apiKey: string): string {
-  return createHash('sha256').update(apiKey).digest('hex');
+  // One call, no Hash object: this runs on every proxied request.
+  return hash('sha256', apiKey, 'hex');
 }
 
 /** The visible part of a key: its first 12 characters and an ellipsis. */
