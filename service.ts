@@ -137,7 +137,7 @@ export async function startService(config: Readonly<Config>, log: Logger = creat
       if (audit.status === 'rejected') return 'the audit store does not answer';
       return null;
     },
-    metrics: { text: () => metrics.text(), contentType: metrics.contentType, token: config.metricsToken },
+    metrics: config.metricsEnabled ? { text: () => metrics.text(), contentType: metrics.contentType, token: config.metricsToken } : null,
     openapi: readOpenApi(),
   });
   const url = `http://${config.host.includes(':') ? `[${config.host}]` : config.host}:${listener.port}`;

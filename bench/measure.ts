@@ -106,6 +106,7 @@ export async function measureLoad(ctx: BenchContext, target: Target, request: Lo
 export const COMPARATOR_LABELS: Record<TargetName, string> = {
   direct: 'client → upstream over HTTPS (the ceiling)',
   guard: 'client → guard → upstream',
+  'guard-quiet': 'client → guard (metrics off, LOG_LEVEL=error) → upstream',
   nginx: 'client → nginx → upstream',
   'node-peer': 'client → fastify + @fastify/http-proxy → upstream',
 };

@@ -22,30 +22,16 @@ import { parseBenchArgs, USAGE, type BenchOptions } from './options.js';
 import { onPath, runProcess, stopAll } from './processes.js';
 import { peakRssMiB, rssMiB } from './proc-stats.js';
 import { summarize, writeReport, type AuditCheck, type BenchReport, type RoundSamples, type ScenarioResult } from './report.js';
-import { DENIED_PATH } from './routes.js';
 import type { BenchContext, Scenario } from './scenario.js';
 import { SCENARIOS } from './scenarios/index.js';
 import { directTarget, type Target, type TargetName } from './target.js';
 
+import { BENCH_POLICY } from './policy.js';
 export { parseBenchArgs } from './options.js';
 export type { BenchOptions } from './options.js';
 export type { BenchReport } from './report.js';
 
-/** The policy of the main org's agents: deny one path, allow the rest of the upstream, deny anything else. */
-export const BENCH_POLICY = `version: "1"
-default: deny
-rules:
-  - name: no-admin
-    tool: "127.0.0.1"
-    action: "*"
-    path: "${DENIED_PATH.slice(0, DENIED_PATH.indexOf('/', 1))}/**"
-    decision: deny
-    message: The bench policy keeps agents out of /admin.
-  - name: bench-upstream
-    tool: "127.0.0.1"
-    action: "*"
-    decision: allow
-`;
+export { BENCH_POLICY } from './policy.js';
 
 const AUDIT_FLUSH_WAIT_MS = 30_000;
 

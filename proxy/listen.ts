@@ -53,7 +53,8 @@ export interface ListenOptions {
   health: () => Record<string, unknown>;
   /** Resolves with null when ready, else why not (GET /ready answers 503 with it). */
   ready: () => Promise<string | null>;
-  metrics: { text(): Promise<string>; contentType: string; token: string | null };
+  /** GET /metrics; null when METRICS_ENABLED is off (then 404). */
+  metrics: { text(): Promise<string>; contentType: string; token: string | null } | null;
   /** The OpenAPI document served at GET /openapi.json (null: 404). */
   openapi: string | null;
 }
@@ -168,8 +169,9 @@ export function listen(uws: Uws, options: ListenOptions): Promise<Listener> {
     });
   });
 
-  app.get('/metrics', (res, req) => {
-    const { token } = options.metrics;
+  const metrics = options.metrics;
+  if (metrics !== null) app.get('/metrics', (res, req) => {
+    const { token } = metrics;
     if (token !== null && !bearerMatches(req.getHeader('authorization'), token)) {
       writeError(res, 'unauthorized', 'GET /metrics needs the metrics bearer token.');
       return;
@@ -178,8 +180,8 @@ export function listen(uws: Uws, options: ListenOptions): Promise<Listener> {
     res.onAborted(() => {
       aborted = true;
     });
-    void options.metrics.text().then((text) => {
-      if (!aborted) res.cork(() => res.writeHeader('content-type', options.metrics.contentType).end(text));
+    void metrics.text().then((text) => {
+      if (!aborted) res.cork(() => res.writeHeader('content-type', metrics.contentType).end(text));
     });
   });
 

@@ -62,14 +62,17 @@ export function createProxyPipeline(deps: {
     (ex) => forwarder.forward(ex),
   ];
 
+  const counting = config.metricsEnabled;
+
   function onFinish(ex: ProxyExchange): void {
     inFlight--;
-    const seconds = (performance.now() - ex.startedAt) / 1000;
-    metrics.totalLatency.observe(seconds);
-    if (ex.upstreamMs >= 0) metrics.upstreamLatency.observe(ex.upstreamMs / 1000);
-    metrics.bytesOut += ex.responseBytes;
-    if (ex.body !== null) metrics.bytesIn += ex.body.received;
-    metrics.recordProxied(ex.auditDecision, ex.method, ex.aborted ? 499 : ex.statusCode, ex.agent?.id ?? null);
+    if (counting) {
+      metrics.totalLatency.observe((performance.now() - ex.startedAt) / 1000);
+      if (ex.upstreamMs >= 0) metrics.upstreamLatency.observe(ex.upstreamMs / 1000);
+      metrics.bytesOut += ex.responseBytes;
+      if (ex.body !== null) metrics.bytesIn += ex.body.received;
+      metrics.recordProxied(ex.auditDecision, ex.method, ex.aborted ? 499 : ex.statusCode, ex.agent?.id ?? null);
+    }
     if (ex.agent === null) return;
     const record = ex.toAuditRecord();
     batcher.enqueue(record);

@@ -37,6 +37,7 @@ export interface Config {
   pdfMaxEntries: number;
   dnsServer: string | null;
   dnsCacheTtlMs: number;
+  metricsEnabled: boolean;
   metricsToken: string | null;
   metricsAgentLabel: boolean;
   logRequestSample: number;
@@ -119,6 +120,7 @@ export const CONFIG_SPECS: readonly Spec[] = [
     if (!/^(0(\.\d+)?|1(\.0+)?)$/.test(r)) throw new ConfigError('must be a number from 0 to 1');
     return Number(r);
   }, fallback: 0 },
+  { env: 'METRICS_ENABLED', key: 'metricsEnabled', doc: 'serve GET /metrics and count for it', parse: oneOfBool, fallback: true },
   { env: 'METRICS_TOKEN', key: 'metricsToken', doc: 'bearer token GET /metrics requires', parse: (r) => {
     if (r.length < 16) throw new ConfigError('must be at least 16 characters');
     return r;

@@ -14,10 +14,10 @@ export interface GuardTarget extends Target {
   dataDir: string;
 }
 
-export async function startGuard(tmpDir: string, upstreamAuthority: string): Promise<GuardTarget> {
+export async function startGuard(tmpDir: string, upstreamAuthority: string, variant: { name: 'guard' | 'guard-quiet'; env: Record<string, string> } = { name: 'guard', env: {} }): Promise<GuardTarget> {
   const dataDir = mkdtempSync(join(tmpDir, 'guard-data-'));
   const { proc, match } = await startProcess({
-    name: 'guard',
+    name: variant.name,
     command: process.execPath,
     args: guardScript(),
     env: {
@@ -28,12 +28,13 @@ export async function startGuard(tmpDir: string, upstreamAuthority: string): Pro
       GUARD_ALLOW_TARGETS: '127.0.0.1',
       NODE_EXTRA_CA_CERTS: CA_FILE,
       LOG_LEVEL: 'warn',
+      ...variant.env,
     },
     ready: /listening on http:\/\/127\.0\.0\.1:(\d+)/,
     readyTimeoutMs: 60_000,
   });
   return {
-    name: 'guard',
+    name: variant.name,
     origin: `http://127.0.0.1:${match[1]}`,
     pathFor: (upstreamPath, key) => {
       if (key === undefined) throw new Error('bench: a guard path needs an agent key');

@@ -1,6 +1,10 @@
 // Operability: /metrics, canonical log lines and request ids, /ready, /openapi.json.
 import t from 'tap';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { api, createAgent, eventually, signup, startTestService } from '../support/service.js';
+import { spawnService } from '../support/spawn-service.js';
 import { startUpstream } from '../support/upstream.js';
 
 const METRICS_TOKEN = 'metrics-token-0123456789';
@@ -102,4 +106,17 @@ t.test('GET /openapi.json serves the OpenAPI document', async (t) => {
   const doc = (await res.json()) as any;
   t.equal(doc.openapi, '3.1.0');
   t.ok(doc.paths['/agents'], 'documents the admin API');
+});
+
+t.test('METRICS_ENABLED=false: no /metrics, and the proxy still works', async (t) => {
+  const dir = mkdtempSync(join(tmpdir(), 'tcg-nometrics-'));
+  const quiet = await spawnService('all-in-one', { DATA_DIR: dir, PORT: '0', METRICS_ENABLED: 'false' });
+  t.teardown(async () => {
+    await quiet.stop();
+    rmSync(dir, { recursive: true, force: true });
+  });
+  const res = await fetch(`${quiet.url}/metrics`);
+  t.equal(res.status, 404);
+  t.equal(((await res.json()) as any).error, 'not_found');
+  t.equal((await fetch(`${quiet.url}/health`)).status, 200);
 });
