@@ -15,7 +15,7 @@ import { loadSecrets } from './shared/secrets.js';
 import type { AuditStore } from './shared/stores/audit-store.js';
 import type { MetadataChange } from './shared/types.js';
 import { startChangePoller, type ChangePoller } from './shared/stores/change-poller.js';
-import { openAuditStore, openMetadataStore, type MetadataStoreWithLog } from './shared/stores/open-stores.js';
+import { openAuditStoreWhenReachable, openMetadataStore, type MetadataStoreWithLog } from './shared/stores/open-stores.js';
 import { listen, loadUws } from './proxy/listen.js';
 import { createProxyPipeline, type ProxyPipeline } from './proxy/pipeline.js';
 
@@ -75,7 +75,8 @@ export async function startService(config: Readonly<Config>, log: Logger = creat
   mkdirSync(config.dataDir, { recursive: true, mode: 0o700 });
   const secrets = loadSecrets(config, { allowGenerate: role === 'all-in-one' });
   const store = await openMetadataStore(config);
-  const auditStore = await openAuditStore(config);
+  const auditStore = await openAuditStoreWhenReachable(config, (err) =>
+    log.warn('ClickHouse cannot be reached; audit batches are spooled until it answers', { err }));
   const spool = AuditSpool.open(config.spoolDir!, config.spoolMaxBytes);
   const metrics = new Metrics({ agentLabel: config.metricsAgentLabel });
   const auditBatcher = new AuditBatcher(auditStore, {

@@ -2,7 +2,6 @@
 import { randomUUID } from 'node:crypto';
 import { GuardError } from '../shared/errors.js';
 import type { AuditDecision, AuditFilter, AuditRecord } from '../shared/types.js';
-import { renderAuditPdf } from './report/audit-pdf.js';
 import type { AdminContext, Handler } from './context.js';
 import { enumField, integerField, isUuid, json, queryInteger, readJsonObject, stringField } from './http.js';
 import { requireAgent } from './agents.js';
@@ -131,6 +130,8 @@ export function auditHandlers(ctx: AdminContext) {
     const since = new Date(until.getTime() - days * 86_400_000);
     const data = await ctx.auditStore.report(caller.orgId, since, until, ctx.config.pdfMaxEntries, 10);
     const user = await ctx.store.findUserById(caller.userId);
+    // Loaded on first use: pdfkit and its font metrics are ~15 MB a proxy process never needs.
+    const { renderAuditPdf } = await import('./report/audit-pdf.js');
     const pdf = await renderAuditPdf({
       orgName: user?.email ?? caller.orgId,
       orgId: caller.orgId,

@@ -4,6 +4,7 @@
 // costs ~200 MB of memory).
 import { join } from 'node:path';
 import type { Config } from '../config.js';
+import type { AuditStore } from './audit-store.js';
 import type { ChangeLog } from './change-poller.js';
 import type { MetadataStore } from './metadata-store.js';
 import { ClickHouseAuditStore } from './clickhouse/clickhouse-audit-store.js';
@@ -21,4 +22,57 @@ export async function openMetadataStore(config: Readonly<Config>): Promise<Metad
 
 export function openAuditStore(config: Readonly<Config>): Promise<ClickHouseAuditStore> {
   return ClickHouseAuditStore.open({ url: config.clickhouseUrl, dataDir: config.dataDir, retentionDays: config.auditRetentionDays });
+}
+
+/**
+ * A ClickHouse server that is down when a process starts must not keep the
+ * process down: the audit pipeline spools until it answers. Until the store
+ * has opened (ping and migration), every call tries to open it again, at most
+ * once a second, and fails fast otherwise (inserts are then spooled; reads are
+ * 503). The embedded engine is opened directly: it is part of the process.
+ */
+export async function openAuditStoreWhenReachable(config: Readonly<Config>, onWaiting: (err: unknown) => void): Promise<AuditStore> {
+  if (config.clickhouseUrl === null) return openAuditStore(config);
+  try {
+    return await openAuditStore(config);
+  } catch (err) {
+    onWaiting(err);
+  }
+  let store: AuditStore | null = null;
+  let opening: Promise<AuditStore> | null = null;
+  let lastAttempt = Date.now();
+  const ready = (): Promise<AuditStore> => {
+    if (store !== null) return Promise.resolve(store);
+    if (opening !== null) return opening;
+    if (Date.now() - lastAttempt < 1000) return Promise.reject(new AuditStoreUnavailable());
+    lastAttempt = Date.now();
+    opening = openAuditStore(config).then(
+      (opened) => (store = opened),
+      (err: unknown) => {
+        onWaiting(err);
+        throw new AuditStoreUnavailable();
+      },
+    ).finally(() => {
+      opening = null;
+    });
+    return opening;
+  };
+  return {
+    insert: async (rows, token) => (await ready()).insert(rows, token),
+    list: async (orgId, filter, limit, offset) => (await ready()).list(orgId, filter, limit, offset),
+    report: async (orgId, since, until, maxEntries, topN) => (await ready()).report(orgId, since, until, maxEntries, topN),
+    count: async (orgId) => (await ready()).count(orgId),
+    ping: async () => (await ready()).ping(),
+    close: async () => {
+      await store?.close();
+    },
+  };
+}
+
+/** The audit store has not answered yet (a 503 for readers, a spooled batch for writers). */
+class AuditStoreUnavailable extends Error {
+  readonly code = 'ECONNREFUSED';
+  constructor() {
+    super('the audit store cannot be reached yet');
+  }
 }

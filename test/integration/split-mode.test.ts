@@ -179,3 +179,27 @@ t.test('a proxy killed with SIGKILL replays what it had spooled on its next star
   }, 20_000).catch(async () => auditCount(owner, agent.id));
   t.equal(count, calls, `all ${calls} spooled records replayed by the restarted proxy`);
 });
+
+t.test('a proxy started while ClickHouse is down serves calls, spools, and the rows land once it is back', async (t) => {
+  const agent = await createAgent(proxyA.url, owner, 'early');
+  await clickhouse.kill('SIGTERM');
+  const proxyC = await spawnService('proxy', proxyEnv('c'));
+  t.teardown(() => proxyC.stop());
+  let calls = 0;
+  for (let i = 0; i < 20; i++) {
+    const res = await fetch(`${proxyC.url}/proxy/${agent.api_key}/${upstream.authority}/json`);
+    await res.arrayBuffer();
+    if (res.status === 200) calls++;
+  }
+  t.equal(calls, 20, 'the proxy answered while ClickHouse was down');
+  await eventually(async () => {
+    const health = (await (await fetch(`${proxyC.url}/health`)).json()) as any;
+    return health.audit_spooled_batches > 0 ? true : undefined;
+  }, 10_000);
+  clickhouse = await spawnClickHouseHttpServer({ dataDir: join(root, 'clickhouse'), port: clickhousePort });
+  const count = await eventually(async () => {
+    const n = await auditCount(owner, agent.id);
+    return n === calls ? n : undefined;
+  }, 20_000).catch(async () => auditCount(owner, agent.id));
+  t.equal(count, calls, 'every spooled row landed');
+});
