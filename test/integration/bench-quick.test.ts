@@ -1,5 +1,6 @@
 // The bench works end to end (it asserts no speed): a tiny --quick run of two
-// scenarios against the real guard, upstream and the Node peer, with the audit
+// scenarios against the real guard, upstream and the Node peer, driven by
+// autocannon (the default on a machine without wrk), with the audit
 // check exact against the guard's own count of proxied calls.
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -12,7 +13,7 @@ t.test('npm run bench -- --quick runs, reports every comparator, and the audit r
   t.teardown(() => rmSync(out, { recursive: true, force: true }));
   const lines: string[] = [];
   const { report, files } = await runBench(
-    parseBenchArgs(['--quick', '--duration', '1', '--scenarios', 'small-get,policy-denied', '--out', out]),
+    parseBenchArgs(['--quick', '--duration', '1', '--scenarios', 'small-get,policy-denied', '--loadgen', 'autocannon', '--no-nginx', '--out', out]),
     (line) => lines.push(line),
   );
   t.same(report.problems, [], 'no problems reported');
