@@ -85,7 +85,7 @@ export async function startService(config: Readonly<Config>, log: Logger = creat
     maxQueued: config.auditQueueMax,
     spool,
     onError: (err, rows, stage) => {
-      const next = { insert: 'spooling it for replay', spool: 'keeping it in memory and retrying', replay: 'retrying later' }[stage];
+      const next = { encode: 'the record is dropped', insert: 'spooling it for replay', spool: 'keeping it in memory and retrying', replay: 'retrying later' }[stage];
       log.error(`audit ${stage} failed; ${next}`, { rows, err });
     },
     onBatchWritten: (rows, ms) => {

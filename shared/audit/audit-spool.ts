@@ -1,5 +1,5 @@
 // The on-disk audit spool: batches that could not be written to ClickHouse wait
-// here (zstd-compressed JSON lines, fsynced, one file per batch) and are replayed
+// here (zstd-compressed, in the store's own line encoding, fsynced, one file per batch) and are replayed
 // oldest first, each with the deduplication token it was first tried with, so a
 // replay after a partial failure writes nothing twice. A spool belongs to one
 // process at a time (a lock file holds its pid); the next start of the same
@@ -8,10 +8,9 @@ import { compress, decompress } from '@mongodb-js/zstd';
 import { closeSync, fsyncSync, mkdirSync, openSync, readFileSync, readdirSync, statSync, unlinkSync, writeFileSync, writeSync } from 'node:fs';
 import { open, readFile, rename, unlink } from 'node:fs/promises';
 import { join } from 'node:path';
-import type { AuditRecord } from '../types.js';
 
-const SUFFIX = '.jsonl.zst';
-const NAME_RE = /^(\d{16})-([0-9a-f-]{36})\.jsonl\.zst$/;
+const SUFFIX = '.rows.zst';
+const NAME_RE = /^(\d{16})-([0-9a-f-]{36})\.rows\.zst$/;
 
 export interface SpooledBatch {
   file: string;
@@ -83,9 +82,9 @@ export class AuditSpool {
   }
 
   /** Writes a batch durably (fsync of the file and the directory). Throws when the spool is full. */
-  async write(rows: readonly AuditRecord[], token: string): Promise<void> {
+  async write(lines: readonly string[], token: string): Promise<void> {
     if (this.full) throw new Error('audit spool is full');
-    const payload = await compress(Buffer.from(rows.map((r) => JSON.stringify(r)).join('\n'), 'utf8'), 3);
+    const payload = await compress(Buffer.from(lines.join(''), 'utf8'), 3);
     const name = `${String(this.#nextSeq++).padStart(16, '0')}-${token}${SUFFIX}`;
     const tmp = join(this.dir, `${name}.tmp`);
     const handle = await open(tmp, 'wx', 0o600);
@@ -101,9 +100,9 @@ export class AuditSpool {
     this.#bytes += payload.length;
   }
 
-  async read(batch: SpooledBatch): Promise<AuditRecord[]> {
-    const text = (await decompress(await readFile(join(this.dir, batch.file)))).toString('utf8');
-    return text.length === 0 ? [] : text.split('\n').map((line) => JSON.parse(line) as AuditRecord);
+  /** The batch's encoded rows, concatenated, ready for insertEncoded. */
+  async read(batch: SpooledBatch): Promise<string> {
+    return (await decompress(await readFile(join(this.dir, batch.file)))).toString('utf8');
   }
 
   /** The batch was written to the store: forget it. */

@@ -24,6 +24,14 @@ export interface AuditStore {
    * batch a no-op (ClickHouse insert_deduplication_token). Resolves once durable.
    */
   insert(rows: readonly AuditRecord[], dedupToken?: string): Promise<void>;
+  /**
+   * One record as the store's wire form (a line, with its newline). The batcher
+   * and the spool hold records in this form: one string a record lives far more
+   * lightly between a call's end and its batch's insert than an object graph.
+   */
+  encode(record: AuditRecord): string;
+  /** Writes lines made by `encode`, concatenated, as one insert (dedupToken as for insert). */
+  insertEncoded(body: string, dedupToken: string): Promise<void>;
   /** Newest first, with the total number of rows matching the filter. */
   list(orgId: string, filter: AuditFilter, limit: number, offset: number): Promise<AuditPage>;
   report(orgId: string, since: Date, until: Date, maxEntries: number, topN: number): Promise<AuditReportData>;

@@ -7,7 +7,7 @@ import type { Config } from '../config.js';
 import type { AuditStore } from './audit-store.js';
 import type { ChangeLog } from './change-poller.js';
 import type { MetadataStore } from './metadata-store.js';
-import { ClickHouseAuditStore } from './clickhouse/clickhouse-audit-store.js';
+import { ClickHouseAuditStore, encodeAuditRow } from './clickhouse/clickhouse-audit-store.js';
 import { SqliteMetadataStore } from './sqlite/sqlite-metadata-store.js';
 
 export type MetadataStoreWithLog = MetadataStore & ChangeLog;
@@ -59,6 +59,8 @@ export async function openAuditStoreWhenReachable(config: Readonly<Config>, onWa
   };
   return {
     insert: async (rows, token) => (await ready()).insert(rows, token),
+    encode: encodeAuditRow,
+    insertEncoded: async (body, token) => (await ready()).insertEncoded(body, token),
     list: async (orgId, filter, limit, offset) => (await ready()).list(orgId, filter, limit, offset),
     report: async (orgId, since, until, maxEntries, topN) => (await ready()).report(orgId, since, until, maxEntries, topN),
     count: async (orgId) => (await ready()).count(orgId),

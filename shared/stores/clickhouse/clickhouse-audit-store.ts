@@ -140,6 +140,15 @@ export class ClickHouseAuditStore implements AuditStore {
 
   async insert(rows: readonly AuditRecord[], dedupToken?: string): Promise<void> {
     if (rows.length === 0) return;
+    await this.insertEncoded(toTsv(rows), dedupToken ?? '');
+  }
+
+  encode(record: AuditRecord): string {
+    return encodeAuditRow(record);
+  }
+
+  async insertEncoded(body: string, dedupToken: string): Promise<void> {
+    if (body.length === 0) return;
     await this.#client.insert({
       table: AUDIT_TABLE,
       columns: [...INSERT_COLUMNS],
@@ -147,7 +156,7 @@ export class ClickHouseAuditStore implements AuditStore {
       // the rows are the proxy's hot output, and TSV is cheaper both to build and
       // for ClickHouse to parse (measured: audit cost per proxied call down from
       // ~15 to ~6 µs of main-thread CPU on the bench's small GET).
-      values: Readable.from([toTsv(rows)], { objectMode: false }),
+      values: Readable.from([body], { objectMode: false }),
       format: 'TabSeparated',
       clickhouse_settings: {
         // Always sent, even empty: chDB applies settings with SET on a session that
@@ -155,7 +164,7 @@ export class ClickHouseAuditStore implements AuditStore {
         // batch's token and the new batch would be dropped as its duplicate.
         // Empty means ClickHouse's own rule: a block identical to a recent one is
         // dropped (rows carry unique ids, so only a true retry is identical).
-        insert_deduplication_token: dedupToken ?? '',
+        insert_deduplication_token: dedupToken,
         insert_deduplicate: 1,
         // Synchronous inserts, whatever the server's default: an async insert may
         // ignore the token (async_insert_deduplicate=0) and acknowledges before the
@@ -413,20 +422,24 @@ function tsv(value: string): string {
   return TSV_SPECIAL.test(value) ? value.replace(/[\\\t\n\r\0]/g, (c) => TSV_ESCAPES[c]!) : value;
 }
 
-/** Rows in INSERT_COLUMNS order, one line each. Numbers are checked: they go in unquoted. */
+/** Rows in INSERT_COLUMNS order, one line each. */
 export function toTsv(rows: readonly AuditRecord[]): string {
   let out = '';
-  for (const r of rows) {
-    // Records carry toISOString() output; anything else is parsed and normalised.
-    const ts = ISO_MS.test(r.timestamp) ? r.timestamp : parseInstant(r.timestamp, 'timestamp').toISOString();
-    out +=
-      `${tsv(r.id)}\t${ts.slice(0, 10)} ${ts.slice(11, 23)}\t${tsv(r.orgId)}\t${tsv(r.agentId)}\t${tsv(r.agentName)}\t` +
-      `${tsv(r.toolName)}\t${tsv(r.action)}\t${tsv(r.toolUrl)}\t${tsv(r.decision)}\t${tsv(r.reasoning)}\t${tsv(r.taskId)}\t` +
-      `${uint(r.latencyMs)}\t${uint(r.statusCode)}\t${tsv(r.ruleMatched)}\t${tsv(r.source)}\t${uint(r.requestBytes)}\t` +
-      `${uint(r.responseBytes)}\t${tsv(r.outputHash ?? '')}\t${tsv(r.output ?? '')}\t${r.output !== null ? 1 : 0}\t` +
-      `${r.outputTruncated ? 1 : 0}\t${tsv(r.requestId)}\n`;
-  }
+  for (const r of rows) out += encodeAuditRow(r);
   return out;
+}
+
+/** One record as a TabSeparated line in INSERT_COLUMNS order. Numbers are checked: they go in unquoted. */
+export function encodeAuditRow(r: AuditRecord): string {
+  // Records carry toISOString() output; anything else is parsed and normalised.
+  const ts = ISO_MS.test(r.timestamp) ? r.timestamp : parseInstant(r.timestamp, 'timestamp').toISOString();
+  return (
+    `${tsv(r.id)}\t${ts.slice(0, 10)} ${ts.slice(11, 23)}\t${tsv(r.orgId)}\t${tsv(r.agentId)}\t${tsv(r.agentName)}\t` +
+    `${tsv(r.toolName)}\t${tsv(r.action)}\t${tsv(r.toolUrl)}\t${tsv(r.decision)}\t${tsv(r.reasoning)}\t${tsv(r.taskId)}\t` +
+    `${uint(r.latencyMs)}\t${uint(r.statusCode)}\t${tsv(r.ruleMatched)}\t${tsv(r.source)}\t${uint(r.requestBytes)}\t` +
+    `${uint(r.responseBytes)}\t${tsv(r.outputHash ?? '')}\t${tsv(r.output ?? '')}\t${r.output !== null ? 1 : 0}\t` +
+    `${r.outputTruncated ? 1 : 0}\t${tsv(r.requestId)}\n`
+  );
 }
 
 function uint(n: number): number {
