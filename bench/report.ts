@@ -5,18 +5,13 @@
 import { copyFileSync, mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { BenchOptions } from './options.js';
-import type { Column, Sample } from './scenario.js';
+import type { Column, Sample, Scenario } from './scenario.js';
 import { median } from './stats.js';
 
 export type RoundSamples = Record<string, Sample | { error: string }>;
 
-export interface ScenarioResult {
-  id: string;
-  title: string;
-  about: string;
-  columns: Column[];
-  headline: string;
-  subject: string;
+/** A scenario as it ran: its description (from Scenario) and what it measured. */
+export interface ScenarioResult extends Pick<Scenario, 'id' | 'title' | 'about' | 'columns' | 'headline' | 'subject'> {
   /** Why it did not run, or null. */
   skipped: string | null;
   variants: { name: string; label: string }[];

@@ -11,13 +11,12 @@
 // unknown emails, the argon2 parameters on disk, and the cost of a refused password.
 import { generateKeyPairSync } from 'node:crypto';
 import { readFileSync } from 'node:fs';
-import { request as httpRequest } from 'node:http';
 import { join } from 'node:path';
 import Database from 'better-sqlite3';
 import { SignJWT } from 'jose';
 import t from 'tap';
 import { JWT_AUDIENCE, JWT_ISSUER, PASSWORD_MAX } from '../../admin/auth.js';
-import { assertError, percentile, type Reply } from '../support/checks.js';
+import { assertError, percentile, requestFrom, type Reply } from '../support/checks.js';
 import { api, signup, startTestService } from '../support/service.js';
 
 // The default limit (10 failures per email or address in 15 min).
@@ -30,34 +29,7 @@ const STORE = join(service.dataDir, 'metadata.sqlite');
 const jwtSecret = new TextEncoder().encode((JSON.parse(readFileSync(join(service.dataDir, 'secrets.json'), 'utf8')) as { jwt_secret: string }).jwt_secret);
 
 /** A request from a chosen loopback source address (Linux routes all of 127/8 to lo). */
-function from(localAddress: string, method: string, path: string, body: unknown, extraHeaders: Record<string, string> = {}): Promise<Reply> {
-  return new Promise((resolve, reject) => {
-    const payload = JSON.stringify(body);
-    const req = httpRequest(`${base}${path}`, {
-      method,
-      localAddress,
-      headers: { 'content-type': 'application/json', 'content-length': Buffer.byteLength(payload), ...extraHeaders },
-    }, (res) => {
-      const chunks: Buffer[] = [];
-      res.on('data', (c: Buffer) => chunks.push(c));
-      res.on('end', () => {
-        const text = Buffer.concat(chunks).toString('utf8');
-        const headers = new Headers();
-        for (const [name, value] of Object.entries(res.headers)) if (typeof value === 'string') headers.set(name, value);
-        let json: any;
-        try {
-          json = JSON.parse(text);
-        } catch {
-          json = undefined;
-        }
-        resolve({ status: res.statusCode ?? 0, headers, text, json });
-      });
-    });
-    req.on('error', reject);
-    req.end(payload);
-  });
-}
-const login = (addr: string, email: string, password: string) => from(addr, 'POST', '/auth/login', { email, password });
+const login = (addr: string, email: string, password: string) => requestFrom(base, addr, 'POST', '/auth/login', { email, password });
 
 t.test('forged tokens are 401 unauthorized: key confusion and the edge of every claim check', async (t) => {
   const user = await signup(base);
@@ -139,7 +111,7 @@ t.test('100 failed logins for one account from 100 client addresses: 429 for tha
 t.test('a spoofed X-Forwarded-For does not give one client address fresh counters', async (t) => {
   const statuses: number[] = [];
   for (let i = 0; i < 12; i++) {
-    const res = await from('127.0.10.1', 'POST', '/auth/login', { email: `spoof${i}@example.com`, password: 'wrong password!' }, { 'x-forwarded-for': `203.0.113.${i + 1}`, forwarded: `for=198.51.100.${i + 1}`, 'x-real-ip': `192.0.2.${i + 1}` });
+    const res = await requestFrom(base, '127.0.10.1', 'POST', '/auth/login', { email: `spoof${i}@example.com`, password: 'wrong password!' }, { 'x-forwarded-for': `203.0.113.${i + 1}`, forwarded: `for=198.51.100.${i + 1}`, 'x-real-ip': `192.0.2.${i + 1}` });
     statuses.push(res.status);
   }
   t.same(statuses, [...Array(10).fill(401), 429, 429], 'counted against the TCP peer, whatever the headers claim');

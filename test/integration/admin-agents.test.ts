@@ -2,6 +2,7 @@
 import { readFileSync, existsSync } from 'node:fs';
 import { join } from 'node:path';
 import t, { type Test } from 'tap';
+import { assertError } from '../support/checks.js';
 import { api, createAgent, signup, startTestService } from '../support/service.js';
 
 const PUBLIC_URL = 'http://guard.test:9999';
@@ -12,15 +13,6 @@ t.teardown(() => service.close());
 const owner = await signup(base);
 const stranger = await signup(base);
 
-type Reply = Awaited<ReturnType<typeof api>>;
-
-function assertError(t: Test, res: Reply, status: number, code: string, field?: string): void {
-  t.equal(res.status, status, `status ${status} (${res.text})`);
-  t.match(res.headers.get('content-type') ?? '', /^application\/json/, 'JSON content type');
-  t.equal(res.json?.error, code, `error code ${code}`);
-  t.type(res.json?.message, 'string', 'a message');
-  if (field !== undefined) t.match(res.json?.message, field, `message names ${field}`);
-}
 
 const ISO_MS = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z$/;
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;

@@ -2,6 +2,7 @@
 // the real service (embedded ClickHouse).
 import pdfParse from 'pdf-parse/lib/pdf-parse.js';
 import t, { type Test } from 'tap';
+import { assertError, type Reply } from '../support/checks.js';
 import { api, createAgent, signup, startTestService, type Session } from '../support/service.js';
 
 const service = await startTestService();
@@ -14,15 +15,6 @@ const scout = await createAgent(base, owner, 'Scout Agent');
 const ledger = await createAgent(base, owner, 'Ledger Agent');
 const foreign = await createAgent(base, stranger, 'Foreign Agent');
 
-type Reply = Awaited<ReturnType<typeof api>>;
-
-function assertError(t: Test, res: Reply, status: number, code: string, field?: string): void {
-  t.equal(res.status, status, `status ${status} (${res.text})`);
-  t.match(res.headers.get('content-type') ?? '', /^application\/json/, 'JSON content type');
-  t.equal(res.json?.error, code, `error code ${code}`);
-  t.type(res.json?.message, 'string', 'a message');
-  if (field !== undefined) t.match(res.json?.message, field, `message names ${field}`);
-}
 
 const ISO_MS = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z$/;
 const ENTRY_KEYS = [

@@ -7,6 +7,7 @@ import { SignJWT } from 'jose';
 import t, { type Test } from 'tap';
 import { JWT_AUDIENCE, JWT_ISSUER } from '../../admin/auth.js';
 import { MAX_ADMIN_BODY_BYTES } from '../../admin/http.js';
+import { assertError, requestFrom, type Reply } from '../support/checks.js';
 import { api, signup, startTestService } from '../support/service.js';
 
 // A low limit keeps the 429 tests quick; the default (10 in 15 min) is config.
@@ -19,20 +20,7 @@ const jwtSecret = new TextEncoder().encode(
   (JSON.parse(readFileSync(join(service.dataDir, 'secrets.json'), 'utf8')) as { jwt_secret: string }).jwt_secret,
 );
 
-type Reply = Awaited<ReturnType<typeof api>>;
-
 /** The contract's error: the status, JSON content type, `{error, message}` and, when given, the field named. */
-function assertError(t: Test, res: Reply, status: number, code: string, field?: string): void {
-  t.equal(res.status, status, `status ${status} (${res.text})`);
-  t.match(res.headers.get('content-type') ?? '', /^application\/json/, 'JSON content type');
-  t.equal(res.json?.error, code, `error code ${code}`);
-  t.type(res.json?.message, 'string', 'message is a string');
-  t.ok((res.json?.message ?? '').length > 0, 'message is not empty');
-  if (field !== undefined) {
-    t.equal(res.json?.field, field, `names the field ${field}`);
-    t.match(res.json?.message, field, `message names ${field}`);
-  }
-}
 
 function assertTokenBody(t: Test, res: Reply): void {
   t.same(Object.keys(res.json ?? {}).sort(), ['access_token', 'expires_in', 'token_type']);
@@ -42,35 +30,8 @@ function assertTokenBody(t: Test, res: Reply): void {
 }
 
 /** A request from a chosen loopback source address: the login limiter counts per client address too. */
-function fromAddress(localAddress: string, method: string, path: string, body: unknown): Promise<Reply> {
-  return new Promise((resolve, reject) => {
-    const payload = JSON.stringify(body);
-    const req = httpRequest(
-      `${base}${path}`,
-      { method, localAddress, headers: { 'content-type': 'application/json', 'content-length': Buffer.byteLength(payload) } },
-      (res) => {
-        const chunks: Buffer[] = [];
-        res.on('data', (c: Buffer) => chunks.push(c));
-        res.on('end', () => {
-          const text = Buffer.concat(chunks).toString('utf8');
-          const headers = new Headers();
-          for (const [name, value] of Object.entries(res.headers)) if (typeof value === 'string') headers.set(name, value);
-          let json: any;
-          try {
-            json = JSON.parse(text);
-          } catch {
-            json = undefined;
-          }
-          resolve({ status: res.statusCode ?? 0, headers, text, json });
-        });
-      },
-    );
-    req.on('error', reject);
-    req.end(payload);
-  });
-}
 
-const login = (addr: string, email: string, password: string) => fromAddress(addr, 'POST', '/auth/login', { email, password });
+const login = (addr: string, email: string, password: string) => requestFrom(base, addr, 'POST', '/auth/login', { email, password });
 
 t.test('signup answers 201 {access_token, token_type: "bearer", expires_in} and the token works', async (t) => {
   const res = await api(base, null, 'POST', '/auth/signup', { email: 'first@example.com', password: PASSWORD });

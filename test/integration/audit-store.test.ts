@@ -8,6 +8,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import t from 'tap';
+import { auditRecord as record } from '../support/audit-records.js';
 import { createClient } from '@clickhouse/client';
 import type { AuditStore } from '../../shared/stores/audit-store.js';
 import { AUDIT_TABLE, ClickHouseAuditStore, REPORT_RECENT_DENIED } from '../../shared/stores/clickhouse/clickhouse-audit-store.js';
@@ -29,32 +30,6 @@ function iso(ms: number): string {
   return new Date(ms).toISOString();
 }
 
-function record(orgId: string, overrides: Partial<AuditRecord> = {}): AuditRecord {
-  return {
-    id: randomUUID(),
-    timestamp: iso(Date.now() - 60_000),
-    orgId,
-    agentId: randomUUID(),
-    agentName: 'agent',
-    toolName: 'api.github.com',
-    action: 'GET',
-    toolUrl: 'https://api.github.com/repos/a/b',
-    decision: 'allowed',
-    reasoning: '',
-    taskId: '',
-    latencyMs: 10,
-    statusCode: 200,
-    ruleMatched: 'default',
-    source: 'proxy',
-    requestBytes: 0,
-    responseBytes: 0,
-    outputHash: null,
-    output: null,
-    outputTruncated: false,
-    requestId: randomUUID(),
-    ...overrides,
-  };
-}
 
 /** ClickHouse compares UUIDs by their second half first (measured on chDB 26.7:
  *  2,000 random ids sorted this way match ORDER BY id exactly). */

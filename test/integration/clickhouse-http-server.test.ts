@@ -13,6 +13,7 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { gzipSync } from 'node:zlib';
 import t from 'tap';
+import { auditRecord as record } from '../support/audit-records.js';
 import { ClickHouseError, ClickHouseLogLevel, createClient, TupleParam } from '@clickhouse/client';
 import { ClickHouseAuditStore } from '../../shared/stores/clickhouse/clickhouse-audit-store.js';
 import type { AuditRecord } from '../../shared/types.js';
@@ -52,32 +53,6 @@ async function post(params: Record<string, string>, body: string | Uint8Array<Ar
   return fetch(`${BASE}/?${new URLSearchParams(params).toString()}`, { method: 'POST', headers: { ...AUTH, ...headers }, body });
 }
 
-function record(orgId: string, overrides: Partial<AuditRecord> = {}): AuditRecord {
-  return {
-    id: randomUUID(),
-    timestamp: new Date(Date.now() - 60_000).toISOString(),
-    orgId,
-    agentId: randomUUID(),
-    agentName: 'agent',
-    toolName: 'api.github.com',
-    action: 'GET',
-    toolUrl: 'https://api.github.com/repos/a/b',
-    decision: 'allowed',
-    reasoning: '',
-    taskId: '',
-    latencyMs: 10,
-    statusCode: 200,
-    ruleMatched: 'default',
-    source: 'proxy',
-    requestBytes: 0,
-    responseBytes: 0,
-    outputHash: null,
-    output: null,
-    outputTruncated: false,
-    requestId: randomUUID(),
-    ...overrides,
-  };
-}
 
 t.test('health endpoints answer Ok. without credentials', async (t) => {
   for (const path of ['/ping', '/', '/replicas_status']) {

@@ -1,4 +1,5 @@
-// Small assertions and waits shared by the adversarial tests (test/adversarial/).
+// Small assertions and waits shared by the integration and adversarial tests.
+import { request as httpRequest } from 'node:http';
 import type { Test } from 'tap';
 import { api, eventually, type Session } from './service.js';
 
@@ -6,12 +7,42 @@ export type Reply = Awaited<ReturnType<typeof api>>;
 
 export const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
 
-/** The contract's error answer: the status, JSON content type and `{error, message}` (plus what the caller checks). */
-export function assertError(t: Test, res: Reply, status: number, code: string): void {
+/** The contract's error answer: the status, JSON content type and `{error, message}`; the message names `field` when given. */
+export function assertError(t: Test, res: Reply, status: number, code: string, field?: string): void {
   t.equal(res.status, status, `status ${status} (${res.text.slice(0, 300)})`);
   t.match(res.headers.get('content-type') ?? '', /^application\/json/, 'JSON content type');
   t.equal(res.json?.error, code, `error code ${code}`);
   t.type(res.json?.message, 'string', 'a message');
+  if (field !== undefined) t.match(res.json?.message, field, `message names ${field}`);
+}
+
+/** A JSON request from a chosen loopback source address (Linux routes all of 127/8 to lo). */
+export function requestFrom(base: string, localAddress: string, method: string, path: string, body: unknown, extraHeaders: Record<string, string> = {}): Promise<Reply> {
+  return new Promise((resolve, reject) => {
+    const payload = JSON.stringify(body);
+    const req = httpRequest(`${base}${path}`, {
+      method,
+      localAddress,
+      headers: { 'content-type': 'application/json', 'content-length': Buffer.byteLength(payload), ...extraHeaders },
+    }, (res) => {
+      const chunks: Buffer[] = [];
+      res.on('data', (c: Buffer) => chunks.push(c));
+      res.on('end', () => {
+        const text = Buffer.concat(chunks).toString('utf8');
+        const headers = new Headers();
+        for (const [name, value] of Object.entries(res.headers)) if (typeof value === 'string') headers.set(name, value);
+        let json: any;
+        try {
+          json = JSON.parse(text);
+        } catch {
+          json = undefined;
+        }
+        resolve({ status: res.statusCode ?? 0, headers, text, json });
+      });
+    });
+    req.on('error', reject);
+    req.end(payload);
+  });
 }
 
 /** An agent's audit rows, newest first, once at least `count` of them are there. */

@@ -1,0 +1,30 @@
+// A valid audit record for store tests, with any field overridden.
+import { randomUUID } from 'node:crypto';
+import type { AuditRecord } from '../../shared/types.js';
+
+export function auditRecord(orgId: string, overrides: Partial<AuditRecord> = {}): AuditRecord {
+  return {
+    id: randomUUID(),
+    timestamp: new Date(Date.now() - 60_000).toISOString(),
+    orgId,
+    agentId: randomUUID(),
+    agentName: 'agent',
+    toolName: 'api.github.com',
+    action: 'GET',
+    toolUrl: 'https://api.github.com/repos/a/b',
+    decision: 'allowed',
+    reasoning: '',
+    taskId: '',
+    latencyMs: 10,
+    statusCode: 200,
+    ruleMatched: 'default',
+    source: 'proxy',
+    requestBytes: 0,
+    responseBytes: 0,
+    outputHash: null,
+    output: null,
+    outputTruncated: false,
+    requestId: randomUUID(),
+    ...overrides,
+  };
+}
