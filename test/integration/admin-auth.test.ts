@@ -7,7 +7,7 @@ import { SignJWT } from 'jose';
 import t, { type Test } from 'tap';
 import { JWT_AUDIENCE, JWT_ISSUER } from '../../admin/auth.js';
 import { MAX_ADMIN_BODY_BYTES } from '../../admin/http.js';
-import { assertError, requestFrom, type Reply } from '../support/checks.js';
+import { assertError as assertContractError, requestFrom, type Reply } from '../support/checks.js';
 import { api, signup, startTestService } from '../support/service.js';
 
 // A low limit keeps the 429 tests quick; the default (10 in 15 min) is config.
@@ -20,7 +20,11 @@ const jwtSecret = new TextEncoder().encode(
   (JSON.parse(readFileSync(join(service.dataDir, 'secrets.json'), 'utf8')) as { jwt_secret: string }).jwt_secret,
 );
 
-/** The contract's error: the status, JSON content type, `{error, message}` and, when given, the field named. */
+/** The contract's error, and here also the `field` member of the body naming the field. */
+function assertError(t: Test, res: Reply, status: number, code: string, field?: string): void {
+  assertContractError(t, res, status, code, field);
+  if (field !== undefined) t.equal(res.json?.field, field, `names the field ${field}`);
+}
 
 function assertTokenBody(t: Test, res: Reply): void {
   t.same(Object.keys(res.json ?? {}).sort(), ['access_token', 'expires_in', 'token_type']);

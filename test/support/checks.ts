@@ -13,6 +13,7 @@ export function assertError(t: Test, res: Reply, status: number, code: string, f
   t.match(res.headers.get('content-type') ?? '', /^application\/json/, 'JSON content type');
   t.equal(res.json?.error, code, `error code ${code}`);
   t.type(res.json?.message, 'string', 'a message');
+  t.ok((res.json?.message ?? '').length > 0, 'message is not empty');
   if (field !== undefined) t.match(res.json?.message, field, `message names ${field}`);
 }
 
