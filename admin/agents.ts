@@ -1,9 +1,10 @@
 // Agents: create (the key is shown once), list, proxy-url, delete.
+import { isUuid } from '../shared/http.js';
 import { GuardError } from '../shared/errors.js';
 import { apiKeyPrefix, generateApiKey, hashApiKey } from '../shared/secrets.js';
 import { LOG_OUTPUTS, type Agent } from '../shared/types.js';
 import type { AdminContext, Handler } from './context.js';
-import { enumField, isUuid, json, noContent, readJsonObject, stringField } from './http.js';
+import { enumField, json, noContent, readJsonObject, stringField } from './http.js';
 
 export const AGENT_NAME_MAX = 128;
 

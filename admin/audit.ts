@@ -1,9 +1,10 @@
 // Audit: write one entry (POST /audit), list with filters, export as PDF.
 import { randomUUID } from 'node:crypto';
+import { isUuid } from '../shared/http.js';
 import { GuardError } from '../shared/errors.js';
 import type { AuditDecision, AuditFilter, AuditRecord } from '../shared/types.js';
 import type { AdminContext, Handler } from './context.js';
-import { enumField, integerField, isUuid, json, queryInteger, readJsonObject, stringField } from './http.js';
+import { enumField, integerField, json, queryInteger, readJsonObject, stringField } from './http.js';
 import { requireAgent } from './agents.js';
 
 const DECISIONS: readonly AuditDecision[] = ['allowed', 'denied'];

@@ -1,19 +1,16 @@
 // Credentials: create (value sealed with AES-256-GCM), list (never the value), delete.
 import { GuardError } from '../shared/errors.js';
+import { CREDENTIAL_FORBIDDEN_HEADERS, isUuid } from '../shared/http.js';
 import { credentialAssociatedData, sealValue } from '../shared/secrets.js';
+import { normalizeAuthority } from '../shared/target.js';
 import { CRED_TYPES, type Credential } from '../shared/types.js';
 import type { AdminContext, Handler } from './context.js';
-import { enumField, isUuid, json, noContent, readJsonObject, stringField } from './http.js';
+import { enumField, json, noContent, readJsonObject, stringField } from './http.js';
 
 export const CREDENTIAL_VALUE_MAX = 8192;
 
 // RFC 9110 §5.6.2 token characters.
 const HEADER_TOKEN = /^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/;
-// Headers the proxy owns: injecting one of these would break framing or routing.
-const FORBIDDEN_HEADERS = new Set([
-  'host', 'content-length', 'transfer-encoding', 'connection', 'keep-alive', 'upgrade', 'te', 'trailer',
-  'proxy-connection', 'proxy-authorization', 'proxy-authenticate', 'x-agent-reasoning', 'x-agent-task-id',
-]);
 
 export function credentialJson(c: Credential) {
   return {
@@ -27,30 +24,11 @@ export function credentialJson(c: Credential) {
   };
 }
 
-/**
- * A credential hostname: lower-cased host with an optional `:port`, normalised by
- * the WHATWG URL parser (`:443` is dropped since it is the default). Null when it
- * is anything else (a scheme, a path, userinfo, a bad port).
- */
-export function normalizeCredentialHostname(raw: string): string | null {
-  const input = raw.trim().toLowerCase().replace(/\.(?=(:\d+)?$)/, '');
-  if (input.length === 0 || input.length > 260 || /[/?#@\\\s%]/.test(input)) return null;
-  let url: URL;
-  try {
-    url = new URL(`https://${input}/`);
-  } catch {
-    return null;
-  }
-  if (url.hostname.length === 0) return null;
-  const expected = input.endsWith(':443') ? input.slice(0, -4) : input;
-  return url.host === expected ? url.host : null;
-}
-
 export function credentialHandlers(ctx: AdminContext) {
   const create: Handler = async (req, caller) => {
     const body = readJsonObject(req);
     const name = stringField(body, 'name', { min: 1, max: 128 });
-    const hostname = normalizeCredentialHostname(stringField(body, 'hostname', { min: 1, max: 260 }));
+    const hostname = normalizeAuthority(stringField(body, 'hostname', { min: 1, max: 260 }));
     if (hostname === null) {
       throw new GuardError('invalid_request', "Field 'hostname' must be a host name with an optional :port (no scheme or path).", { field: 'hostname' });
     }
@@ -64,7 +42,7 @@ export function credentialHandlers(ctx: AdminContext) {
     if (credType === 'header') {
       headerName = (stringField(body, 'header_name', { optional: true, min: 1, max: 128 }) ?? name).toLowerCase();
       const field = body.header_name === undefined ? 'name' : 'header_name';
-      if (!HEADER_TOKEN.test(headerName) || FORBIDDEN_HEADERS.has(headerName)) {
+      if (!HEADER_TOKEN.test(headerName) || CREDENTIAL_FORBIDDEN_HEADERS.has(headerName)) {
         throw new GuardError('invalid_request', `Field '${field}' must be a valid HTTP header name the proxy does not own.`, { field });
       }
     } else if (credType === 'query') {

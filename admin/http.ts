@@ -117,8 +117,3 @@ export function queryInteger(query: URLSearchParams, name: string, fallback: num
   }
   return Number(raw);
 }
-
-const UUID_RE = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
-export function isUuid(value: string): boolean {
-  return UUID_RE.test(value);
-}

@@ -31,10 +31,10 @@ export function benchScript(name: string): string[] {
   return [...(FROM_SOURCE ? process.execArgv : []), file];
 }
 
-/** `node` arguments that run the all-in-one guard (`node dist/main.js`). */
+/** `node` arguments that run the all-in-one guard (`node dist/server/main.js`). */
 export function guardScript(): string[] {
-  if (FROM_SOURCE) return [...process.execArgv, join(REPO_ROOT, 'main.ts')];
-  const file = join(REPO_ROOT, 'dist', 'main.js');
-  if (!existsSync(file)) throw new Error('bench: dist/main.js is missing; run `npm run build` first');
+  if (FROM_SOURCE) return [...process.execArgv, join(REPO_ROOT, 'server', 'main.ts')];
+  const file = join(REPO_ROOT, 'dist', 'server', 'main.js');
+  if (!existsSync(file)) throw new Error('bench: dist/server/main.js is missing; run `npm run build` first');
   return [file];
 }

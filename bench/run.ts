@@ -70,7 +70,7 @@ export async function runBench(options: BenchOptions, progress: (line: string) =
     const missing = new Map<TargetName, string>();
     const comparators: Record<string, string> = {
       direct: `client straight to the upstream (uWebSockets.js SSLApp, HTTPS): the ceiling`,
-      guard: `node dist/main.js, all-in-one, embedded stores; agents with log_outputs none/hash and a ${BENCH_POLICY.split('\n').filter((l) => l.includes('- name')).length}-rule policy`,
+      guard: `node dist/server/main.js, all-in-one, embedded stores; agents with log_outputs none/hash and a ${BENCH_POLICY.split('\n').filter((l) => l.includes('- name')).length}-rule policy`,
     };
     const nginxBinary = options.nginx ? onPath('nginx') : null;
     if (nginxBinary !== null) {

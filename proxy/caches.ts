@@ -2,12 +2,15 @@
 // → opened credential. Bounded in entries and age; a warm hit answers without any
 // store round-trip. Every change the metadata store reports evicts the entries it
 // touches at once, so a delete or a replace takes effect on the next request.
+// The three cache stages (resolve-agent, authorize, inject-credential) share one
+// lookup, `lookupCached`.
 import { LRUCache } from 'lru-cache';
 import { parsePolicy, type CompiledPolicy } from '../shared/policy/index.js';
 import { credentialAssociatedData, openValue, secretSpellings } from '../shared/secrets.js';
 import type { MetadataStore } from '../shared/stores/metadata-store.js';
 import type { CacheCounters, CacheName } from '../shared/metrics.js';
 import type { Agent, CredType, MetadataChange } from '../shared/types.js';
+import type { ProxyExchange, StageResult } from './exchange.js';
 
 /** What the proxy injects: the credential's shape and its opened value. */
 export interface InjectedCredential {
@@ -24,14 +27,51 @@ export interface InjectedCredential {
 export const NONE = 0 as const;
 type Cached<T> = T | typeof NONE;
 
+/** One cache a stage reads through: its entries, its counters, and where absent keys go. */
+export interface CachedLookup<V extends object> {
+  readonly entries: LRUCache<string, Cached<V>>;
+  /** Hits, misses and evictions (the metrics read them). */
+  readonly counters: CacheCounters;
+  /** Absent keys kept apart, so that a flood of unknown keys cannot evict present ones; null: kept as NONE entries. */
+  readonly absent: LRUCache<string, true> | null;
+}
+
+/**
+ * The cache stages' one lookup: a warm hit (present or absent) calls `use` at
+ * once, with no Promise and no closure; a miss fetches from the store (lru-cache
+ * joins concurrent fetches of one key) and resumes the pipeline with `use`.
+ */
+export function lookupCached<V extends object>(
+  lookup: CachedLookup<V>,
+  key: string,
+  ex: ProxyExchange,
+  use: (ex: ProxyExchange, value: V | typeof NONE) => undefined | false,
+): StageResult {
+  const hit = lookup.entries.get(key);
+  if (hit !== undefined) {
+    lookup.counters.hits++;
+    return use(ex, hit === NONE ? absent(lookup, key) : hit);
+  }
+  if (lookup.absent !== null && lookup.absent.has(key)) {
+    lookup.counters.hits++;
+    return use(ex, NONE);
+  }
+  lookup.counters.misses++;
+  return lookup.entries.fetch(key).then((value) => use(ex, value === undefined || value === NONE ? absent(lookup, key) : value));
+}
+
+function absent<V extends object>(lookup: CachedLookup<V>, key: string): typeof NONE {
+  if (lookup.absent !== null) {
+    lookup.entries.delete(key);
+    lookup.absent.set(key, true);
+  }
+  return NONE;
+}
+
 export interface ProxyCaches {
-  agents: LRUCache<string, Cached<Agent>>;
-  /** Unknown keys, kept apart so that a flood of bogus keys cannot evict real agents. */
-  unknownKeys: LRUCache<string, true>;
-  policies: LRUCache<string, Cached<CompiledPolicy>>;
-  credentials: LRUCache<string, Cached<InjectedCredential>>;
-  /** Hits, misses and evictions per cache (the metrics read them). */
-  stats: Record<CacheName, CacheCounters>;
+  agents: CachedLookup<Agent>;
+  policies: CachedLookup<CompiledPolicy>;
+  credentials: CachedLookup<InjectedCredential>;
   /** Evicts what a change touches. */
   apply(change: MetadataChange): void;
   /** Evicts everything (a change feed that lost its place). */
@@ -116,5 +156,12 @@ export function createProxyCaches(
   }
 
   const unsubscribe = store.onChange(apply);
-  return { agents, unknownKeys, policies, credentials, stats, apply, clear, close: unsubscribe };
+  return {
+    agents: { entries: agents, counters: stats.agents, absent: unknownKeys },
+    policies: { entries: policies, counters: stats.policies, absent: null },
+    credentials: { entries: credentials, counters: stats.credentials, absent: null },
+    apply,
+    clear,
+    close: unsubscribe,
+  };
 }

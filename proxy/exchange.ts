@@ -1,21 +1,35 @@
 // One proxied call: the context object every stage fills in, in the order a request
-// meets them (resolve-agent → authorize → guard-target → inject-credential →
-// forward → stream-response), and the one place that answers the client and
-// builds the audit record at the end of the exchange.
+// meets them (pipeline.ts lists them), and the one place that answers the client
+// and builds the audit record at the end of the exchange.
 import { isUtf8 } from 'node:buffer';
 import { createHash, hash as oneShotHash, randomUUID, type Hash } from 'node:crypto';
 
 const EMPTY_SHA256 = oneShotHash('sha256', '', 'hex');
 import type { HttpResponse } from 'uWebSockets.js';
-import { ERRORS, STATUS_TEXT, errorBody, type ErrorCode } from '../shared/errors.js';
+import { ERRORS, errorBody, type ErrorCode } from '../shared/errors.js';
+import { PROXY_ALLOW, REQUEST_DROP, isApiKey, statusLine } from '../shared/http.js';
+import { hashApiKey } from '../shared/secrets.js';
 import type { PolicyDecision } from '../shared/policy/index.js';
 import type { Agent, AuditDecision, AuditRecord } from '../shared/types.js';
 import type { InjectedCredential } from './caches.js';
 import type { RequestBody } from './request-body.js';
-import type { ParsedTarget } from './target-address.js';
+import type { ParsedTarget } from '../shared/target.js';
+
+/** Agent annotations are cut to these lengths before they are audited. */
+export const MAX_REASONING_CHARS = 16 * 1024;
+const MAX_TASK_ID_CHARS = 1024;
+const MAX_REQUEST_ID_CHARS = 200;
+const PROXY_PREFIX_LENGTH = '/proxy/'.length;
 
 /** A stage: done (undefined), answered the client and stopped (false), or later (a Promise). */
 export type StageResult = undefined | false | Promise<undefined | false>;
+
+/**
+ * Every stage of the pipeline has this shape, built once by its `createX(deps)`:
+ * it reads and fills in the exchange, and answers the client itself when it
+ * refuses the call.
+ */
+export type Stage = (ex: ProxyExchange) => StageResult;
 
 export class ProxyExchange {
   readonly res: HttpResponse;
@@ -95,6 +109,53 @@ export class ProxyExchange {
   }
 
   /**
+   * Reads `/proxy/{key}/{target}`: the key's hash (for the agent lookup) and the
+   * raw target. False when the key is not of the API key's shape: such a call is
+   * refused before any lookup, and not audited (no agent).
+   */
+  readProxyPath(url: string): boolean {
+    const keyEnd = url.indexOf('/', PROXY_PREFIX_LENGTH);
+    const key = keyEnd < 0 ? url.slice(PROXY_PREFIX_LENGTH) : url.slice(PROXY_PREFIX_LENGTH, keyEnd);
+    this.rawTarget = keyEnd < 0 ? '' : url.slice(keyEnd + 1);
+    if (!isApiKey(key)) return false;
+    this.keyHash = hashApiKey(key);
+    this.keyPrefix = key.slice(0, 12);
+    return true;
+  }
+
+  /** A header of the request head (RequestHeadTarget): forwarded unless hop-by-hop or an agent annotation. */
+  header(name: string, value: string): void {
+    if (!REQUEST_DROP.has(name)) {
+      if (name === 'x-request-id') {
+        this.hasRequestId = true;
+        if (value.length <= MAX_REQUEST_ID_CHARS) this.requestId = value;
+      }
+      this.headers.push(name, value);
+    } else if (name === 'x-agent-reasoning') {
+      this.reasoning = value.length > MAX_REASONING_CHARS ? value.slice(0, MAX_REASONING_CHARS) : value;
+    } else if (name === 'x-agent-task-id') {
+      this.taskId = value.length > MAX_TASK_ID_CHARS ? value.slice(0, MAX_TASK_ID_CHARS) : value;
+    }
+  }
+
+  /** Fields the Connection header names are hop-by-hop too (RFC 9110 §7.6.1). */
+  dropConnectionFields(names: readonly string[]): void {
+    const kept: string[] = [];
+    for (let i = 0; i < this.headers.length; i += 2) {
+      if (!names.includes(this.headers[i]!)) kept.push(this.headers[i]!, this.headers[i + 1]!);
+    }
+    this.headers = kept;
+  }
+
+  /** uWS's onAborted: the client went away; nothing may touch `res` from now on. */
+  clientAborted(): void {
+    this.aborted = true;
+    this.body?.abort();
+    this.abortUpstream?.(new Error('client aborted'));
+    this.finish();
+  }
+
+  /**
    * Answers with the contract's error body (corked: this may run after an await)
    * and marks the call denied when the proxy itself refused it. `closeConnection`
    * ends the connection after the answer (a head whose framing cannot be trusted).
@@ -109,8 +170,8 @@ export class ProxyExchange {
       const body = errorBody(code, message, extra);
       this.responseBytes = Buffer.byteLength(body);
       this.res.cork(() => {
-        this.res.writeStatus(`${status} ${STATUS_TEXT[status] ?? ''}`).writeHeader('content-type', 'application/json');
-        if (status === 405) this.res.writeHeader('allow', 'GET, POST, PUT, PATCH, DELETE, HEAD, OPTIONS');
+        this.res.writeStatus(statusLine(status)).writeHeader('content-type', 'application/json');
+        if (status === 405) this.res.writeHeader('allow', PROXY_ALLOW);
         this.res.end(body, closeConnection);
       });
     }

@@ -1,4 +1,4 @@
-// Stage 4 (SSRF guard): resolve the target, refuse it when any address it resolves
+// Stage (SSRF guard): resolve the target, refuse it when any address it resolves
 // to is loopback, private, link-local, CGNAT, multicast, unspecified or otherwise
 // not public (unless the allow-list opens it), and pin the address that was
 // checked: forward.ts connects to exactly that address, so a resolver that answers
@@ -6,8 +6,8 @@
 import { promises as dns } from 'node:dns';
 import { isIP } from 'node:net';
 import { LRUCache } from 'lru-cache';
-import type { ProxyExchange, StageResult } from './exchange.js';
-import { classifyAddress, createAllowList } from './target-address.js';
+import type { ProxyExchange, Stage } from './exchange.js';
+import { classifyAddress, createAllowList } from './ssrf-rules.js';
 
 /** Resolved addresses are reused for this long (the pinned address is what was checked). */
 export const DNS_CACHE_TTL_MS = 30_000;
@@ -21,11 +21,7 @@ interface Resolution {
 
 const MAX_REMEMBERED_LITERALS = 10_000;
 
-export interface TargetGuard {
-  guard(ex: ProxyExchange): StageResult;
-}
-
-export function createTargetGuard(options: { allowTargets: readonly string[]; dnsServer: string | null; dnsCacheTtlMs?: number }): TargetGuard {
+export function createGuardTarget(options: { allowTargets: readonly string[]; dnsServer: string | null; dnsCacheTtlMs?: number }): Stage {
   const allowList = createAllowList(options.allowTargets);
   const resolve = createResolver(options.dnsServer);
   const resolutions = new LRUCache<string, Resolution>({
@@ -79,14 +75,12 @@ export function createTargetGuard(options: { allowTargets: readonly string[]; dn
     return resolution;
   }
 
-  return {
-    guard(ex) {
-      const hostname = ex.target!.hostname;
-      if (isIP(hostname) !== 0) return check(ex, literal(hostname));
-      const hit = resolutions.get(hostname);
-      if (hit !== undefined) return check(ex, hit);
-      return resolutions.fetch(hostname).then((resolution) => check(ex, resolution ?? { addresses: [], error: 'lookup failed' }));
-    },
+  return (ex) => {
+    const hostname = ex.target!.hostname;
+    if (isIP(hostname) !== 0) return check(ex, literal(hostname));
+    const hit = resolutions.get(hostname);
+    if (hit !== undefined) return check(ex, hit);
+    return resolutions.fetch(hostname).then((resolution) => check(ex, resolution ?? { addresses: [], error: 'lookup failed' }));
   };
 }
 

@@ -1,25 +1,27 @@
-// The proxy's stages wired in order, run synchronously while every cache is warm
-// and resumed after a Promise only when a stage had to wait (a cache miss, DNS,
-// the rest of a small body). Each finished exchange whose agent is known becomes
-// one audit record.
+// The proxy's stages, one array in the order a request meets them, run
+// synchronously while every cache is warm and resumed after a Promise only when
+// a stage had to wait (a cache miss, DNS, the rest of a small body). Each
+// finished exchange goes to the record stage. docs/lifecycle.md draws it.
 import type { AuditBatcher } from '../shared/audit/audit-batcher.js';
 import type { Config } from '../shared/config.js';
 import { isStoreUnavailable } from '../shared/errors.js';
 import { FIELD, type Logger } from '../shared/log.js';
 import type { Metrics } from '../shared/metrics.js';
 import type { MetadataStore } from '../shared/stores/metadata-store.js';
-import { authorize } from './authorize.js';
+import { createAdmit } from './admit.js';
+import { createAuthorize } from './authorize.js';
 import { createProxyCaches, type ProxyCaches } from './caches.js';
-import type { ProxyExchange, StageResult } from './exchange.js';
-import { createForwarder } from './forward.js';
-import { createTargetGuard } from './guard-target.js';
-import { injectCredential } from './inject-credential.js';
-import { checkRequest } from './parse-target.js';
-import { resolveAgent } from './resolve-agent.js';
-
-type Stage = (ex: ProxyExchange) => StageResult;
+import type { ProxyExchange, Stage, StageResult } from './exchange.js';
+import { createForward } from './forward.js';
+import { createGuardTarget } from './guard-target.js';
+import { createInjectCredential } from './inject-credential.js';
+import { createParseTarget } from './parse-target.js';
+import { createRecordAudit } from './record-audit.js';
+import { createResolveAgent } from './resolve-agent.js';
+import { createUpstreamPools } from './upstream-pools.js';
 
 export interface ProxyPipeline {
+  /** Runs a call whose head has been read (and whose key is well-formed). */
   run(ex: ProxyExchange): void;
   caches: ProxyCaches;
   /** Exchanges started and not yet finished. */
@@ -45,57 +47,34 @@ export function createProxyPipeline(deps: {
 }): ProxyPipeline {
   const { config, batcher, log, metrics } = deps;
   const caches = createProxyCaches(deps.store, deps.encryptionKey, { maxEntries: config.cacheMaxEntries, ttlMs: config.cacheTtlMs, stats: metrics.caches });
-  const sample = config.logRequestSample;
-  const guard = createTargetGuard({ allowTargets: config.allowTargets, dnsServer: config.dnsServer, dnsCacheTtlMs: config.dnsCacheTtlMs });
-  const forwarder = createForwarder(config);
+  const pools = createUpstreamPools(config);
   let inFlight = 0;
   let audited = 0;
   let admitting = true;
 
-  const stages: Stage[] = [
-    (ex) => resolveAgent(ex, caches),
-    (ex) => (admitting ? undefined : ex.answerError('unavailable', 'The service is shutting down; retry.', undefined, 'denied', true)),
-    (ex) => checkRequest(ex, batcher),
-    (ex) => authorize(ex, caches),
-    (ex) => guard.guard(ex),
-    (ex) => injectCredential(ex, caches),
-    (ex) => forwarder.forward(ex),
+  // The agent is resolved first, so that every refusal after it is audited.
+  const stages: readonly Stage[] = [
+    createResolveAgent(caches),
+    createAdmit({ admitting: () => admitting, saturated: () => batcher.saturated }),
+    createParseTarget(),
+    createAuthorize(caches),
+    createGuardTarget({ allowTargets: config.allowTargets, dnsServer: config.dnsServer, dnsCacheTtlMs: config.dnsCacheTtlMs }),
+    createInjectCredential(caches),
+    createForward({ config, pools }),
   ];
-
-  const counting = config.metricsEnabled;
+  const record = createRecordAudit({
+    batcher,
+    log,
+    metrics: config.metricsEnabled ? metrics : null,
+    logSample: config.logRequestSample,
+    onRecorded: () => {
+      audited++;
+    },
+  });
 
   function onFinish(ex: ProxyExchange): void {
     inFlight--;
-    if (counting) {
-      metrics.totalLatency.observe((performance.now() - ex.startedAt) / 1000);
-      if (ex.upstreamMs >= 0) metrics.upstreamLatency.observe(ex.upstreamMs / 1000);
-      metrics.bytesOut += ex.responseBytes;
-      if (ex.body !== null) metrics.bytesIn += ex.body.received;
-      metrics.recordProxied(ex.auditDecision, ex.method, ex.aborted ? 499 : ex.statusCode, ex.agent?.id ?? null);
-    }
-    if (ex.agent === null) return;
-    const record = ex.toAuditRecord();
-    batcher.enqueue(record);
-    audited++;
-    // One canonical line per call: at info for a sampled share, else at debug.
-    const atInfo = sample > 0 && Math.random() < sample;
-    if (atInfo || log.isLevelEnabled('debug')) {
-      (atInfo ? log.info : log.debug)('proxied', {
-        [FIELD.requestId]: record.requestId,
-        [FIELD.agentId]: record.agentId,
-        [FIELD.keyPrefix]: ex.keyPrefix,
-        [FIELD.method]: record.action,
-        [FIELD.tool]: record.toolName,
-        [FIELD.path]: ex.target?.path ?? '',
-        [FIELD.status]: record.statusCode,
-        [FIELD.decision]: record.decision,
-        [FIELD.rule]: record.ruleMatched,
-        [FIELD.latencyMs]: record.latencyMs,
-        [FIELD.upstreamMs]: ex.upstreamMs >= 0 ? Math.round(ex.upstreamMs) : null,
-        [FIELD.requestBytes]: record.requestBytes,
-        [FIELD.responseBytes]: record.responseBytes,
-      });
-    }
+    record(ex);
   }
 
   function fail(ex: ProxyExchange, err: unknown): void {
@@ -147,7 +126,7 @@ export function createProxyPipeline(deps: {
     },
     async close() {
       caches.close();
-      await forwarder.close();
+      await pools.close();
     },
   };
 }

@@ -3,26 +3,8 @@
 // own core calls: onConnect / onHeaders / onData / onComplete / onError), so no
 // adapter or header object is built per request; raw header buffers go straight
 // to uWS. Status, headers and the first body chunk leave in one cork.
-import { STATUS_CODES } from 'node:http';
+import { RESPONSE_DROP, statusLine } from '../shared/http.js';
 import type { ProxyExchange } from './exchange.js';
-
-// RFC 9110 §7.6.1 hop-by-hop fields, plus framing that uWS writes itself
-// (content-length via tryEnd, transfer-encoding via write) and the Date and
-// server marker it adds to every response.
-const RESPONSE_DROP = new Set([
-  'connection', 'keep-alive', 'proxy-connection', 'proxy-authenticate', 'transfer-encoding', 'te', 'trailer',
-  'upgrade', 'content-length', 'date',
-]);
-
-const STATUS_LINES = new Map<number, string>();
-function statusLine(code: number): string {
-  let line = STATUS_LINES.get(code);
-  if (line === undefined) {
-    line = `${code} ${STATUS_CODES[code] ?? 'Unknown'}`;
-    if (STATUS_LINES.size < 1000) STATUS_LINES.set(code, line);
-  }
-  return line;
-}
 
 type Resume = () => void;
 

@@ -56,14 +56,6 @@ export function toErrorResponse(err: unknown): { status: number; body: string; h
   return { status: 500, body: errorBody('internal'), headers: undefined };
 }
 
-export const STATUS_TEXT: Record<number, string> = {
-  200: 'OK', 201: 'Created', 204: 'No Content', 400: 'Bad Request', 401: 'Unauthorized',
-  403: 'Forbidden', 404: 'Not Found', 405: 'Method Not Allowed', 409: 'Conflict',
-  413: 'Payload Too Large', 414: 'URI Too Long', 415: 'Unsupported Media Type',
-  429: 'Too Many Requests', 431: 'Request Header Fields Too Large', 500: 'Internal Server Error',
-  502: 'Bad Gateway', 503: 'Service Unavailable', 504: 'Gateway Timeout',
-};
-
 /** A store that cannot be reached (503 `unavailable`), as opposed to a bug (500). */
 export function isStoreUnavailable(err: unknown): boolean {
   if (err instanceof GuardError || !(err instanceof Error)) return false;

@@ -4,9 +4,10 @@
 // an agent key, a secret, a URL or any other unbounded value; the agent id is a
 // label only when METRICS_AGENT_LABEL is on (one series per agent).
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
+import { PROXY_METHODS } from './http.js';
 import type { AuditDecision } from './types.js';
 
-const METHODS = ['GET', 'POST', 'PUT', 'PATCH', 'DELETE', 'HEAD', 'OPTIONS', 'other'] as const;
+const METHODS = [...PROXY_METHODS, 'other'] as const;
 const DECISIONS: readonly AuditDecision[] = ['allowed', 'denied'];
 const STATUS_CLASSES = ['1xx', '2xx', '3xx', '4xx', '5xx'] as const;
 const LATENCY_BUCKETS = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30];

@@ -1,5 +1,6 @@
 // Secrets: the JWT signing key, the credential encryption key (AES-256-GCM), agent
 // API keys and their hashes.
+import { API_KEY_LENGTH, API_KEY_PREFIX } from './http.js';
 import { createCipheriv, createDecipheriv, hash, randomBytes } from 'node:crypto';
 import { chmodSync, existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
@@ -95,8 +96,6 @@ export function credentialAssociatedData(orgId: string, hostname: string): strin
 }
 
 const BASE62 = '0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz';
-export const API_KEY_PREFIX = 'agk_';
-export const API_KEY_LENGTH = API_KEY_PREFIX.length + 40;
 
 /** `agk_` + 40 base62 characters from the CSPRNG, by rejection sampling (no modulo bias). */
 export function generateApiKey(): string {

@@ -1,4 +1,4 @@
-// The guard under test: the all-in-one service (`node dist/main.js`) in its own
+// The guard under test: the all-in-one service (`node dist/server/main.js`) in its own
 // process with a fresh data directory, and the admin API calls that give it an
 // org, agents, a credential for the upstream and a policy, as a user would.
 import { mkdtempSync } from 'node:fs';

@@ -11,7 +11,7 @@
 // functions (here, for the list, and in full in test/unit/target-address.test.ts).
 import t from 'tap';
 import { DNS_CACHE_TTL_MS } from '../../proxy/guard-target.js';
-import { classifyAddress } from '../../proxy/target-address.js';
+import { classifyAddress } from '../../proxy/ssrf-rules.js';
 import { assertError, auditRows, sleep } from '../support/checks.js';
 import { startDnsStub } from '../support/dns-stub.js';
 import { startMultiAddressUpstream } from '../support/multi-address-upstream.js';

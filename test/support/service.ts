@@ -5,7 +5,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { loadConfig } from '../../shared/config.js';
 import { createLogger, type Logger } from '../../shared/log.js';
-import { startService, type RunningService } from '../../service.js';
+import { startService, type RunningService } from '../../server/compose.js';
 
 export const TLS_DIR = new URL('../fixtures/tls/', import.meta.url).pathname;
 

@@ -1,10 +1,10 @@
-// Starts a process of the service (main.ts, proxy/main.ts, admin/main.ts) as a
+// Starts a process of the service (server/main.ts, server/main-proxy.ts, server/main-admin.ts) as a
 // child, with this process's TypeScript loader, and waits for its listening line.
 import { spawn, type ChildProcess } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 
 const ROOT = fileURLToPath(new URL('../../', import.meta.url));
-const ENTRY = { 'all-in-one': 'main.ts', proxy: 'proxy/main.ts', admin: 'admin/main.ts' } as const;
+const ENTRY = { 'all-in-one': 'server/main.ts', proxy: 'server/main-proxy.ts', admin: 'server/main-admin.ts' } as const;
 
 export interface SpawnedService {
   url: string;

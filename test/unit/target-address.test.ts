@@ -1,7 +1,8 @@
 import t, { type Test } from 'tap';
 import fc from 'fast-check';
 import { BlockList } from 'node:net';
-import { classifyAddress, createAllowList, parseTarget } from '../../proxy/target-address.js';
+import { classifyAddress, createAllowList } from '../../proxy/ssrf-rules.js';
+import { parseTarget } from '../../shared/target.js';
 
 type Case = readonly [address: string, expected: string | null];
 

@@ -1,23 +1,25 @@
-// One process of the service, in one of three roles:
+// Composition: one process of the service wired for its role:
 //   all-in-one  `npm start`: proxy, admin API and embedded stores in one process;
 //   proxy       `npm run start:proxy`: the public entry point of split mode (any number);
 //   admin       `npm run start:admin`: the admin API of split mode (one).
-// Tests and the bench start it in-process through `startService`.
+// Tests and the bench start it in-process through `startService`; the entry
+// points (main*.ts) through `runMain` (lifecycle.ts).
 import { existsSync, mkdirSync, readFileSync } from 'node:fs';
-import { createAdminApp } from './admin/app.js';
-import { createAdminPassThrough } from './admin/pass-through.js';
-import { AuditBatcher } from './shared/audit/audit-batcher.js';
-import { AuditSpool } from './shared/audit/audit-spool.js';
-import { loadConfig, type Config } from './shared/config.js';
-import { createLogger, type Logger } from './shared/log.js';
-import { Metrics } from './shared/metrics.js';
-import { loadSecrets } from './shared/secrets.js';
-import type { AuditStore } from './shared/stores/audit-store.js';
-import type { MetadataChange } from './shared/types.js';
-import { startChangePoller, type ChangePoller } from './shared/stores/change-poller.js';
-import { openAuditStoreWhenReachable, openMetadataStore, type MetadataStoreWithLog } from './shared/stores/open-stores.js';
-import { listen, loadUws } from './proxy/listen.js';
-import { createProxyPipeline, type ProxyPipeline } from './proxy/pipeline.js';
+import { createAdminApp } from '../admin/app.js';
+import { createAdminPassThrough } from './admin-pass-through.js';
+import { AuditBatcher } from '../shared/audit/audit-batcher.js';
+import { AuditSpool } from '../shared/audit/audit-spool.js';
+import type { Config } from '../shared/config.js';
+import { createLogger, type Logger } from '../shared/log.js';
+import { Metrics } from '../shared/metrics.js';
+import { loadSecrets } from '../shared/secrets.js';
+import type { AuditStore } from '../shared/stores/audit-store.js';
+import type { MetadataChange } from '../shared/types.js';
+import { startChangePoller, type ChangePoller } from '../shared/stores/change-poller.js';
+import { openAuditStoreWhenReachable, openMetadataStore, type MetadataStoreWithLog } from '../shared/stores/open-stores.js';
+import { createProxyPipeline, type ProxyPipeline } from '../proxy/pipeline.js';
+import { listen, loadUws } from './listener.js';
+import { stopInOrder } from './lifecycle.js';
 
 export type Role = 'all-in-one' | 'proxy' | 'admin';
 
@@ -50,7 +52,7 @@ function isWatchable(store: object): store is Watchable {
 
 /** docs/openapi.json from the package root (the source tree or above dist/). */
 function readOpenApi(): string | null {
-  for (const up of ['./docs/openapi.json', '../docs/openapi.json']) {
+  for (const up of ['../docs/openapi.json', '../../docs/openapi.json']) {
     const file = new URL(up, import.meta.url);
     if (existsSync(file)) return readFileSync(file, 'utf8');
   }
@@ -145,66 +147,21 @@ export async function startService(config: Readonly<Config>, log: Logger = creat
   if (publicUrl === '') publicUrl = `http://localhost:${listener.port}`;
 
   let stopping = false;
-  let stopped: Promise<void> | null = null;
-  async function stop(drainMs = 10_000): Promise<void> {
-    stopped ??= (async () => {
+  const stop = stopInOrder({
+    beginRefusing: () => {
       pipeline?.stopAdmitting();
       stopping = true;
       listener.stop();
       poller?.stop();
       unwatch?.();
-      const deadline = Date.now() + drainMs;
-      while (pipeline !== null && pipeline.inFlight > 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
+    },
+    inFlight: () => pipeline?.inFlight ?? 0,
+    flushAudit: async () => {
       const unwritten = await auditBatcher.close(AUDIT_FLUSH_DEADLINE_MS);
       if (unwritten > 0) log.error('audit records could be neither written nor spooled before shutdown', { unwritten });
-      await pipeline?.close();
-      await passThrough?.close();
-      await auditStore.close();
-      await store.close();
-    })();
-    return stopped;
-  }
+    },
+    close: [() => pipeline?.close(), () => passThrough?.close(), () => auditStore.close(), () => store.close()],
+  });
 
   return { role, port: listener.port, url, publicUrl, log, store, auditStore, auditBatcher, pipeline, metrics, stop };
-}
-
-/**
- * The body of every entry point: config validated once, the process started,
- * the first SIGINT/SIGTERM drains and flushes, a second one exits at once.
- */
-export async function runMain(role: Role): Promise<void> {
-  let config: Readonly<Config>;
-  try {
-    config = loadConfig();
-  } catch (err) {
-    process.stderr.write(`tool-call-guard: ${(err as Error).message}\n`);
-    process.exit(2);
-  }
-  const problems = splitModeProblems(config, role);
-  if (problems.length > 0) {
-    process.stderr.write(`tool-call-guard: cannot start the ${role} process:\n  ${problems.join('\n  ')}\n`);
-    process.exit(2);
-  }
-  const log = createLogger(config.logLevel);
-  const service = await startService(config, log, role).catch((err: unknown) => {
-    log.error('failed to start', { role, err });
-    process.exit(1);
-  });
-  log.info('listening', { role, url: service.url, public_url: service.publicUrl, data_dir: config.dataDir });
-  process.stdout.write(`Tool-Call Guard (${role}) listening on ${service.url} (public URL ${service.publicUrl}, data in ${config.dataDir})\n`);
-
-  let signals = 0;
-  for (const signal of ['SIGINT', 'SIGTERM'] as const) {
-    process.on(signal, () => {
-      if (++signals > 1) process.exit(130);
-      log.info('shutting down', { role, signal });
-      service.stop().then(
-        () => process.exit(0),
-        (err: unknown) => {
-          log.error('shutdown failed', { err });
-          process.exit(1);
-        },
-      );
-    });
-  }
 }

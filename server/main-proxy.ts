@@ -1,4 +1,4 @@
 // `npm run start:proxy`: a split-mode proxy process (run any number; they may share a port).
-import { runMain } from '../service.js';
+import { runMain } from './run-main.js';
 
 await runMain('proxy');

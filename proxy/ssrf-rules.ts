@@ -1,24 +1,12 @@
-// The target of a proxied call and the SSRF rules over its addresses.
+// The SSRF rules over the addresses a target resolves to: which ranges are
+// refused, and the allow-list that opens chosen hosts and CIDRs.
 //
 // Pure functions over strings: nothing here resolves a name or opens a socket.
-// The guard stage resolves the hostname, runs every resolved address through
-// `classifyAddress`, consults the allow-list, and connects to the address it
-// checked (no DNS rebinding between check and connect).
-
+// The guard stage (guard-target.ts) resolves the hostname, runs every resolved
+// address through `classifyAddress`, consults the allow-list, and connects to
+// the address it checked (no DNS rebinding between check and connect).
 import { isIPv4, isIPv6 } from 'node:net';
-
-export interface ParsedTarget {
-  /** Normalized host as it appears in a URL: lower-case DNS name, dotted-quad IPv4, or bracketed IPv6. */
-  host: string;
-  /** 1–65535; 443 when the request names none. */
-  port: number;
-  /** `host` when the port is 443, else `host:port`. Key of the stored credential and the upstream Host header. */
-  authority: string;
-  /** `host` without IPv6 brackets: the policy's tool name. */
-  hostname: string;
-  /** Target path as the agent sent it (never decoded or dot-normalized), always starting with `/`. */
-  path: string;
-}
+import { canonicalHostname, isDnsName } from '../shared/target.js';
 
 export type AddressRefusal =
   | 'invalid'
@@ -42,92 +30,6 @@ export interface AllowList {
   allowsHost(hostname: string): boolean;
   /** True when an IP or CIDR entry covers this address (IPv4 and its IPv4-mapped IPv6 form alike). */
   allowsAddress(ip: string): boolean;
-}
-
-const DEFAULT_PORT = 443;
-// RFC 1035 §2.3.4. Underscore is outside LDH but occurs in real DNS names and
-// the WHATWG parser accepts it, so it is let through; anything else is refused.
-const MAX_NAME_LENGTH = 253;
-const MAX_LABEL_LENGTH = 63;
-const DNS_LABEL = /^[a-z0-9_-]+$/;
-const BRACKETED_AUTHORITY = /^\[([0-9A-Fa-f:.]+)\](?::([0-9]{1,5}))?$/;
-const NAMED_AUTHORITY = /^([A-Za-z0-9._-]+)(?::([0-9]{1,5}))?$/;
-
-/**
- * Splits what follows `/proxy/{key}/` into the target's authority and path.
- * Returns null for every target the proxy answers with 400 `invalid_target`.
- */
-export function parseTarget(rest: string): ParsedTarget | null {
-  const slash = rest.indexOf('/');
-  const authorityPart = slash === -1 ? rest : rest.slice(0, slash);
-  const path = slash === -1 ? '/' : rest.slice(slash);
-  // Agents call few distinct hosts: the authority's parse (regexes, the WHATWG
-  // parser) is remembered, bounded, so the hot path pays it once per host.
-  let authority = AUTHORITIES.get(authorityPart);
-  if (authority === undefined) {
-    authority = parseAuthority(authorityPart);
-    if (AUTHORITIES.size >= MAX_REMEMBERED_AUTHORITIES) AUTHORITIES.clear();
-    AUTHORITIES.set(authorityPart, authority);
-  }
-  return authority === null ? null : { ...authority, path };
-}
-
-type ParsedAuthority = Omit<ParsedTarget, 'path'>;
-const AUTHORITIES = new Map<string, ParsedAuthority | null>();
-const MAX_REMEMBERED_AUTHORITIES = 10_000;
-
-function parseAuthority(authorityPart: string): ParsedAuthority | null {
-  // The character classes below already exclude `@` (userinfo), `%`
-  // (percent-encoding, IPv6 zone ids), `\` (which the WHATWG parser would read
-  // as `/`) and non-ASCII (agents send IDNs as punycode).
-  const match = BRACKETED_AUTHORITY.exec(authorityPart) ?? NAMED_AUTHORITY.exec(authorityPart);
-  if (match === null) return null;
-  const rawHost = authorityPart.startsWith('[') ? `[${match[1]}]` : match[1];
-  const rawPort = match[2];
-
-  let port = DEFAULT_PORT;
-  if (rawPort !== undefined) {
-    port = Number(rawPort);
-    if (port < 1 || port > 65535) return null;
-  }
-
-  // The WHATWG parser lower-cases, turns IPv4 shorthand (`127.1`, `2130706433`,
-  // `0x7f.0.0.1`, `0177.0.0.1`) into a dotted quad and compresses IPv6, so
-  // policy, allow-list and credential lookup all see one spelling per address.
-  let parsed: string;
-  try {
-    parsed = new URL(`https://${rawHost}/`).hostname;
-  } catch {
-    return null;
-  }
-
-  let host: string;
-  let hostname: string;
-  if (parsed.startsWith('[')) {
-    host = parsed;
-    hostname = parsed.slice(1, -1);
-  } else if (isIPv4(parsed)) {
-    host = parsed;
-    hostname = parsed;
-  } else {
-    // `api.github.com.` names the same host as `api.github.com`; one trailing
-    // dot is dropped so a policy rule for the name cannot be stepped around.
-    const name = parsed.endsWith('.') ? parsed.slice(0, -1) : parsed;
-    if (!isDnsName(name)) return null;
-    host = name;
-    hostname = name;
-  }
-
-  const authority = port === DEFAULT_PORT ? host : `${host}:${port}`;
-  return { host, port, authority, hostname };
-}
-
-function isDnsName(name: string): boolean {
-  if (name.length === 0 || name.length > MAX_NAME_LENGTH) return false;
-  for (const label of name.split('.')) {
-    if (label.length === 0 || label.length > MAX_LABEL_LENGTH || !DNS_LABEL.test(label)) return false;
-  }
-  return true;
 }
 
 // ---------------------------------------------------------------------------
@@ -243,7 +145,7 @@ export function createAllowList(entries: readonly string[]): AllowList {
 
   return {
     allowsHost(hostname: string): boolean {
-      const name = canonicalName(hostname);
+      const name = canonicalHostname(hostname);
       if (exactHosts.has(name)) return true;
       for (const suffix of hostSuffixes) if (name.endsWith(suffix)) return true;
       return false;
@@ -257,18 +159,11 @@ export function createAllowList(entries: readonly string[]): AllowList {
   };
 }
 
-function canonicalName(hostname: string): string {
-  let name = hostname.toLowerCase();
-  if (name.startsWith('[') && name.endsWith(']')) name = name.slice(1, -1);
-  if (name.endsWith('.')) name = name.slice(0, -1);
-  return name;
-}
-
 function parseHostEntry(name: string, raw: string): string {
   if (name.includes(':')) {
     throw new Error(`GUARD_ALLOW_TARGETS: "${raw}" has a port or is not a valid IP; entries name hosts, not ports`);
   }
-  const bare = name.endsWith('.') ? name.slice(0, -1) : name;
+  const bare = canonicalHostname(name);
   if (!isDnsName(bare)) throw new Error(`GUARD_ALLOW_TARGETS: "${raw}" is not a valid hostname`);
   // A last label of digits makes the URL parser read the name as an IPv4
   // address (`127.1`), so a target could never match this entry by name.

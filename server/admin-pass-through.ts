@@ -2,10 +2,9 @@
 // (ADMIN_URL) over a keep-alive pool, adding X-Forwarded-For so the admin's login
 // limiter sees the client's address.
 import { Pool } from 'undici';
+import type { AdminRequest, AdminResponse } from '../admin/http.js';
 import { errorBody } from '../shared/errors.js';
-import type { AdminRequest, AdminResponse } from './http.js';
-
-const DROP = new Set(['connection', 'keep-alive', 'proxy-connection', 'te', 'trailer', 'transfer-encoding', 'upgrade', 'host', 'content-length', 'x-forwarded-for', 'expect']);
+import { PASS_THROUGH_DROP as DROP } from '../shared/http.js';
 
 export function createAdminPassThrough(adminUrl: string): { handle(req: AdminRequest): Promise<AdminResponse>; close(): Promise<void> } {
   const pool = new Pool(adminUrl, { connections: 64, headersTimeout: 60_000, bodyTimeout: 60_000 });

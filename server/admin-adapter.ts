@@ -1,0 +1,92 @@
+// The admin API behind the public listener: a uWS request becomes an
+// AdminRequest (head read by the one request-head reader, body collected up to
+// 1 MiB), and the AdminResponse is written back corked. The same adapter serves
+// the admin handlers in-process and, in a split-mode proxy, the pass-through.
+import type { HttpRequest, HttpResponse } from 'uWebSockets.js';
+import type { AdminRequest, AdminResponse } from '../admin/http.js';
+import { MAX_ADMIN_BODY_BYTES } from '../admin/http.js';
+import { statusLine } from '../shared/http.js';
+import { answerAndClose, writeError } from './answers.js';
+import { readRequestHead, type HeadProblem, type RequestHeadTarget } from './request-head.js';
+
+export type AdminHandler = (req: AdminRequest) => Promise<AdminResponse>;
+
+/** An admin head under construction: a repeated header keeps its first value. */
+class AdminHead implements RequestHeadTarget {
+  method = '';
+  query = '';
+  contentLength = -1;
+  chunked = false;
+  headError: HeadProblem | null = null;
+  readonly headers: Record<string, string> = {};
+
+  header(name: string, value: string): void {
+    if (!(name in this.headers)) this.headers[name] = value;
+  }
+
+  dropConnectionFields(): void {
+    // The admin API reads no hop-by-hop field, and the pass-through drops them itself.
+  }
+}
+
+export function handleAdmin(res: HttpResponse, req: HttpRequest, admin: AdminHandler, trustForwardedFor: boolean): void {
+  let aborted = false;
+  res.onAborted(() => {
+    aborted = true;
+  });
+  const url = req.getUrl();
+  const head = new AdminHead();
+  readRequestHead(req, url, head);
+  if (head.headError === null && head.contentLength > MAX_ADMIN_BODY_BYTES) {
+    head.headError = { code: 'payload_too_large', message: `The body must be at most ${MAX_ADMIN_BODY_BYTES} bytes.` };
+  }
+  if (head.headError !== null) {
+    answerAndClose(res, head.headError.code, head.headError.message);
+    return;
+  }
+  const { headers } = head;
+  const request: AdminRequest = {
+    method: head.method,
+    path: url,
+    query: new URLSearchParams(head.query),
+    headers,
+    body: Buffer.alloc(0),
+    remoteAddress: (trustForwardedFor ? headers['x-forwarded-for']?.split(',').pop()?.trim() : undefined) || Buffer.from(res.getRemoteAddressAsText()).toString(),
+  };
+  const respond = (response: AdminResponse): void => {
+    if (aborted) return;
+    res.cork(() => {
+      res.writeStatus(statusLine(response.status));
+      for (const name in response.headers) res.writeHeader(name, response.headers[name]!);
+      if (response.status === 204) res.endWithoutBody();
+      else if (request.method === 'HEAD') {
+        // By hand: uWS's endWithoutBody(length) leaves the connection unusable.
+        res.writeHeader('content-length', String(Buffer.byteLength(response.body))).endWithoutBody();
+      }
+      else res.end(response.body);
+    });
+  };
+  if (!(head.contentLength > 0 || head.chunked)) {
+    void admin(request).then(respond);
+    return;
+  }
+  const chunks: Buffer[] = [];
+  let size = 0;
+  let refused = false;
+  res.onData((chunk, isLast) => {
+    if (refused) return;
+    size += chunk.byteLength;
+    if (size > MAX_ADMIN_BODY_BYTES) {
+      refused = true;
+      if (!aborted) {
+        res.cork(() => writeError(res, 'payload_too_large', `The body must be at most ${MAX_ADMIN_BODY_BYTES} bytes.`, true));
+      }
+      return;
+    }
+    chunks.push(Buffer.from(new Uint8Array(chunk)));
+    if (isLast) {
+      request.body = Buffer.concat(chunks, size);
+      void admin(request).then(respond);
+    }
+  });
+}

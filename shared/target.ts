@@ -1,0 +1,158 @@
+// What a proxied call names, normalised once, so that the proxy, the policy
+// check API and the credential store read one spelling of every target: the
+// authority (host, port), the hostname a policy sees as its tool, and the path a
+// policy sees. Pure functions over strings, shared by the proxy and admin wings.
+import { isIPv4 } from 'node:net';
+
+export interface ParsedTarget {
+  /** Normalized host as it appears in a URL: lower-case DNS name, dotted-quad IPv4, or bracketed IPv6. */
+  host: string;
+  /** 1–65535; 443 when the request names none. */
+  port: number;
+  /** `host` when the port is 443, else `host:port`. Key of the stored credential and the upstream Host header. */
+  authority: string;
+  /** `host` without IPv6 brackets: the policy's tool name. */
+  hostname: string;
+  /** Target path as the agent sent it (never decoded or dot-normalized), always starting with `/`. */
+  path: string;
+}
+
+
+const DEFAULT_PORT = 443;
+// RFC 1035 §2.3.4. Underscore is outside LDH but occurs in real DNS names and
+// the WHATWG parser accepts it, so it is let through; anything else is refused.
+const MAX_NAME_LENGTH = 253;
+const MAX_LABEL_LENGTH = 63;
+const DNS_LABEL = /^[a-z0-9_-]+$/;
+const BRACKETED_AUTHORITY = /^\[([0-9A-Fa-f:.]+)\](?::([0-9]{1,5}))?$/;
+const NAMED_AUTHORITY = /^([A-Za-z0-9._-]+)(?::([0-9]{1,5}))?$/;
+
+/**
+ * Splits what follows `/proxy/{key}/` into the target's authority and path.
+ * Returns null for every target the proxy answers with 400 `invalid_target`.
+ */
+export function parseTarget(rest: string): ParsedTarget | null {
+  const slash = rest.indexOf('/');
+  const authorityPart = slash === -1 ? rest : rest.slice(0, slash);
+  const path = slash === -1 ? '/' : rest.slice(slash);
+  // Agents call few distinct hosts: the authority's parse (regexes, the WHATWG
+  // parser) is remembered, bounded, so the hot path pays it once per host.
+  let authority = AUTHORITIES.get(authorityPart);
+  if (authority === undefined) {
+    authority = parseAuthority(authorityPart);
+    if (AUTHORITIES.size >= MAX_REMEMBERED_AUTHORITIES) AUTHORITIES.clear();
+    AUTHORITIES.set(authorityPart, authority);
+  }
+  return authority === null ? null : { ...authority, path };
+}
+
+/**
+ * A `host[:port]` as the proxy keys credentials (the target's `authority`):
+ * lower case, default port dropped, IPv4 shorthand and IPv6 compressed, one
+ * trailing dot dropped. Null when it is anything else (a scheme, a path,
+ * userinfo, a bad port). The credential store and the proxy use this one
+ * function, so a stored hostname and a target can never disagree.
+ */
+export function normalizeAuthority(raw: string): string | null {
+  const input = raw.trim();
+  if (input.length === 0 || input.length > 260) return null;
+  return parseAuthority(input)?.authority ?? null;
+}
+
+type ParsedAuthority = Omit<ParsedTarget, 'path'>;
+const AUTHORITIES = new Map<string, ParsedAuthority | null>();
+const MAX_REMEMBERED_AUTHORITIES = 10_000;
+
+function parseAuthority(authorityPart: string): ParsedAuthority | null {
+  // The character classes below already exclude `@` (userinfo), `%`
+  // (percent-encoding, IPv6 zone ids), `\` (which the WHATWG parser would read
+  // as `/`) and non-ASCII (agents send IDNs as punycode).
+  const match = BRACKETED_AUTHORITY.exec(authorityPart) ?? NAMED_AUTHORITY.exec(authorityPart);
+  if (match === null) return null;
+  const rawHost = authorityPart.startsWith('[') ? `[${match[1]}]` : match[1];
+  const rawPort = match[2];
+
+  let port = DEFAULT_PORT;
+  if (rawPort !== undefined) {
+    port = Number(rawPort);
+    if (port < 1 || port > 65535) return null;
+  }
+
+  // The WHATWG parser lower-cases, turns IPv4 shorthand (`127.1`, `2130706433`,
+  // `0x7f.0.0.1`, `0177.0.0.1`) into a dotted quad and compresses IPv6, so
+  // policy, allow-list and credential lookup all see one spelling per address.
+  let parsed: string;
+  try {
+    parsed = new URL(`https://${rawHost}/`).hostname;
+  } catch {
+    return null;
+  }
+
+  let host: string;
+  let hostname: string;
+  if (parsed.startsWith('[')) {
+    host = parsed;
+    hostname = parsed.slice(1, -1);
+  } else if (isIPv4(parsed)) {
+    host = parsed;
+    hostname = parsed;
+  } else {
+    // `api.github.com.` names the same host as `api.github.com`; one trailing
+    // dot is dropped so a policy rule for the name cannot be stepped around.
+    const name = canonicalHostname(parsed);
+    if (!isDnsName(name)) return null;
+    host = name;
+    hostname = name;
+  }
+
+  const authority = port === DEFAULT_PORT ? host : `${host}:${port}`;
+  return { host, port, authority, hostname };
+}
+
+export function isDnsName(name: string): boolean {
+  if (name.length === 0 || name.length > MAX_NAME_LENGTH) return false;
+  for (const label of name.split('.')) {
+    if (label.length === 0 || label.length > MAX_LABEL_LENGTH || !DNS_LABEL.test(label)) return false;
+  }
+  return true;
+}
+
+/**
+ * One spelling of a host name: lower case, IPv6 brackets off, one trailing dot
+ * dropped (`api.github.com.` names the same host as `api.github.com`, and a rule
+ * for the name must not be stepped around with it).
+ */
+export function canonicalHostname(hostname: string): string {
+  let name = hostname.toLowerCase();
+  if (name.startsWith('[') && name.endsWith(']')) name = name.slice(1, -1);
+  if (name.endsWith('.')) name = name.slice(0, -1);
+  return name;
+}
+
+const ESCAPE = /%([0-9A-Fa-f]{2})/g;
+const UNRESERVED_OR_SLASH = /[A-Za-z0-9\-._~/]/;
+
+/**
+ * The path the policy sees: percent-escapes of unreserved characters and of '/'
+ * decoded (RFC 3986 §6.2.2.2), so `/%61dmin` and `/admin%2Fx` meet a rule on
+ * `/admin/**` the way an upstream that decodes them would, and runs of '/'
+ * collapse (`//admin` is `/admin` to most servers). The upstream still
+ * gets the path exactly as sent. Null when a segment is `.` or `..` (raw or
+ * encoded): such paths mean different things to different servers, so they are
+ * refused rather than guessed at.
+ */
+export function normalizePolicyPath(path: string): string | null {
+  const decoded = path.includes('%')
+    ? path.replace(ESCAPE, (escape, hex: string) => {
+      const char = String.fromCharCode(parseInt(hex, 16));
+      return UNRESERVED_OR_SLASH.test(char) ? char : escape.toUpperCase();
+    })
+    : path;
+  const collapsed = decoded.includes('//') ? decoded.replace(/\/{2,}/g, '/') : decoded;
+  if (collapsed.includes('/.')) {
+    for (const segment of collapsed.split('/')) {
+      if (segment === '.' || segment === '..') return null;
+    }
+  }
+  return collapsed;
+}

@@ -1,0 +1,236 @@
+// Each proxy stage on its own: built by its createX(deps), run on one exchange,
+// answering (or not) as the contract says. The answer is recorded instead of
+// written to a socket; the cache stages read through a real SQLite store.
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import t from 'tap';
+import { createAdmit } from '../../proxy/admit.js';
+import { createAuthorize } from '../../proxy/authorize.js';
+import { createProxyCaches } from '../../proxy/caches.js';
+import type { StageResult } from '../../proxy/exchange.js';
+import { createGuardTarget } from '../../proxy/guard-target.js';
+import { createInjectCredential } from '../../proxy/inject-credential.js';
+import { createParseTarget } from '../../proxy/parse-target.js';
+import { createResolveAgent } from '../../proxy/resolve-agent.js';
+import { loadConfig } from '../../shared/config.js';
+import { PROXY_ALLOW } from '../../shared/http.js';
+import { Metrics } from '../../shared/metrics.js';
+import { credentialAssociatedData, generateApiKey, hashApiKey, sealValue } from '../../shared/secrets.js';
+import { openMetadataStore } from '../../shared/stores/open-stores.js';
+import { exchange } from '../support/recorded-response.js';
+
+async function settle(result: StageResult): Promise<undefined | false> {
+  return result instanceof Promise ? await result : result;
+}
+
+function json(answer: { body: string } | null): Record<string, unknown> {
+  return answer === null ? {} : (JSON.parse(answer.body) as Record<string, unknown>);
+}
+
+t.test('admit', async (t) => {
+  let admitting = true;
+  let saturated = false;
+  const admit = createAdmit({ admitting: () => admitting, saturated: () => saturated });
+
+  t.test('passes a well-formed call', async (t) => {
+    const { ex, answer } = exchange();
+    t.equal(admit(ex), undefined);
+    t.equal(answer(), null);
+  });
+
+  t.test('refuses every call once shutdown began, closing the connection', async (t) => {
+    admitting = false;
+    const { ex, answer } = exchange();
+    t.equal(admit(ex), false);
+    t.match(answer(), { status: '503 Service Unavailable', closeConnection: true });
+    t.equal(json(answer()).error, 'unavailable');
+    t.equal(ex.auditDecision, 'denied');
+    admitting = true;
+  });
+
+  t.test('answers a size problem of the head with its own code', async (t) => {
+    const { ex, answer } = exchange({ headError: { code: 'headers_too_large', message: 'too big' } });
+    t.equal(admit(ex), false);
+    t.equal(answer()!.status, '431 Request Header Fields Too Large');
+    t.same(json(answer()), { error: 'headers_too_large', message: 'too big' });
+  });
+
+  t.test('answers a framing problem on a later turn, closing the connection', async (t) => {
+    const { ex, answer } = exchange({ headError: { code: 'invalid_request', message: 'two lengths' } });
+    const result = admit(ex);
+    t.type(result, Promise);
+    t.equal(answer(), null, 'nothing written inside the handler');
+    t.equal(await result, false);
+    t.match(answer(), { status: '400 Bad Request', closeConnection: true });
+  });
+
+  t.test('refuses a method outside the seven with 405 and Allow', async (t) => {
+    const { ex, answer } = exchange({ method: 'PROPFIND' });
+    t.equal(admit(ex), false);
+    t.equal(answer()!.status, '405 Method Not Allowed');
+    t.equal(answer()!.headers.allow, PROXY_ALLOW);
+  });
+
+  t.test('fails closed while the audit pipeline is saturated', async (t) => {
+    saturated = true;
+    const { ex, answer } = exchange();
+    t.equal(admit(ex), false);
+    t.equal(json(answer()).error, 'unavailable');
+    saturated = false;
+  });
+});
+
+t.test('parse-target', async (t) => {
+  const parse = createParseTarget();
+
+  t.test('fills in the target and the policy path', async (t) => {
+    const { ex, answer } = exchange({ rawTarget: 'API.GitHub.com.:443/repos//x/%61dmin' });
+    t.equal(parse(ex), undefined);
+    t.equal(answer(), null);
+    t.match(ex.target, { hostname: 'api.github.com', authority: 'api.github.com', port: 443, path: '/repos//x/%61dmin' });
+    t.equal(ex.policyPath, '/repos/x/admin');
+  });
+
+  t.test('refuses a target with no valid host', async (t) => {
+    for (const rawTarget of ['', 'user@host/x', 'host:99999/x', 'bad host/x']) {
+      const { ex, answer } = exchange({ rawTarget });
+      t.equal(parse(ex), false, rawTarget);
+      t.equal(json(answer()).error, 'invalid_target', rawTarget);
+    }
+  });
+
+  t.test('refuses dot segments, keeping the target for the audit', async (t) => {
+    const { ex, answer } = exchange({ rawTarget: 'api.example.com/a/%2e%2e/admin' });
+    t.equal(parse(ex), false);
+    t.equal(json(answer()).error, 'invalid_target');
+    t.equal(ex.target?.hostname, 'api.example.com');
+  });
+});
+
+t.test('guard-target', async (t) => {
+  const guard = createGuardTarget({ allowTargets: ['127.0.0.1'], dnsServer: null });
+
+  t.test('pins an allow-listed literal address', async (t) => {
+    const { ex } = exchange({ rawTarget: '127.0.0.1:8443/x' });
+    createParseTarget()(ex);
+    t.equal(await settle(guard(ex)), undefined);
+    t.equal(ex.address, '127.0.0.1');
+  });
+
+  t.test('refuses a loopback address the allow-list does not open', async (t) => {
+    const { ex, answer } = exchange({ rawTarget: '[::1]:8443/x' });
+    createParseTarget()(ex);
+    t.equal(await settle(guard(ex)), false);
+    t.match(answer()!.status, /^403/);
+    t.equal(json(answer()).error, 'target_forbidden');
+    t.equal(ex.ruleMatched, 'target_forbidden');
+  });
+});
+
+t.test('the cache stages read through a real store', async (t) => {
+  const dir = mkdtempSync(join(tmpdir(), 'tcg-stages-'));
+  t.teardown(() => rmSync(dir, { recursive: true, force: true }));
+  const store = await openMetadataStore(loadConfig({ DATA_DIR: dir }));
+  t.teardown(() => store.close());
+  const metrics = new Metrics({ agentLabel: false });
+  const encryptionKey = Buffer.alloc(32, 7);
+  const caches = createProxyCaches(store, encryptionKey, { maxEntries: 100, ttlMs: 60_000, stats: metrics.caches });
+  t.teardown(() => caches.close());
+  const user = await store.createUserWithOrg('stages@example.com', 'x');
+  const key = generateApiKey();
+  const agent = await store.createAgent({ orgId: user.orgId, name: 'a', logOutputs: 'hash', keyHash: hashApiKey(key), apiKeyPrefix: key.slice(0, 12) });
+  await store.setPolicy(agent.id, 'version: "1"\nrules:\n  - name: no-admin\n    tool: "*"\n    action: "*"\n    path: /admin/**\n    decision: deny\n');
+  await store.createCredential({
+    orgId: user.orgId, name: 'tok', hostname: 'api.example.com', credType: 'bearer', headerName: null, queryParam: null,
+    sealedValue: sealValue(encryptionKey, 'canary-token', credentialAssociatedData(user.orgId, 'api.example.com')),
+  });
+
+  const resolve = createResolveAgent(caches);
+  const authorize = createAuthorize(caches);
+  const inject = createInjectCredential(caches);
+  function call(rawTarget: string, keyHash = hashApiKey(key)): ReturnType<typeof exchange> {
+    const made = exchange({ rawTarget });
+    made.ex.keyHash = keyHash;
+    createParseTarget()(made.ex);
+    return made;
+  }
+
+  t.test('resolve-agent: a miss waits for the store, a hit answers at once', async (t) => {
+    const first = call('api.example.com/x');
+    const result = resolve(first.ex);
+    t.type(result, Promise, 'first lookup goes to the store');
+    t.equal(await result, undefined);
+    t.equal(first.ex.agent?.id, agent.id);
+    const second = call('api.example.com/x');
+    t.equal(resolve(second.ex), undefined, 'second lookup is synchronous');
+    t.equal(metrics.caches.agents.hits, 1);
+    t.equal(metrics.caches.agents.misses, 1);
+  });
+
+  t.test('resolve-agent: an unknown key is 401, remembered apart from known agents', async (t) => {
+    const unknown = hashApiKey(generateApiKey());
+    const first = call('api.example.com/x', unknown);
+    t.equal(await settle(resolve(first.ex)), false);
+    t.equal(json(first.answer()).error, 'invalid_api_key');
+    const second = call('api.example.com/x', unknown);
+    t.equal(resolve(second.ex), false, 'answered from the negative cache');
+    t.equal(caches.agents.entries.has(unknown), false);
+    t.equal(caches.agents.absent?.has(unknown), true);
+  });
+
+  t.test('authorize: the policy denies with its rule, else allows', async (t) => {
+    const denied = call('api.example.com/admin/users');
+    await settle(resolve(denied.ex));
+    t.equal(await settle(authorize(denied.ex)), false);
+    t.match(json(denied.answer()), { error: 'policy_denied', rule_matched: 'no-admin' });
+    const allowed = call('api.example.com/repos');
+    await settle(resolve(allowed.ex));
+    t.equal(await settle(authorize(allowed.ex)), undefined);
+    t.equal(allowed.ex.ruleMatched, 'default');
+  });
+
+  t.test('inject-credential: replaces the agent\'s header of the same name', async (t) => {
+    const made = call('api.example.com/repos');
+    made.ex.headers.push('authorization', 'Bearer agent-own', 'accept', '*/*');
+    await settle(resolve(made.ex));
+    t.equal(await settle(inject(made.ex)), undefined);
+    t.same(made.ex.headers, ['accept', '*/*', 'authorization', 'Bearer canary-token']);
+  });
+
+  t.test('inject-credential: a host without a credential is forwarded as is', async (t) => {
+    const made = call('other.example.com/repos');
+    made.ex.headers.push('authorization', 'Bearer agent-own');
+    await settle(resolve(made.ex));
+    t.equal(await settle(inject(made.ex)), undefined);
+    t.equal(made.ex.credential, null);
+    t.same(made.ex.headers, ['authorization', 'Bearer agent-own']);
+  });
+
+  t.test('a change evicts what it touches, so the next call sees it', async (t) => {
+    await store.deleteAgent(user.orgId, agent.id);
+    const made = call('api.example.com/x');
+    t.equal(await settle(resolve(made.ex)), false);
+    t.equal(json(made.answer()).error, 'invalid_api_key');
+  });
+});
+
+t.test('the exchange reads the head as the proxy forwards it', async (t) => {
+  const { ex } = exchange();
+  const pairs: Array<[string, string]> = [
+    ['accept', '*/*'], ['keep-alive', 'timeout=5'], ['x-agent-reasoning', 'why'], ['x-agent-task-id', 'task-1'],
+    ['x-request-id', 'rid-1'], ['proxy-authorization', 'secret'], ['x-named', 'dropped'], ['expect', '100-continue'],
+  ];
+  for (const [name, value] of pairs) ex.header(name, value);
+  ex.dropConnectionFields(['x-named']);
+  t.same(ex.headers, ['accept', '*/*', 'x-request-id', 'rid-1']);
+  t.equal(ex.reasoning, 'why');
+  t.equal(ex.taskId, 'task-1');
+  t.equal(ex.requestId, 'rid-1');
+  t.equal(ex.readProxyPath(`/proxy/${generateApiKey()}/api.example.com/x`), true);
+  t.equal(ex.rawTarget, 'api.example.com/x');
+  const bad = exchange().ex;
+  t.equal(bad.readProxyPath('/proxy/agk_short/api.example.com/x'), false);
+  t.equal(bad.keyHash, '');
+});
+
