@@ -1,6 +1,7 @@
 // Policies: get and set an agent's YAML policy, and the policy check.
 import { GuardError } from '../shared/errors.js';
 import { evaluatePolicy, parsePolicy } from '../shared/policy/index.js';
+import { policyInputs } from '../shared/target.js';
 import type { AdminContext, Handler } from './context.js';
 import { json, readJsonObject, stringField } from './http.js';
 import { requireAgent } from './agents.js';
@@ -38,9 +39,16 @@ export function policyHandlers(ctx: AdminContext) {
     if (path !== undefined && !path.startsWith('/')) {
       throw new GuardError('invalid_request', "Field 'path' must start with '/'.", { field: 'path' });
     }
+    const inputs = policyInputs(tool, path);
+    if (inputs === 'tool') {
+      throw new GuardError('invalid_request', "Field 'tool' must be a host name with an optional :port, as in a proxy URL.", { field: 'tool' });
+    }
+    if (inputs === 'path') {
+      throw new GuardError('invalid_request', "Field 'path' has dot segments (. or ..), which the proxy does not forward.", { field: 'path' });
+    }
     const agent = await requireAgent(ctx, caller.orgId, agentId);
     const policy = await ctx.store.getPolicy(agent.id);
-    const result = evaluatePolicy(policy ? parsePolicy(policy.rulesYaml) : null, tool.toLowerCase(), action.toUpperCase(), path ?? '');
+    const result = evaluatePolicy(policy ? parsePolicy(policy.rulesYaml) : null, inputs.tool, action.toUpperCase(), inputs.path);
     return json(200, { decision: result.decision, message: result.message, rule_matched: result.ruleMatched });
   };
 

@@ -156,3 +156,27 @@ export function normalizePolicyPath(path: string): string | null {
   }
   return collapsed;
 }
+
+/** What a policy is evaluated on: the tool (hostname, no port) and the normalised path. */
+export interface PolicyInputs {
+  tool: string;
+  path: string;
+}
+
+/**
+ * The policy's inputs for a call to `tool` (a host with an optional port) and
+ * `path` (optional; a query string after `?` is not part of it), derived exactly
+ * as the proxy derives them from `/proxy/{key}/{tool}{path}`: so the policy
+ * check API and the proxy can never disagree on one call. A string names what
+ * is wrong with the input ('tool' or 'path') when the proxy would refuse it as
+ * `invalid_target`. Without a path, rules that name one do not match ('').
+ */
+export function policyInputs(tool: string, path: string | undefined): PolicyInputs | 'tool' | 'path' {
+  if (tool.includes('/')) return 'tool';
+  const target = parseTarget(`${tool}/`);
+  if (target === null) return 'tool';
+  if (path === undefined) return { tool: target.hostname, path: '' };
+  const query = path.indexOf('?');
+  const policyPath = normalizePolicyPath(query < 0 ? path : path.slice(0, query));
+  return policyPath === null ? 'path' : { tool: target.hostname, path: policyPath };
+}
