@@ -156,6 +156,7 @@ export async function startService(config: Readonly<Config>, log: Logger = creat
       unwatch?.();
     },
     inFlight: () => pipeline?.inFlight ?? 0,
+    stopAnswering: () => listener.stopAnswering(),
     flushAudit: async () => {
       const unwritten = await auditBatcher.close(AUDIT_FLUSH_DEADLINE_MS);
       if (unwritten > 0) log.error('audit records could be neither written nor spooled before shutdown', { unwritten });

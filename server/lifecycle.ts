@@ -7,6 +7,12 @@ export interface StopSteps {
   beginRefusing(): void;
   /** Calls still in flight (the drain waits for 0 up to its deadline). */
   inFlight(): number;
+  /**
+   * After the drain: requests that still arrive on kept-alive connections get
+   * no answer (the connection is closed), so no call is answered after the
+   * audit flush began and none can miss it.
+   */
+  stopAnswering(): void;
   /** Writes or spools every audit record (after the drain, so that none comes later). */
   flushAudit(): Promise<void>;
   /** Closed in order after the flush; each may be absent in a role. */
@@ -23,6 +29,7 @@ export function stopInOrder(steps: StopSteps): (drainMs?: number) => Promise<voi
       steps.beginRefusing();
       const deadline = Date.now() + drainMs;
       while (steps.inFlight() > 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, DRAIN_POLL_MS));
+      steps.stopAnswering();
       await steps.flushAudit();
       for (const close of steps.close) await close();
     })();

@@ -52,11 +52,14 @@ export interface Listener {
   port: number;
   /** Stops accepting connections (in-flight exchanges go on). */
   stop(): void;
+  /** From now on a request on a kept-alive connection is not answered: its connection is closed. */
+  stopAnswering(): void;
 }
 
 export function listen(uws: Uws, options: ListenOptions): Promise<Listener> {
   const { pipeline } = options;
   const app: TemplatedApp = uws.App();
+  let answering = true;
 
   app.get('/health', (res) => {
     const body = JSON.stringify({ status: 'ok', ...options.health() });
@@ -111,6 +114,10 @@ export function listen(uws: Uws, options: ListenOptions): Promise<Listener> {
   });
 
   if (pipeline !== null) app.any('/proxy/*', (res, req) => {
+    if (!answering) {
+      res.close(); // past the drain: an answer now could miss the audit flush
+      return;
+    }
     const ex = new ProxyExchange(res);
     res.onAborted(() => ex.clientAborted());
     const url = req.getUrl();
@@ -128,6 +135,10 @@ export function listen(uws: Uws, options: ListenOptions): Promise<Listener> {
   });
 
   app.any('/*', (res, req) => {
+    if (!answering) {
+      res.close();
+      return;
+    }
     if (options.closing()) {
       answerAndClose(res, 'unavailable', 'The service is shutting down; retry.');
       return;
@@ -144,6 +155,9 @@ export function listen(uws: Uws, options: ListenOptions): Promise<Listener> {
       resolve({
         port: uws.us_socket_local_port(socket as never),
         stop: () => uws.us_listen_socket_close(socket),
+        stopAnswering: () => {
+          answering = false;
+        },
       });
     });
   });
