@@ -12,6 +12,7 @@ import type { AuditStore } from '../../shared/stores/audit-store.js';
 import { ClickHouseAuditStore } from '../../shared/stores/clickhouse/clickhouse-audit-store.js';
 import { countEncodedRows } from '../../shared/audit/audit-codec.js';
 import { startClickHouseHttpServer } from './clickhouse-http-server.js';
+import { eventually } from './eventually.js';
 
 export interface InsertAttempt {
   token: string;
@@ -26,6 +27,8 @@ export interface AuditStoreOnDemand {
   down(): void;
   up(): void;
   loseNextAcknowledgement(): void;
+  /** Waits until the org holds `n` rows. */
+  rowsLanded(orgId: string, n: number, ms?: number): Promise<true>;
   close(): Promise<void>;
 }
 
@@ -68,6 +71,10 @@ export async function openAuditStoreOnDemand(): Promise<AuditStoreOnDemand> {
     loseNextAcknowledgement: () => {
       loseAcknowledgement = true;
     },
+    // A count may fail just after up() (the client's first try on a connection
+    // the outage closed); the next poll tries again.
+    rowsLanded: (orgId, n, ms = 10_000) =>
+      eventually(async () => ((await real.count(orgId).catch(() => -1)) === n ? true : undefined), ms),
     close: async () => {
       server.resume();
       await real.close();

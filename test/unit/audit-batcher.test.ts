@@ -38,12 +38,6 @@ function spoolDir(t: Test): string {
   return dir;
 }
 
-/** Waits until the org holds `n` rows. A count may fail just after up() (the
- *  client's first try on a connection the outage closed); the next poll retries. */
-function rowsLanded(org: string, n: number, ms = 10_000): Promise<true> {
-  return eventually(async () => ((await store.count(org).catch(() => -1)) === n ? true : undefined), ms);
-}
-
 function enqueue(batcher: AuditBatcher, org: string, n: number): void {
   for (let i = 0; i < n; i++) batcher.enqueue(auditRecord(org));
 }
@@ -57,7 +51,7 @@ t.test('a batch is written once it holds maxRows records, and not before', async
   t.equal(await store.count(org), 0, 'four of five rows: nothing written');
   t.equal(batcher.pending, 4);
   enqueue(batcher, org, 1);
-  await rowsLanded(org, 5, 5000);
+  await audit.rowsLanded(org, 5, 5000);
   t.strictSame(audit.attempts.slice(before).map((a) => a.rows), [5], 'one insert of five rows');
   t.equal(batcher.pending, 0);
 });
@@ -68,7 +62,7 @@ t.test('a batch short of maxRows is written after maxDelayMs', async (t) => {
   const before = audit.attempts.length;
   const started = performance.now();
   enqueue(batcher, org, 3);
-  await rowsLanded(org, 3, 5000);
+  await audit.rowsLanded(org, 3, 5000);
   const waited = performance.now() - started;
   t.ok(waited >= 250, `written after ${waited.toFixed(0)} ms, not before the delay`);
   t.strictSame(audit.attempts.slice(before).map((a) => a.rows), [3], 'one insert of the three rows');
@@ -87,7 +81,7 @@ t.test('a batch the store refuses is spooled, then replayed with the token it wa
   t.ok(errors.includes('insert'), 'the failed insert was reported');
   t.strictSame(readdirSync(dir).flatMap((name) => parseSpoolFileName(name)?.token ?? []), [token], 'spooled under that token');
   audit.up();
-  await rowsLanded(org, 4);
+  await audit.rowsLanded(org, 4);
   await eventually(async () => (batcher.spooledBatches === 0 ? true : undefined));
   const tokens = new Set(audit.attempts.slice(before).map((a) => a.token));
   t.strictSame([...tokens], [token], 'every attempt, the first and each replay, carried one token');
@@ -123,7 +117,7 @@ t.test('a batch neither the store nor the spool takes stays in memory and is ret
   await eventually(async () => (batcher.spooledBatches === 1 ? true : undefined));
   t.equal(batcher.pending, 0, 'a later attempt spooled it once the spool could take it');
   audit.up();
-  await rowsLanded(org, 4);
+  await audit.rowsLanded(org, 4);
 });
 
 t.test('saturated once maxQueued records are held, and no longer once they are written', async (t) => {
@@ -138,7 +132,7 @@ t.test('saturated once maxQueued records are held, and no longer once they are w
   enqueue(batcher, org, 1);
   t.equal(batcher.pending, 4, 'the record of admitted work is still accepted');
   audit.up();
-  await rowsLanded(org, 4);
+  await audit.rowsLanded(org, 4);
   t.equal(batcher.saturated, false);
   t.equal(batcher.pending, 0);
   await t.resolves(batcher.enqueueDurable(auditRecord(org)), 'a durable enqueue resolves once written');
