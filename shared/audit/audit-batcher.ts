@@ -9,6 +9,7 @@
 import { randomUUID } from 'node:crypto';
 import type { AuditStore } from '../stores/audit-store.js';
 import type { AuditRecord } from '../types.js';
+import { countEncodedRows } from './audit-codec.js';
 import type { AuditSpool } from './audit-spool.js';
 
 export interface AuditBatcherOptions {
@@ -203,7 +204,7 @@ export class AuditBatcher {
       try {
         const body = await spool.read(spooled);
         await this.#store.insertEncoded(body, spooled.token);
-        const rows = countLines(body);
+        const rows = countEncodedRows(body);
         await spool.remove(spooled);
         this.stats.written += rows;
         this.stats.replayed += rows;
@@ -281,10 +282,4 @@ export class AuditBatcher {
 
 function newBatch(): Batch {
   return { rows: [], token: randomUUID(), waiters: [] };
-}
-
-function countLines(body: string): number {
-  let n = 0;
-  for (let i = body.indexOf('\n'); i !== -1; i = body.indexOf('\n', i + 1)) n++;
-  return n;
 }

@@ -1,16 +1,13 @@
 // The on-disk audit spool: batches that could not be written to ClickHouse wait
-// here (zstd-compressed, in the store's own line encoding, fsynced, one file per batch) and are replayed
-// oldest first, each with the deduplication token it was first tried with, so a
+// here (fsynced, one file per batch, in audit-codec.ts's spool file format) and
+// are replayed oldest first, each with the deduplication token it was first tried with, so a
 // replay after a partial failure writes nothing twice. A spool belongs to one
 // process at a time (a lock file holds its pid); the next start of the same
 // process (same SPOOL_DIR) replays what the last one left.
-import { compress, decompress } from '@mongodb-js/zstd';
 import { closeSync, fsyncSync, mkdirSync, openSync, readFileSync, readdirSync, statSync, unlinkSync, writeFileSync, writeSync } from 'node:fs';
 import { open, readFile, rename, unlink } from 'node:fs/promises';
 import { join } from 'node:path';
-
-const SUFFIX = '.rows.zst';
-const NAME_RE = /^(\d{16})-([0-9a-f-]{36})\.rows\.zst$/;
+import { decodeSpoolFile, encodeSpoolFile, parseSpoolFileName, spoolFileName } from './audit-codec.js';
 
 export interface SpooledBatch {
   file: string;
@@ -42,12 +39,12 @@ export class AuditSpool {
         unlinkSync(join(dir, name)); // a write that never completed was never acknowledged
         continue;
       }
-      const m = NAME_RE.exec(name);
-      if (!m) continue;
+      const parsed = parseSpoolFileName(name);
+      if (parsed === null) continue;
       const bytes = statSync(join(dir, name)).size;
-      spool.#files.push({ file: name, token: m[2]!, bytes });
+      spool.#files.push({ file: name, token: parsed.token, bytes });
       spool.#bytes += bytes;
-      spool.#nextSeq = Math.max(spool.#nextSeq, Number(m[1]) + 1);
+      spool.#nextSeq = Math.max(spool.#nextSeq, parsed.seq + 1);
     }
     return spool;
   }
@@ -84,8 +81,8 @@ export class AuditSpool {
   /** Writes a batch durably (fsync of the file and the directory). Throws when the spool is full. */
   async write(lines: readonly string[], token: string): Promise<void> {
     if (this.full) throw new Error('audit spool is full');
-    const payload = await compress(Buffer.from(lines.join(''), 'utf8'), 3);
-    const name = `${String(this.#nextSeq++).padStart(16, '0')}-${token}${SUFFIX}`;
+    const payload = await encodeSpoolFile(lines);
+    const name = spoolFileName(this.#nextSeq++, token);
     const tmp = join(this.dir, `${name}.tmp`);
     const handle = await open(tmp, 'wx', 0o600);
     try {
@@ -102,7 +99,7 @@ export class AuditSpool {
 
   /** The batch's encoded rows, concatenated, ready for insertEncoded. */
   async read(batch: SpooledBatch): Promise<string> {
-    return (await decompress(await readFile(join(this.dir, batch.file)))).toString('utf8');
+    return decodeSpoolFile(await readFile(join(this.dir, batch.file)));
   }
 
   /** The batch was written to the store: forget it. */

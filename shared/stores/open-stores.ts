@@ -7,7 +7,8 @@ import type { Config } from '../config.js';
 import type { AuditStore } from './audit-store.js';
 import type { ChangeLog } from './change-poller.js';
 import type { MetadataStore } from './metadata-store.js';
-import { ClickHouseAuditStore, encodeAuditRow } from './clickhouse/clickhouse-audit-store.js';
+import { encodeAuditRow } from '../audit/audit-codec.js';
+import { ClickHouseAuditStore } from './clickhouse/clickhouse-audit-store.js';
 import { SqliteMetadataStore } from './sqlite/sqlite-metadata-store.js';
 
 export type MetadataStoreWithLog = MetadataStore & ChangeLog;

@@ -11,7 +11,8 @@ import t from 'tap';
 import { auditRecord as record } from '../support/audit-records.js';
 import { createClient } from '@clickhouse/client';
 import type { AuditStore } from '../../shared/stores/audit-store.js';
-import { AUDIT_TABLE, ClickHouseAuditStore, REPORT_RECENT_DENIED } from '../../shared/stores/clickhouse/clickhouse-audit-store.js';
+import { AUDIT_TABLE } from '../../shared/audit/audit-codec.js';
+import { ClickHouseAuditStore, REPORT_RECENT_DENIED } from '../../shared/stores/clickhouse/clickhouse-audit-store.js';
 import type { AuditFilter, AuditRecord } from '../../shared/types.js';
 
 /** A tap test, the root one or a subtest. */

@@ -7,6 +7,8 @@ import { loadConfig } from '../../shared/config.js';
 import { createLogger, type Logger } from '../../shared/log.js';
 import { startService, type RunningService } from '../../server/compose.js';
 
+export { eventually } from './eventually.js';
+
 export const TLS_DIR = new URL('../fixtures/tls/', import.meta.url).pathname;
 
 export interface TestService extends RunningService {
@@ -87,15 +89,4 @@ export async function createAgent(base: string, session: Session, name = 'agent'
   const res = await api(base, session, 'POST', '/agents', { name, log_outputs: logOutputs });
   if (res.status !== 201) throw new Error(`create agent failed: ${res.status} ${res.text}`);
   return res.json as { id: string; api_key: string; api_key_prefix: string; name: string; log_outputs: string; proxy_url: string };
-}
-
-/** Polls until `check` returns a value other than undefined, or fails after `ms`. */
-export async function eventually<T>(check: () => Promise<T | undefined>, ms = 5000): Promise<T> {
-  const deadline = Date.now() + ms;
-  for (;;) {
-    const value = await check();
-    if (value !== undefined) return value;
-    if (Date.now() > deadline) throw new Error('condition not met in time');
-    await new Promise((r) => setTimeout(r, 25));
-  }
 }

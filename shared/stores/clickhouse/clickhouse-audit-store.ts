@@ -6,63 +6,26 @@ import { mkdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { Readable } from 'node:stream';
 import { ClickHouseLogLevel, createClient, type ClickHouseClient, type ClickHouseSettings } from '@clickhouse/client';
-import type { AuditDecision, AuditFilter, AuditRecord, AuditSource } from '../../types.js';
+import {
+  AUDIT_COLUMN_NAMES,
+  AUDIT_SELECT_LIST,
+  AUDIT_TABLE,
+  auditTableDdl,
+  auditTableMigrations,
+  decodeAuditRow,
+  encodeAuditRow,
+  encodeAuditRows,
+  finiteOrZero,
+  parseInstant,
+  retentionDaysLiteral,
+  toChDateTime,
+  type AuditRow,
+} from '../../audit/audit-codec.js';
+import type { AuditFilter, AuditRecord } from '../../types.js';
 import type { AuditPage, AuditReportData, AuditStore } from '../audit-store.js';
-
-export const AUDIT_TABLE = 'audit_log';
 
 /** How many denied calls the report lists. */
 export const REPORT_RECENT_DENIED = 20;
-
-/**
- * The table, as analysts see it. Ordered by (org_id, timestamp, id) because every
- * read is "one org, newest first" (read in reverse key order); partitioned by month
- * so the TTL drops whole parts. The dedup window keeps the last 10,000 insert
- * tokens, so a batch the spool replays after a lost acknowledgement lands once.
- * The fsync settings make an acknowledged insert survive a power cut (the store
- * promises "resolves once durable"); measured on chDB, ext4: +6–8 ms per insert,
- * paid once per batch. output_has tells "no output stored" (null) from an empty
- * body ('').
- */
-export function auditTableDdl(retentionDays: number): string {
-  return `CREATE TABLE IF NOT EXISTS ${AUDIT_TABLE}
-(
-    id                UUID,
-    timestamp         DateTime64(3, 'UTC') CODEC(Delta, ZSTD(1)),
-    org_id            UUID,
-    agent_id          UUID,
-    agent_name        LowCardinality(String),
-    tool_name         LowCardinality(String),
-    action            LowCardinality(String),
-    tool_url          String CODEC(ZSTD(3)),
-    decision          Enum8('allowed' = 1, 'denied' = 2),
-    reasoning         String CODEC(ZSTD(3)),
-    task_id           String CODEC(ZSTD(1)),
-    latency_ms        UInt32 CODEC(T64, ZSTD(1)),
-    status_code       UInt16,
-    rule_matched      LowCardinality(String),
-    source            Enum8('proxy' = 1, 'api' = 2),
-    request_bytes     UInt64 CODEC(T64, ZSTD(1)),
-    response_bytes    UInt64 CODEC(T64, ZSTD(1)),
-    output_hash       String,
-    output            String CODEC(ZSTD(3)),
-    output_has        Bool,
-    output_truncated  Bool,
-    request_id        String
-)
-ENGINE = MergeTree
-PARTITION BY toYYYYMM(timestamp)
-ORDER BY (org_id, timestamp, id)
-TTL toDateTime(timestamp) + INTERVAL ${retentionDaysLiteral(retentionDays)} DAY
-SETTINGS ${Object.entries(TABLE_SETTINGS).map(([k, v]) => `${k} = ${v}`).join(', ')}`;
-}
-
-/** MergeTree settings the table must carry; the migration restores any that differ. */
-const TABLE_SETTINGS: Readonly<Record<string, number>> = {
-  non_replicated_deduplication_window: 10_000,
-  fsync_after_insert: 1,
-  fsync_part_directory: 1,
-};
 
 export interface ClickHouseAuditStoreOptions {
   /** CLICKHOUSE_URL (user, password and database in it), or null for embedded chDB. */
@@ -72,44 +35,12 @@ export interface ClickHouseAuditStoreOptions {
   retentionDays: number;
 }
 
-const COLUMNS =
-  'id, timestamp, org_id, agent_id, agent_name, tool_name, action, tool_url, decision, reasoning, task_id, ' +
-  'latency_ms, status_code, rule_matched, source, request_bytes, response_bytes, output_hash, output, ' +
-  'output_has, output_truncated, request_id';
-
 /** Newest first, in the table's key order read backwards (no full sort). Ties on the
  *  millisecond go by id, so pages never overlap; ClickHouse orders UUIDs by their
  *  second half first, so that tie order is not the ids' text order. */
 const NEWEST_FIRST = 'ORDER BY timestamp DESC, id DESC';
 
 const UUID_RE = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
-
-/** One row as JSONEachRow returns it. 64-bit integers are numbers over chDB and
- *  may be strings over HTTP, so every number goes through Number(). */
-interface AuditRow {
-  id: string;
-  timestamp: string;
-  org_id: string;
-  agent_id: string;
-  agent_name: string;
-  tool_name: string;
-  action: string;
-  tool_url: string;
-  decision: AuditDecision;
-  reasoning: string;
-  task_id: string;
-  latency_ms: number | string;
-  status_code: number | string;
-  rule_matched: string;
-  source: AuditSource;
-  request_bytes: number | string;
-  response_bytes: number | string;
-  output_hash: string;
-  output: string;
-  output_has: boolean | number;
-  output_truncated: boolean | number;
-  request_id: string;
-}
 
 type QueryParams = Record<string, string | number>;
 
@@ -140,7 +71,7 @@ export class ClickHouseAuditStore implements AuditStore {
 
   async insert(rows: readonly AuditRecord[], dedupToken?: string): Promise<void> {
     if (rows.length === 0) return;
-    await this.insertEncoded(toTsv(rows), dedupToken ?? '');
+    await this.insertEncoded(encodeAuditRows(rows), dedupToken ?? '');
   }
 
   encode(record: AuditRecord): string {
@@ -151,7 +82,7 @@ export class ClickHouseAuditStore implements AuditStore {
     if (body.length === 0) return;
     await this.#client.insert({
       table: AUDIT_TABLE,
-      columns: [...INSERT_COLUMNS],
+      columns: [...AUDIT_COLUMN_NAMES],
       // One TabSeparated body built here, not an object and a JSON line per row:
       // the rows are the proxy's hot output, and TSV is cheaper both to build and
       // for ClickHouse to parse (measured: audit cost per proxied call down from
@@ -187,13 +118,13 @@ export class ClickHouseAuditStore implements AuditStore {
     // the window form 46.7 ms. Over HTTP the two run in parallel.
     const [rows, counted] = await Promise.all([
       this.#query<AuditRow>(
-        `SELECT ${COLUMNS} FROM ${AUDIT_TABLE} WHERE ${where} ` +
+        `SELECT ${AUDIT_SELECT_LIST} FROM ${AUDIT_TABLE} WHERE ${where} ` +
           `${NEWEST_FIRST} LIMIT {limit:UInt32} OFFSET {offset:UInt32}`,
         params,
       ),
       this.#query<{ total: number | string }>(`SELECT count() AS total FROM ${AUDIT_TABLE} WHERE ${where}`, params),
     ]);
-    return { rows: rows.map(fromRow), total: Number(counted[0]?.total ?? 0) };
+    return { rows: rows.map(decodeAuditRow), total: Number(counted[0]?.total ?? 0) };
   }
 
   async report(orgId: string, since: Date, until: Date, maxEntries: number, topN: number): Promise<AuditReportData> {
@@ -238,12 +169,12 @@ export class ClickHouseAuditStore implements AuditStore {
         params,
       ),
       this.#query<AuditRow>(
-        `SELECT ${COLUMNS} FROM ${AUDIT_TABLE} WHERE ${window} AND decision = 'denied'
+        `SELECT ${AUDIT_SELECT_LIST} FROM ${AUDIT_TABLE} WHERE ${window} AND decision = 'denied'
          ${NEWEST_FIRST} LIMIT {recentDenied:UInt32}`,
         params,
       ),
       this.#query<AuditRow>(
-        `SELECT ${COLUMNS} FROM ${AUDIT_TABLE} WHERE ${window} ${NEWEST_FIRST} LIMIT {maxEntries:UInt32}`,
+        `SELECT ${AUDIT_SELECT_LIST} FROM ${AUDIT_TABLE} WHERE ${window} ${NEWEST_FIRST} LIMIT {maxEntries:UInt32}`,
         params,
       ),
     ]);
@@ -266,8 +197,8 @@ export class ClickHouseAuditStore implements AuditStore {
         p50LatencyMs: finiteOrZero(a.p50),
       })),
       topTools: topTools.map((x) => ({ toolName: x.tool_name, calls: Number(x.calls), denied: Number(x.denied) })),
-      recentDenied: recentDenied.map(fromRow),
-      entries: entries.map(fromRow),
+      recentDenied: recentDenied.map(decodeAuditRow),
+      entries: entries.map(decodeAuditRow),
     };
   }
 
@@ -355,21 +286,9 @@ async function migrate(client: ClickHouseClient, retentionDays: number): Promise
     query_params: { table: AUDIT_TABLE },
     format: 'JSONEachRow',
   })).json<{ engine_full: string }>();
-  const engine = tables[0]?.engine_full ?? '';
-  // The server prints the TTL as `toDateTime(timestamp) + toIntervalDay(N)`.
-  const current = /TTL\s+toDateTime\(timestamp\)\s*\+\s*toIntervalDay\((\d+)\)/.exec(engine);
-  if (current?.[1] !== String(retentionDays)) {
-    // Rewrites the TTL of existing parts in a background mutation; open does not wait.
-    await client.command({
-      query: `ALTER TABLE ${AUDIT_TABLE} MODIFY TTL toDateTime(timestamp) + INTERVAL ${retentionDaysLiteral(retentionDays)} DAY`,
-    });
-  }
-  const settings = engine.slice(engine.lastIndexOf(' SETTINGS ') + 1);
-  const drifted = Object.entries(TABLE_SETTINGS).filter(([k, v]) => !new RegExp(`\\b${k} = ${v}\\b`).test(settings));
-  if (drifted.length > 0) {
-    await client.command({
-      query: `ALTER TABLE ${AUDIT_TABLE} MODIFY SETTING ${drifted.map(([k, v]) => `${k} = ${v}`).join(', ')}`,
-    });
+  for (const query of auditTableMigrations(tables[0]?.engine_full ?? '', retentionDays)) {
+    // An ALTER ... MODIFY TTL runs as a background mutation; open does not wait for it.
+    await client.command({ query });
   }
 }
 
@@ -407,108 +326,11 @@ function listWhere(orgId: string, filter: AuditFilter): { where: string; params:
   return { where: clauses.join(' AND '), params };
 }
 
-const INSERT_COLUMNS = [
-  'id', 'timestamp', 'org_id', 'agent_id', 'agent_name', 'tool_name', 'action', 'tool_url', 'decision', 'reasoning',
-  'task_id', 'latency_ms', 'status_code', 'rule_matched', 'source', 'request_bytes', 'response_bytes', 'output_hash',
-  'output', 'output_has', 'output_truncated', 'request_id',
-] as const;
-
-const ISO_MS = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z$/;
-const TSV_SPECIAL = /[\\\t\n\r\0]/;
-const TSV_ESCAPES: Record<string, string> = { '\\': '\\\\', '\t': '\\t', '\n': '\\n', '\r': '\\r', '\0': '\\0' };
-
-/** A string as a TabSeparated field (ClickHouse's escaping: backslash, tab, LF, CR, NUL). */
-function tsv(value: string): string {
-  return TSV_SPECIAL.test(value) ? value.replace(/[\\\t\n\r\0]/g, (c) => TSV_ESCAPES[c]!) : value;
-}
-
-/** Rows in INSERT_COLUMNS order, one line each. */
-export function toTsv(rows: readonly AuditRecord[]): string {
-  let out = '';
-  for (const r of rows) out += encodeAuditRow(r);
-  return out;
-}
-
-/** One record as a TabSeparated line in INSERT_COLUMNS order. Numbers are checked: they go in unquoted. */
-export function encodeAuditRow(r: AuditRecord): string {
-  // Records carry toISOString() output; anything else is parsed and normalised.
-  const ts = ISO_MS.test(r.timestamp) ? r.timestamp : parseInstant(r.timestamp, 'timestamp').toISOString();
-  return (
-    `${tsv(r.id)}\t${ts.slice(0, 10)} ${ts.slice(11, 23)}\t${tsv(r.orgId)}\t${tsv(r.agentId)}\t${tsv(r.agentName)}\t` +
-    `${tsv(r.toolName)}\t${tsv(r.action)}\t${tsv(r.toolUrl)}\t${tsv(r.decision)}\t${tsv(r.reasoning)}\t${tsv(r.taskId)}\t` +
-    `${uint(r.latencyMs)}\t${uint(r.statusCode)}\t${tsv(r.ruleMatched)}\t${tsv(r.source)}\t${uint(r.requestBytes)}\t` +
-    `${uint(r.responseBytes)}\t${tsv(r.outputHash ?? '')}\t${tsv(r.output ?? '')}\t${r.output !== null ? 1 : 0}\t` +
-    `${r.outputTruncated ? 1 : 0}\t${tsv(r.requestId)}\n`
-  );
-}
-
-function uint(n: number): number {
-  if (!Number.isSafeInteger(n) || n < 0) throw new RangeError(`audit record field must be a non-negative integer, got ${n}`);
-  return n;
-}
-
-function fromRow(row: AuditRow): AuditRecord {
-  return {
-    id: row.id,
-    timestamp: fromChDateTime(row.timestamp),
-    orgId: row.org_id,
-    agentId: row.agent_id,
-    agentName: row.agent_name,
-    toolName: row.tool_name,
-    action: row.action,
-    toolUrl: row.tool_url,
-    decision: row.decision,
-    reasoning: row.reasoning,
-    taskId: row.task_id,
-    latencyMs: Number(row.latency_ms),
-    statusCode: Number(row.status_code),
-    ruleMatched: row.rule_matched,
-    source: row.source,
-    requestBytes: Number(row.request_bytes),
-    responseBytes: Number(row.response_bytes),
-    outputHash: row.output_hash === '' ? null : row.output_hash,
-    output: truthy(row.output_has) ? row.output : null,
-    outputTruncated: truthy(row.output_truncated),
-    requestId: row.request_id,
-  };
-}
-
-/** `2026-03-01T12:00:00.123Z` → `2026-03-01 12:00:00.123`, the DateTime64(3) text form in UTC. */
-function toChDateTime(d: Date): string {
-  return d.toISOString().slice(0, 23).replace('T', ' ');
-}
-
-/** `2026-03-01 12:00:00.123` (UTC, from a DateTime64(3, 'UTC') column) → ISO 8601 with `Z`. */
-function fromChDateTime(s: string): string {
-  return `${s.replace(' ', 'T')}Z`;
-}
-
-function parseInstant(value: string, field: string): Date {
-  const d = new Date(value);
-  if (Number.isNaN(d.getTime())) throw new RangeError(`${field} is not an ISO 8601 instant: ${JSON.stringify(value)}`);
-  return d;
-}
-
 function nonNegativeInt(n: number, field: string): number {
   if (!Number.isSafeInteger(n) || n < 0 || n > 0xffffffff) throw new RangeError(`${field} must be a whole number from 0 to 2^32-1`);
   return n;
 }
 
-/** Interpolated into DDL (ClickHouse takes no parameters there), so checked strictly. */
-function retentionDaysLiteral(days: number): number {
-  if (!Number.isSafeInteger(days) || days < 1 || days > 36_500) throw new RangeError('retentionDays must be a whole number from 1 to 36500');
-  return days;
-}
-
 function quoteIdentifier(name: string): string {
   return `\`${name.replace(/\\/g, '\\\\').replace(/`/g, '\\`')}\``;
-}
-
-function finiteOrZero(v: number | string | undefined): number {
-  const n = Number(v);
-  return Number.isFinite(n) ? n : 0;
-}
-
-function truthy(v: boolean | number | string): boolean {
-  return v === true || v === 1 || v === '1' || v === 'true';
 }

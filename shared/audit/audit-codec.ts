@@ -1,0 +1,270 @@
+// The audit table's one definition: its columns (name, ClickHouse type, the
+// record field each carries), the DDL and migrations made from them, a record's
+// wire form (one TabSeparated line) and its way back from a JSONEachRow row, and
+// the spool's file format for a batch of such lines. The store only does I/O
+// with these; the batcher and the spool only move the lines.
+import { compress, decompress } from '@mongodb-js/zstd';
+import type { AuditRecord } from '../types.js';
+
+export const AUDIT_TABLE = 'audit_log';
+
+/**
+ * How a column carries its record field: `text` a string; `instant` the ISO 8601
+ * timestamp as DateTime64(3, 'UTC'); `count` a non-negative integer (checked: it
+ * goes in unquoted); `empty-is-null` a string whose null is stored as '';
+ * `text-or-null` a string whose null is stored as '' and told apart by the
+ * field's `presence` column (1 when not null); `flag` a boolean as 0/1.
+ */
+type ColumnKind = 'text' | 'instant' | 'count' | 'empty-is-null' | 'text-or-null' | 'presence' | 'flag';
+
+interface AuditColumn {
+  readonly name: string;
+  readonly type: string;
+  readonly field: keyof AuditRecord;
+  readonly kind: ColumnKind;
+}
+
+/**
+ * The table, as analysts see it, in insert and select order. output_has tells
+ * "no output stored" (null) from an empty body ('').
+ */
+export const AUDIT_COLUMNS = [
+  { name: 'id', type: 'UUID', field: 'id', kind: 'text' },
+  { name: 'timestamp', type: "DateTime64(3, 'UTC') CODEC(Delta, ZSTD(1))", field: 'timestamp', kind: 'instant' },
+  { name: 'org_id', type: 'UUID', field: 'orgId', kind: 'text' },
+  { name: 'agent_id', type: 'UUID', field: 'agentId', kind: 'text' },
+  { name: 'agent_name', type: 'LowCardinality(String)', field: 'agentName', kind: 'text' },
+  { name: 'tool_name', type: 'LowCardinality(String)', field: 'toolName', kind: 'text' },
+  { name: 'action', type: 'LowCardinality(String)', field: 'action', kind: 'text' },
+  { name: 'tool_url', type: 'String CODEC(ZSTD(3))', field: 'toolUrl', kind: 'text' },
+  { name: 'decision', type: "Enum8('allowed' = 1, 'denied' = 2)", field: 'decision', kind: 'text' },
+  { name: 'reasoning', type: 'String CODEC(ZSTD(3))', field: 'reasoning', kind: 'text' },
+  { name: 'task_id', type: 'String CODEC(ZSTD(1))', field: 'taskId', kind: 'text' },
+  { name: 'latency_ms', type: 'UInt32 CODEC(T64, ZSTD(1))', field: 'latencyMs', kind: 'count' },
+  { name: 'status_code', type: 'UInt16', field: 'statusCode', kind: 'count' },
+  { name: 'rule_matched', type: 'LowCardinality(String)', field: 'ruleMatched', kind: 'text' },
+  { name: 'source', type: "Enum8('proxy' = 1, 'api' = 2)", field: 'source', kind: 'text' },
+  { name: 'request_bytes', type: 'UInt64 CODEC(T64, ZSTD(1))', field: 'requestBytes', kind: 'count' },
+  { name: 'response_bytes', type: 'UInt64 CODEC(T64, ZSTD(1))', field: 'responseBytes', kind: 'count' },
+  { name: 'output_hash', type: 'String', field: 'outputHash', kind: 'empty-is-null' },
+  { name: 'output', type: 'String CODEC(ZSTD(3))', field: 'output', kind: 'text-or-null' },
+  { name: 'output_has', type: 'Bool', field: 'output', kind: 'presence' },
+  { name: 'output_truncated', type: 'Bool', field: 'outputTruncated', kind: 'flag' },
+  { name: 'request_id', type: 'String', field: 'requestId', kind: 'text' },
+] as const satisfies readonly AuditColumn[];
+
+export type AuditColumnName = (typeof AUDIT_COLUMNS)[number]['name'];
+
+/** The column names in AUDIT_COLUMNS order: the INSERT's column list. */
+export const AUDIT_COLUMN_NAMES = AUDIT_COLUMNS.map((c) => c.name) as readonly AuditColumnName[] as readonly [AuditColumnName, ...AuditColumnName[]];
+
+/** The columns as a SELECT list, in AUDIT_COLUMNS order. */
+export const AUDIT_SELECT_LIST = AUDIT_COLUMN_NAMES.join(', ');
+
+/** One row as JSONEachRow returns it. 64-bit integers are numbers over chDB and
+ *  may be strings over HTTP; Bool may be true/false or 1/0. */
+export type AuditRow = Readonly<Record<AuditColumnName, string | number | boolean>>;
+
+// ---- DDL and migrations ----------------------------------------------------
+
+/**
+ * MergeTree settings the table must carry; the migration restores any that
+ * differ. The dedup window keeps the last 10,000 insert tokens, so a batch the
+ * spool replays after a lost acknowledgement lands once. The fsync settings make
+ * an acknowledged insert survive a power cut (the store promises "resolves once
+ * durable"); measured on chDB, ext4: +6–8 ms per insert, paid once per batch.
+ */
+const TABLE_SETTINGS: Readonly<Record<string, number>> = {
+  non_replicated_deduplication_window: 10_000,
+  fsync_after_insert: 1,
+  fsync_part_directory: 1,
+};
+
+/**
+ * Ordered by (org_id, timestamp, id) because every read is "one org, newest
+ * first" (read in reverse key order); partitioned by month so the TTL drops
+ * whole parts.
+ */
+export function auditTableDdl(retentionDays: number): string {
+  const width = Math.max(...AUDIT_COLUMN_NAMES.map((n) => n.length)) + 2;
+  return `CREATE TABLE IF NOT EXISTS ${AUDIT_TABLE}
+(
+${AUDIT_COLUMNS.map((c) => `    ${c.name.padEnd(width)}${c.type}`).join(',\n')}
+)
+ENGINE = MergeTree
+PARTITION BY toYYYYMM(timestamp)
+ORDER BY (org_id, timestamp, id)
+TTL ${ttlExpression(retentionDays)}
+SETTINGS ${settingsList(Object.entries(TABLE_SETTINGS))}`;
+}
+
+/**
+ * The statements that bring an existing table to the configured shape, given its
+ * `engine_full` from system.tables (empty when unknown); none when it has it.
+ * Each is idempotent, so any number of processes may run them at once.
+ */
+export function auditTableMigrations(engineFull: string, retentionDays: number): string[] {
+  const statements: string[] = [];
+  // The server prints the TTL as `toDateTime(timestamp) + toIntervalDay(N)`.
+  const current = /TTL\s+toDateTime\(timestamp\)\s*\+\s*toIntervalDay\((\d+)\)/.exec(engineFull);
+  if (current?.[1] !== String(retentionDays)) {
+    // Rewrites the TTL of existing parts in a background mutation.
+    statements.push(`ALTER TABLE ${AUDIT_TABLE} MODIFY TTL ${ttlExpression(retentionDays)}`);
+  }
+  const settings = engineFull.slice(engineFull.lastIndexOf(' SETTINGS ') + 1);
+  const drifted = Object.entries(TABLE_SETTINGS).filter(([k, v]) => !new RegExp(`\\b${k} = ${v}\\b`).test(settings));
+  if (drifted.length > 0) statements.push(`ALTER TABLE ${AUDIT_TABLE} MODIFY SETTING ${settingsList(drifted)}`);
+  return statements;
+}
+
+function ttlExpression(retentionDays: number): string {
+  return `toDateTime(timestamp) + INTERVAL ${retentionDaysLiteral(retentionDays)} DAY`;
+}
+
+function settingsList(settings: readonly (readonly [string, number])[]): string {
+  return settings.map(([k, v]) => `${k} = ${v}`).join(', ');
+}
+
+/** Interpolated into DDL (ClickHouse takes no parameters there), so checked strictly. */
+export function retentionDaysLiteral(days: number): number {
+  if (!Number.isSafeInteger(days) || days < 1 || days > 36_500) throw new RangeError('retentionDays must be a whole number from 1 to 36500');
+  return days;
+}
+
+// ---- Encoding: one TabSeparated line per record -----------------------------
+
+const ISO_MS = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z$/;
+const TSV_SPECIAL = /[\\\t\n\r\0]/;
+const TSV_ESCAPES: Record<string, string> = { '\\': '\\\\', '\t': '\\t', '\n': '\\n', '\r': '\\r', '\0': '\\0' };
+
+/** A string as a TabSeparated field (ClickHouse's escaping: backslash, tab, LF, CR, NUL). */
+function tsv(value: string): string {
+  return TSV_SPECIAL.test(value) ? value.replace(/[\\\t\n\r\0]/g, (c) => TSV_ESCAPES[c]!) : value;
+}
+
+function uint(n: number): number {
+  if (!Number.isSafeInteger(n) || n < 0) throw new RangeError(`audit record field must be a non-negative integer, got ${n}`);
+  return n;
+}
+
+/** An ISO 8601 instant as DateTime64(3)'s text form in UTC. Records carry
+ *  toISOString() output; anything else is parsed and normalised. */
+function instant(iso: string): string {
+  const ts = ISO_MS.test(iso) ? iso : parseInstant(iso, 'timestamp').toISOString();
+  return `${ts.slice(0, 10)} ${ts.slice(11, 23)}`;
+}
+
+/** The expression that encodes one column of record `r`. */
+function fieldExpression({ field, kind }: AuditColumn): string {
+  switch (kind) {
+    case 'text': return `tsv(r.${field})`;
+    case 'instant': return `instant(r.${field})`;
+    case 'count': return `uint(r.${field})`;
+    case 'empty-is-null':
+    case 'text-or-null': return `tsv(r.${field} ?? '')`;
+    case 'presence': return `(r.${field} !== null ? 1 : 0)`;
+    case 'flag': return `(r.${field} ? 1 : 0)`;
+  }
+}
+
+/**
+ * One record as a TabSeparated line in AUDIT_COLUMNS order, with its newline.
+ * Compiled from the column table into one template of named property reads, as
+ * a hand-written encoder would be: a loop calling one encoder per column costs
+ * ~30% more per record (measured, Node 20, bench's small-GET record: 560 ns
+ * hand-written, 525 ns compiled, 735 ns loop). Field names come from the typed
+ * table above, never from input.
+ */
+export const encodeAuditRow = new Function(
+  'tsv', 'instant', 'uint',
+  `return function encodeAuditRow(r) { return \`${AUDIT_COLUMNS.map((c) => `\${${fieldExpression(c)}}`).join('\\t')}\\n\`; };`,
+)(tsv, instant, uint) as (record: AuditRecord) => string;
+
+/** Records as concatenated lines, ready for one insert. */
+export function encodeAuditRows(rows: readonly AuditRecord[]): string {
+  let out = '';
+  for (const r of rows) out += encodeAuditRow(r);
+  return out;
+}
+
+/** How many records a body of concatenated lines holds. */
+export function countEncodedRows(body: string): number {
+  let n = 0;
+  for (let i = body.indexOf('\n'); i !== -1; i = body.indexOf('\n', i + 1)) n++;
+  return n;
+}
+
+// ---- Decoding: a JSONEachRow row back to a record ---------------------------
+
+export function decodeAuditRow(row: AuditRow): AuditRecord {
+  const record: Record<string, unknown> = {};
+  // AUDIT_COLUMNS puts each presence column after the field it marks, so it has the last word.
+  for (const { name, field, kind } of AUDIT_COLUMNS as readonly AuditColumn[]) {
+    const value = row[name as AuditColumnName];
+    switch (kind) {
+      case 'text':
+      case 'text-or-null': record[field] = value; break;
+      case 'instant': record[field] = fromChDateTime(String(value)); break;
+      case 'count': record[field] = Number(value); break;
+      case 'empty-is-null': record[field] = value === '' ? null : value; break;
+      case 'presence': if (!truthy(value)) record[field] = null; break;
+      case 'flag': record[field] = truthy(value); break;
+    }
+  }
+  return record as unknown as AuditRecord;
+}
+
+/** `2026-03-01T12:00:00.123Z` → `2026-03-01 12:00:00.123`, the DateTime64(3) text form in UTC. */
+export function toChDateTime(d: Date): string {
+  return d.toISOString().slice(0, 23).replace('T', ' ');
+}
+
+/** `2026-03-01 12:00:00.123` (UTC, from a DateTime64(3, 'UTC') column) → ISO 8601 with `Z`. */
+function fromChDateTime(s: string): string {
+  return `${s.replace(' ', 'T')}Z`;
+}
+
+export function parseInstant(value: string, field: string): Date {
+  const d = new Date(value);
+  if (Number.isNaN(d.getTime())) throw new RangeError(`${field} is not an ISO 8601 instant: ${JSON.stringify(value)}`);
+  return d;
+}
+
+/** A number a query returned (64-bit integers may come quoted over HTTP); NaN (an empty quantile) is 0. */
+export function finiteOrZero(v: number | string | undefined): number {
+  const n = Number(v);
+  return Number.isFinite(n) ? n : 0;
+}
+
+function truthy(v: unknown): boolean {
+  return v === true || v === 1 || v === '1' || v === 'true';
+}
+
+// ---- Spool files: one batch of lines per file -------------------------------
+
+/**
+ * A spooled batch is its lines, concatenated, zstd-compressed (level 3), in a file
+ * named `<16-digit sequence>-<dedup token>.rows.zst`: sorting the names gives the
+ * order the batches were spooled in, and the token a replay must reuse.
+ */
+const SPOOL_FILE_RE = /^(\d{16})-([0-9a-f-]{36})\.rows\.zst$/;
+const SPOOL_ZSTD_LEVEL = 3;
+
+export function spoolFileName(seq: number, token: string): string {
+  return `${String(seq).padStart(16, '0')}-${token}.rows.zst`;
+}
+
+/** The sequence number and token of a spool file's name; null for any other file. */
+export function parseSpoolFileName(name: string): { seq: number; token: string } | null {
+  const m = SPOOL_FILE_RE.exec(name);
+  return m === null ? null : { seq: Number(m[1]), token: m[2]! };
+}
+
+export function encodeSpoolFile(lines: readonly string[]): Promise<Buffer> {
+  return compress(Buffer.from(lines.join(''), 'utf8'), SPOOL_ZSTD_LEVEL);
+}
+
+/** A spool file's lines, concatenated, ready for insertEncoded. Throws on a corrupt file. */
+export async function decodeSpoolFile(payload: Buffer): Promise<string> {
+  return (await decompress(payload)).toString('utf8');
+}

@@ -1,0 +1,85 @@
+// A real audit store that fails on demand, for the batcher and spool tests: the
+// ClickHouse store over the ClickHouse HTTP stand-in, in this process. `down()`
+// pauses the stand-in, so the store's inserts fail as they would with the server
+// gone (the client sees 503s and closed connections); `loseNextAcknowledgement()`
+// lets the next insert land and then throws, as when the answer to a written
+// batch is lost. Every insert attempt is recorded with its token. One per test
+// file: a process can open one chDB data directory.
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import type { AuditStore } from '../../shared/stores/audit-store.js';
+import { ClickHouseAuditStore } from '../../shared/stores/clickhouse/clickhouse-audit-store.js';
+import { countEncodedRows } from '../../shared/audit/audit-codec.js';
+import { startClickHouseHttpServer } from './clickhouse-http-server.js';
+import { eventually } from './eventually.js';
+
+export interface InsertAttempt {
+  token: string;
+  rows: number;
+}
+
+export interface AuditStoreOnDemand {
+  /** The store to hand to the code under test. */
+  store: AuditStore;
+  /** Every insertEncoded call, in order, whether it succeeded or not. */
+  attempts: InsertAttempt[];
+  down(): void;
+  up(): void;
+  loseNextAcknowledgement(): void;
+  /** Waits until the org holds `n` rows. */
+  rowsLanded(orgId: string, n: number, ms?: number): Promise<true>;
+  close(): Promise<void>;
+}
+
+/** The insert was written, but its caller never learns it. */
+export class AcknowledgementLost extends Error {
+  readonly code = 'ECONNRESET';
+  constructor() {
+    super('the audit store closed the connection before answering');
+  }
+}
+
+export async function openAuditStoreOnDemand(): Promise<AuditStoreOnDemand> {
+  const dataDir = mkdtempSync(join(tmpdir(), 'tcg-audit-store-'));
+  const server = await startClickHouseHttpServer({ dataDir });
+  const real = await ClickHouseAuditStore.open({ url: server.url, dataDir, retentionDays: 30 });
+  const attempts: InsertAttempt[] = [];
+  let loseAcknowledgement = false;
+  const store: AuditStore = {
+    insert: (rows, token) => real.insert(rows, token),
+    encode: (record) => real.encode(record),
+    insertEncoded: async (body, token) => {
+      attempts.push({ token, rows: countEncodedRows(body) });
+      await real.insertEncoded(body, token);
+      if (loseAcknowledgement) {
+        loseAcknowledgement = false;
+        throw new AcknowledgementLost();
+      }
+    },
+    list: (orgId, filter, limit, offset) => real.list(orgId, filter, limit, offset),
+    report: (orgId, since, until, maxEntries, topN) => real.report(orgId, since, until, maxEntries, topN),
+    count: (orgId) => real.count(orgId),
+    ping: () => real.ping(),
+    close: () => real.close(),
+  };
+  return {
+    store,
+    attempts,
+    down: () => server.pause(),
+    up: () => server.resume(),
+    loseNextAcknowledgement: () => {
+      loseAcknowledgement = true;
+    },
+    // A count may fail just after up() (the client's first try on a connection
+    // the outage closed); the next poll tries again.
+    rowsLanded: (orgId, n, ms = 10_000) =>
+      eventually(async () => ((await real.count(orgId).catch(() => -1)) === n ? true : undefined), ms),
+    close: async () => {
+      server.resume();
+      await real.close();
+      await server.stop();
+      rmSync(dataDir, { recursive: true, force: true });
+    },
+  };
+}

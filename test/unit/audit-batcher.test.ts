@@ -1,0 +1,173 @@
+// The audit batcher's rules, against the real ClickHouse store over the HTTP
+// stand-in, which goes down and comes back on demand (test/support/audit-store-on-demand.ts),
+// and a real spool in a fresh directory per test. Every test writes to an org of
+// its own and counts only that org's rows.
+import { randomUUID } from 'node:crypto';
+import { mkdirSync, mkdtempSync, readdirSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
+import t, { type Test } from 'tap';
+import { countEncodedRows, parseSpoolFileName } from '../../shared/audit/audit-codec.js';
+import { AuditBatcher, type AuditBatcherOptions } from '../../shared/audit/audit-batcher.js';
+import { AuditSpool } from '../../shared/audit/audit-spool.js';
+import { auditRecord } from '../support/audit-records.js';
+import { openAuditStoreOnDemand } from '../support/audit-store-on-demand.js';
+import { eventually } from '../support/eventually.js';
+
+const audit = await openAuditStoreOnDemand();
+t.teardown(() => audit.close());
+const { store } = audit;
+
+type Stage = Parameters<NonNullable<AuditBatcherOptions['onError']>>[2];
+
+/** A batcher on the store, closed after the test, with the stages of its errors collected. */
+function batcherFor(t: Test, options: Omit<AuditBatcherOptions, 'onError'>): { batcher: AuditBatcher; errors: Stage[] } {
+  const errors: Stage[] = [];
+  const batcher = new AuditBatcher(store, { ...options, onError: (_err, _rows, stage) => errors.push(stage) });
+  t.teardown(async () => {
+    audit.up();
+    await batcher.close(0);
+  });
+  return { batcher, errors };
+}
+
+function spoolDir(t: Test): string {
+  const dir = mkdtempSync(join(tmpdir(), 'tcg-batcher-spool-'));
+  t.teardown(() => rmSync(dir, { recursive: true, force: true }));
+  return dir;
+}
+
+function enqueue(batcher: AuditBatcher, org: string, n: number): void {
+  for (let i = 0; i < n; i++) batcher.enqueue(auditRecord(org));
+}
+
+t.test('a batch is written once it holds maxRows records, and not before', async (t) => {
+  const { batcher } = batcherFor(t, { maxRows: 5, maxDelayMs: 60_000, maxQueued: 100 });
+  const org = randomUUID();
+  const before = audit.attempts.length;
+  enqueue(batcher, org, 4);
+  await sleep(300);
+  t.equal(await store.count(org), 0, 'four of five rows: nothing written');
+  t.equal(batcher.pending, 4);
+  enqueue(batcher, org, 1);
+  await audit.rowsLanded(org, 5, 5000);
+  t.strictSame(audit.attempts.slice(before).map((a) => a.rows), [5], 'one insert of five rows');
+  t.equal(batcher.pending, 0);
+});
+
+t.test('a batch short of maxRows is written after maxDelayMs', async (t) => {
+  const { batcher } = batcherFor(t, { maxRows: 1000, maxDelayMs: 250, maxQueued: 10_000 });
+  const org = randomUUID();
+  const before = audit.attempts.length;
+  const started = performance.now();
+  enqueue(batcher, org, 3);
+  await audit.rowsLanded(org, 3, 5000);
+  const waited = performance.now() - started;
+  t.ok(waited >= 250, `written after ${waited.toFixed(0)} ms, not before the delay`);
+  t.strictSame(audit.attempts.slice(before).map((a) => a.rows), [3], 'one insert of the three rows');
+});
+
+t.test('a batch the store refuses is spooled, then replayed with the token it was first tried with', async (t) => {
+  const dir = spoolDir(t);
+  const { batcher, errors } = batcherFor(t, { maxRows: 4, maxDelayMs: 60_000, maxQueued: 100, spool: AuditSpool.open(dir, 1 << 20) });
+  const org = randomUUID();
+  const before = audit.attempts.length;
+  audit.down();
+  enqueue(batcher, org, 4);
+  await eventually(async () => (batcher.spooledBatches === 1 && batcher.pending === 0 ? true : undefined));
+  const token = audit.attempts[before]?.token;
+  t.ok(token, 'the insert was tried');
+  t.ok(errors.includes('insert'), 'the failed insert was reported');
+  t.strictSame(readdirSync(dir).flatMap((name) => parseSpoolFileName(name)?.token ?? []), [token], 'spooled under that token');
+  audit.up();
+  await audit.rowsLanded(org, 4);
+  await eventually(async () => (batcher.spooledBatches === 0 ? true : undefined));
+  const tokens = new Set(audit.attempts.slice(before).map((a) => a.token));
+  t.strictSame([...tokens], [token], 'every attempt, the first and each replay, carried one token');
+  t.equal(batcher.stats.replayed, 4);
+  t.strictSame(readdirSync(dir).filter((name) => parseSpoolFileName(name) !== null), [], 'the replayed file is deleted');
+});
+
+t.test('a replay of a batch whose acknowledgement was lost writes no row twice', async (t) => {
+  const { batcher, errors } = batcherFor(t, { maxRows: 4, maxDelayMs: 60_000, maxQueued: 100, spool: AuditSpool.open(spoolDir(t), 1 << 20) });
+  const org = randomUUID();
+  const before = audit.attempts.length;
+  audit.loseNextAcknowledgement();
+  enqueue(batcher, org, 4);
+  await eventually(async () => (batcher.stats.replayed === 4 && batcher.spooledBatches === 0 ? true : undefined));
+  t.ok(errors.includes('insert'), 'the first insert looked failed');
+  const attempts = audit.attempts.slice(before);
+  t.equal(attempts.length, 2, 'written once, replayed once');
+  t.equal(attempts[1]?.token, attempts[0]?.token, 'the replay reused the token');
+  t.equal(await store.count(org), 4, 'the store dropped the replayed copy');
+});
+
+t.test('a batch neither the store nor the spool takes stays in memory and is retried', async (t) => {
+  const dir = spoolDir(t);
+  const { batcher, errors } = batcherFor(t, { maxRows: 4, maxDelayMs: 60_000, maxQueued: 100, spool: AuditSpool.open(dir, 1 << 20) });
+  const org = randomUUID();
+  audit.down();
+  rmSync(dir, { recursive: true });
+  enqueue(batcher, org, 4);
+  await eventually(async () => (errors.includes('spool') ? true : undefined));
+  t.equal(batcher.pending, 4, 'held in memory');
+  t.equal(batcher.spooledBatches, 0);
+  mkdirSync(dir);
+  await eventually(async () => (batcher.spooledBatches === 1 ? true : undefined));
+  t.equal(batcher.pending, 0, 'a later attempt spooled it once the spool could take it');
+  audit.up();
+  await audit.rowsLanded(org, 4);
+});
+
+t.test('saturated once maxQueued records are held, and no longer once they are written', async (t) => {
+  const { batcher } = batcherFor(t, { maxRows: 2, maxDelayMs: 20, maxQueued: 3 });
+  const org = randomUUID();
+  audit.down();
+  enqueue(batcher, org, 2);
+  t.equal(batcher.saturated, false, 'two of three');
+  enqueue(batcher, org, 1);
+  t.equal(batcher.saturated, true, 'three of three');
+  await t.rejects(batcher.enqueueDurable(auditRecord(org)), /saturated/, 'a durable enqueue is refused');
+  enqueue(batcher, org, 1);
+  t.equal(batcher.pending, 4, 'the record of admitted work is still accepted');
+  audit.up();
+  await audit.rowsLanded(org, 4);
+  t.equal(batcher.saturated, false);
+  t.equal(batcher.pending, 0);
+  await t.resolves(batcher.enqueueDurable(auditRecord(org)), 'a durable enqueue resolves once written');
+  t.equal(await store.count(org), 5);
+});
+
+t.test('close writes everything queued while the store answers, and reports nothing unwritten', async (t) => {
+  const { batcher } = batcherFor(t, { maxRows: 1000, maxDelayMs: 60_000, maxQueued: 10_000 });
+  const org = randomUUID();
+  enqueue(batcher, org, 7);
+  t.equal(await batcher.close(5000), 0);
+  t.equal(await store.count(org), 7);
+});
+
+t.test('close spools what the store does not take by the deadline, and reports nothing unwritten', async (t) => {
+  const dir = spoolDir(t);
+  const { batcher } = batcherFor(t, { maxRows: 1000, maxDelayMs: 60_000, maxQueued: 10_000, spool: AuditSpool.open(dir, 1 << 20) });
+  const org = randomUUID();
+  audit.down();
+  enqueue(batcher, org, 7);
+  const started = performance.now();
+  t.equal(await batcher.close(300), 0);
+  t.ok(performance.now() - started < 3000, 'the deadline bounded the wait');
+  const reopened = AuditSpool.open(dir, 1 << 20);
+  t.teardown(() => reopened.close());
+  let rows = 0;
+  for (const batch of reopened.batches) rows += countEncodedRows(await reopened.read(batch));
+  t.equal(rows, 7, 'every record is in the spool');
+});
+
+t.test('close reports the records neither the store nor the spool took', async (t) => {
+  const dir = spoolDir(t);
+  const { batcher } = batcherFor(t, { maxRows: 1000, maxDelayMs: 60_000, maxQueued: 10_000, spool: AuditSpool.open(dir, 1 << 20) });
+  audit.down();
+  rmSync(dir, { recursive: true });
+  enqueue(batcher, randomUUID(), 7);
+  t.equal(await batcher.close(300), 7);
+});

@@ -1,0 +1,138 @@
+// The audit spool's rules, on a fresh directory per test; where a rule involves
+// replay, through the batcher into the real ClickHouse store over the HTTP
+// stand-in, which goes down and comes back on demand (test/support/audit-store-on-demand.ts).
+import { spawnSync } from 'node:child_process';
+import { randomUUID } from 'node:crypto';
+import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import t, { type Test } from 'tap';
+import { AuditBatcher } from '../../shared/audit/audit-batcher.js';
+import { spoolFileName } from '../../shared/audit/audit-codec.js';
+import { AuditSpool } from '../../shared/audit/audit-spool.js';
+import { auditRecord } from '../support/audit-records.js';
+import { openAuditStoreOnDemand } from '../support/audit-store-on-demand.js';
+import { eventually } from '../support/eventually.js';
+
+const audit = await openAuditStoreOnDemand();
+t.teardown(() => audit.close());
+const { store } = audit;
+
+function spoolDir(t: Test): string {
+  const dir = mkdtempSync(join(tmpdir(), 'tcg-spool-'));
+  t.teardown(() => rmSync(dir, { recursive: true, force: true }));
+  return dir;
+}
+
+function openSpool(t: Test, dir: string, maxBytes = 1 << 20): AuditSpool {
+  const spool = AuditSpool.open(dir, maxBytes);
+  t.teardown(() => spool.close());
+  return spool;
+}
+
+function lines(org: string, n: number): string[] {
+  return Array.from({ length: n }, () => store.encode(auditRecord(org)));
+}
+
+t.test('a spooled batch reads back as the lines written, under its token', async (t) => {
+  const spool = openSpool(t, spoolDir(t));
+  const written = lines(randomUUID(), 3);
+  const token = randomUUID();
+  await spool.write(written, token);
+  t.equal(spool.batches.length, 1);
+  t.equal(spool.batches[0]?.token, token);
+  t.equal(await spool.read(spool.batches[0]!), written.join(''));
+  t.equal(spool.bytes, spool.batches[0]?.bytes, 'bytes counts the file');
+});
+
+t.test('spooled batches survive a restart: a new spool on the directory finds them oldest first and a batcher replays them', async (t) => {
+  const dir = spoolDir(t);
+  const org = randomUUID();
+  const first = openSpool(t, dir);
+  const tokens = [randomUUID(), randomUUID()];
+  await first.write(lines(org, 2), tokens[0]!);
+  await first.write(lines(org, 3), tokens[1]!);
+  const bytes = first.bytes;
+  first.close();
+
+  const second = openSpool(t, dir);
+  t.strictSame(second.batches.map((b) => b.token), tokens, 'both batches, in the order written');
+  t.equal(second.bytes, bytes);
+  const later = randomUUID();
+  await second.write(lines(org, 1), later);
+  t.equal(readdirSync(dir).filter((name) => name.endsWith('.rows.zst')).sort().at(-1), second.batches.at(-1)?.file,
+    'a batch written after the restart sorts after the ones found');
+
+  const batcher = new AuditBatcher(store, { maxRows: 100, maxDelayMs: 60_000, maxQueued: 1000, spool: second });
+  t.teardown(() => batcher.close(0));
+  await audit.rowsLanded(org, 6);
+  await eventually(async () => (batcher.spooledBatches === 0 ? true : undefined));
+  t.equal(batcher.stats.replayed, 6, 'replayed without a record being enqueued');
+  t.strictSame(readdirSync(dir).filter((name) => name.endsWith('.rows.zst')), [], 'the replayed files are deleted');
+});
+
+t.test('a half-written file (.tmp) is deleted at open; files of other names are left alone', async (t) => {
+  const dir = spoolDir(t);
+  const halfWritten = `${spoolFileName(0, randomUUID())}.tmp`;
+  writeFileSync(join(dir, halfWritten), 'partial');
+  writeFileSync(join(dir, 'notes.txt'), 'not a batch');
+  const spool = openSpool(t, dir);
+  t.equal(existsSync(join(dir, halfWritten)), false, 'the unacknowledged write is gone');
+  t.equal(existsSync(join(dir, 'notes.txt')), true);
+  t.strictSame(spool.batches, [], 'neither is a batch');
+});
+
+t.test('a corrupt spool file is reported at each replay and kept, never deleted', async (t) => {
+  const dir = spoolDir(t);
+  const corrupt = spoolFileName(0, randomUUID());
+  writeFileSync(join(dir, corrupt), 'not zstd');
+  const replayErrors: unknown[] = [];
+  const batcher = new AuditBatcher(store, {
+    maxRows: 100, maxDelayMs: 60_000, maxQueued: 1000, spool: openSpool(t, dir),
+    onError: (err, _rows, stage) => {
+      if (stage === 'replay') replayErrors.push(err);
+    },
+  });
+  t.teardown(() => batcher.close(0));
+  await eventually(async () => (replayErrors.length >= 2 ? true : undefined));
+  t.equal(batcher.spooledBatches, 1, 'still waiting in the spool');
+  t.equal(existsSync(join(dir, corrupt)), true, 'the file is kept for an operator');
+});
+
+t.test('a full spool refuses a write; the batcher is saturated until the replay frees it', async (t) => {
+  const org = randomUUID();
+  const spool = openSpool(t, spoolDir(t), 1);
+  const stages: string[] = [];
+  const batcher = new AuditBatcher(store, {
+    maxRows: 2, maxDelayMs: 60_000, maxQueued: 1000, spool,
+    onError: (_err, _rows, stage) => stages.push(stage),
+  });
+  t.teardown(async () => {
+    audit.up();
+    await batcher.close(0);
+  });
+  audit.down();
+  for (let i = 0; i < 2; i++) batcher.enqueue(auditRecord(org));
+  await eventually(async () => (batcher.spooledBatches === 1 ? true : undefined));
+  t.equal(spool.full, true, 'one batch reaches maxBytes');
+  t.equal(batcher.saturated, true, 'a full spool saturates the batcher');
+  await t.rejects(spool.write(lines(org, 1), randomUUID()), /full/, 'the spool refuses another batch');
+  for (let i = 0; i < 2; i++) batcher.enqueue(auditRecord(org));
+  await eventually(async () => (stages.includes('spool') ? true : undefined));
+  t.equal(batcher.pending, 2, 'the batch the spool refused is held in memory');
+  audit.up();
+  await audit.rowsLanded(org, 4);
+  await eventually(async () => (batcher.spooledBatches === 0 ? true : undefined));
+  t.equal(spool.full, false);
+  t.equal(batcher.saturated, false);
+});
+
+t.test('a spool held by a live process is refused; a dead process\'s lock is taken over', async (t) => {
+  const dir = spoolDir(t);
+  writeFileSync(join(dir, 'spool.lock'), '1');
+  t.throws(() => AuditSpool.open(dir, 1 << 20), /in use by process 1/, 'pid 1 is alive');
+  const exited = spawnSync(process.execPath, ['-e', '']).pid;
+  writeFileSync(join(dir, 'spool.lock'), String(exited));
+  openSpool(t, dir);
+  t.equal(readFileSync(join(dir, 'spool.lock'), 'utf8'), String(process.pid), 'the lock now names this process');
+});
