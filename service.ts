@@ -13,8 +13,6 @@ import { createLogger, type Logger } from './shared/log.js';
 import { Metrics } from './shared/metrics.js';
 import { loadSecrets } from './shared/secrets.js';
 import type { AuditStore } from './shared/stores/audit-store.js';
-import type { MetadataChange } from './shared/types.js';
-import { startChangePoller, type ChangePoller } from './shared/stores/change-poller.js';
 import { openAuditStoreWhenReachable, openMetadataStore, type MetadataStoreWithLog } from './shared/stores/open-stores.js';
 import { listen, loadUws } from './proxy/listen.js';
 import { createProxyPipeline, type ProxyPipeline } from './proxy/pipeline.js';
@@ -38,15 +36,6 @@ export interface RunningService {
 }
 
 export const AUDIT_FLUSH_DEADLINE_MS = 10_000;
-
-interface Watchable {
-  canWatchChanges: boolean;
-  watchChanges(onChange: (entry: { change: MetadataChange }) => void): () => void;
-}
-
-function isWatchable(store: object): store is Watchable {
-  return (store as Partial<Watchable>).canWatchChanges === true && typeof (store as Partial<Watchable>).watchChanges === 'function';
-}
 
 /** docs/openapi.json from the package root (the source tree or above dist/). */
 function readOpenApi(): string | null {
@@ -103,18 +92,12 @@ export async function startService(config: Readonly<Config>, log: Logger = creat
     auditStats: () => ({ ...auditBatcher.stats, pending: auditBatcher.pending, spooledBatches: auditBatcher.spooledBatches }),
     inFlight: () => pipeline?.inFlight ?? 0,
   });
-  let poller: ChangePoller | null = null;
-  let unwatch: (() => void) | null = null;
   if (role === 'proxy' && pipeline !== null) {
-    const caches = pipeline.caches;
-    // MongoDB replica sets push changes at once; the poller runs in every case,
-    // catching what a stream misses across reconnects (evicting twice is harmless).
-    if (isWatchable(store)) unwatch = store.watchChanges((entry) => caches.apply(entry.change));
-    poller = await startChangePoller(store, {
-      apply: caches.apply,
-      clear: caches.clear,
+    // The caches subscribe to store.changes; following adds other processes' commits.
+    await store.changes.follow({
+      pollMs: config.changePollMs,
       onError: (err) => log.warn('metadata change feed unavailable; caches rely on their TTL until it answers', { err }),
-    }, config.changePollMs);
+    });
   }
 
   const listener = await listen(uws, {
@@ -151,8 +134,7 @@ export async function startService(config: Readonly<Config>, log: Logger = creat
       pipeline?.stopAdmitting();
       stopping = true;
       listener.stop();
-      poller?.stop();
-      unwatch?.();
+      store.changes.stop();
       const deadline = Date.now() + drainMs;
       while (pipeline !== null && pipeline.inFlight > 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
       const unwritten = await auditBatcher.close(AUDIT_FLUSH_DEADLINE_MS);

@@ -115,6 +115,6 @@ export function createProxyCaches(
     credentials.clear();
   }
 
-  const unsubscribe = store.onChange(apply);
+  const unsubscribe = store.changes.subscribe({ apply, clear });
   return { agents, unknownKeys, policies, credentials, stats, apply, clear, close: unsubscribe };
 }

@@ -8,6 +8,7 @@ import { Readable } from 'node:stream';
 import { ClickHouseLogLevel, createClient, type ClickHouseClient, type ClickHouseSettings } from '@clickhouse/client';
 import type { AuditDecision, AuditFilter, AuditRecord, AuditSource } from '../../types.js';
 import type { AuditPage, AuditReportData, AuditStore } from '../audit-store.js';
+import { guardBoundary, unreachableClassifier } from '../store-boundary.js';
 
 export const AUDIT_TABLE = 'audit_log';
 
@@ -113,6 +114,11 @@ interface AuditRow {
 
 type QueryParams = Record<string, string | number>;
 
+/** A server that refuses, drops or times out the connection cannot be reached. */
+const classify = unreachableClassifier('audit store', (err) =>
+  ['ECONNREFUSED', 'ECONNRESET', 'ETIMEDOUT'].includes(String((err as { code?: unknown } | null)?.code)),
+);
+
 export class ClickHouseAuditStore implements AuditStore {
   readonly #client: ClickHouseClient;
   /** Which engine this store reaches, for logs and health output. */
@@ -124,18 +130,23 @@ export class ClickHouseAuditStore implements AuditStore {
     this.backend = backend;
   }
 
+  /** The store returned, and opening, throw StoreUnavailableError when the server cannot be reached. */
   static async open(opts: ClickHouseAuditStoreOptions): Promise<ClickHouseAuditStore> {
     retentionDaysLiteral(opts.retentionDays);
-    const store = opts.url !== null
-      ? new ClickHouseAuditStore(await openHttpClient(opts.url), 'http')
-      : new ClickHouseAuditStore(await openChdbClient(join(opts.dataDir, 'chdb')), 'chdb');
     try {
-      await migrate(store.#client, opts.retentionDays);
+      const store = opts.url !== null
+        ? new ClickHouseAuditStore(await openHttpClient(opts.url), 'http')
+        : new ClickHouseAuditStore(await openChdbClient(join(opts.dataDir, 'chdb')), 'chdb');
+      try {
+        await migrate(store.#client, opts.retentionDays);
+      } catch (err) {
+        await store.close();
+        throw err;
+      }
+      return guardBoundary(store, classify);
     } catch (err) {
-      await store.close();
-      throw err;
+      throw classify(err);
     }
-    return store;
   }
 
   async insert(rows: readonly AuditRecord[], dedupToken?: string): Promise<void> {
