@@ -492,6 +492,62 @@ t.test('sqlite: change rows older than an hour are pruned on a later insert', as
   t.equal(store.driver.lastChangeSeq(), 3);
 });
 
+t.test('sqlite: a follower whose place in the log was pruned clears everything, then applies what follows', async (t) => {
+  const file = freshFile();
+  const follower = openSqlite(file);
+  const writer = openSqlite(file);
+  t.teardown(async () => {
+    await follower.close();
+    await writer.close();
+  });
+  const events: (MetadataChange | 'clear')[] = [];
+  follower.changes.subscribe({ apply: (change) => events.push(change), clear: () => events.push('clear') });
+  const errors: unknown[] = [];
+  // Long enough that the rows below come and go before the first poll.
+  await follower.changes.follow({ pollMs: 300, onError: (err) => errors.push(err) });
+
+  // Two rows the follower never reads: older than the log keeps, so the writer's next
+  // change (its first, so it prunes) deletes them.
+  const twoHoursAgo = new Date(Date.now() - 2 * 60 * 60 * 1000).toISOString();
+  inspect(file, (db) => {
+    const insert = db.prepare('INSERT INTO changes (kind, agent_id, at) VALUES (?, ?, ?)');
+    insert.run('policy', 'missed-1', twoHoursAgo);
+    insert.run('policy', 'missed-2', twoHoursAgo);
+  });
+  const user = await writer.createUserWithOrg('pruned@example.test', 'hash');
+  await writer.createCredential({
+    orgId: user.orgId,
+    name: 'k',
+    hostname: 'api.example.com',
+    credType: 'bearer',
+    headerName: null,
+    queryParam: null,
+    sealedValue: 'sealed',
+  });
+  t.same(writer.driver.changesSince(0, 10).map((entry) => entry.seq), [3], 'the rows the follower missed are gone');
+
+  for (const deadline = Date.now() + 5000; events.length < 2 && Date.now() < deadline; ) {
+    await new Promise((resolve) => setTimeout(resolve, 20));
+  }
+  t.same(events, ['clear', { kind: 'credential', orgId: user.orgId, hostname: 'api.example.com' }]);
+  t.same(errors, []);
+});
+
+t.test('sqlite: a path that cannot be opened as a database fails the open with StoreUnavailableError', async (t) => {
+  const file = path.join(dir, 'a-directory.db');
+  fs.mkdirSync(file);
+  const err = (() => {
+    try {
+      SqliteMetadataDriver.open(file);
+      return undefined;
+    } catch (e) {
+      return e;
+    }
+  })();
+  t.ok(err instanceof StoreUnavailableError, String(err));
+  t.match((err as Error).cause, { code: 'SQLITE_CANTOPEN' }, "the driver's error is the cause");
+});
+
 t.test('sqlite: setting the policy of an agent that does not exist is not_found', async (t) => {
   const store = openSqlite(freshFile());
   t.teardown(() => store.close());
