@@ -155,7 +155,7 @@ export function createProxyCaches(
     credentials.clear();
   }
 
-  const unsubscribe = store.onChange(apply);
+  const unsubscribe = store.changes.subscribe({ apply, clear });
   return {
     agents: { entries: agents, counters: stats.agents, absent: unknownKeys },
     policies: { entries: policies, counters: stats.policies, absent: null },

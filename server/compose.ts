@@ -14,9 +14,8 @@ import { createLogger, type Logger } from '../shared/log.js';
 import { Metrics } from '../shared/metrics.js';
 import { loadSecrets } from '../shared/secrets.js';
 import type { AuditStore } from '../shared/stores/audit-store.js';
-import type { MetadataChange } from '../shared/types.js';
-import { startChangePoller, type ChangePoller } from '../shared/stores/change-poller.js';
-import { openAuditStoreWhenReachable, openMetadataStore, type MetadataStoreWithLog } from '../shared/stores/open-stores.js';
+import type { MetadataStore } from '../shared/stores/metadata-store.js';
+import { openAuditStoreWhenReachable, openMetadataStore } from '../shared/stores/open-stores.js';
 import { createProxyPipeline, type ProxyPipeline } from '../proxy/pipeline.js';
 import { listen, loadUws } from './listener.js';
 import { stopInOrder } from './lifecycle.js';
@@ -30,7 +29,7 @@ export interface RunningService {
   /** The origin proxy_url is built from. */
   publicUrl: string;
   log: Logger;
-  store: MetadataStoreWithLog;
+  store: MetadataStore;
   auditStore: AuditStore;
   auditBatcher: AuditBatcher;
   pipeline: ProxyPipeline | null;
@@ -40,15 +39,6 @@ export interface RunningService {
 }
 
 export const AUDIT_FLUSH_DEADLINE_MS = 10_000;
-
-interface Watchable {
-  canWatchChanges: boolean;
-  watchChanges(onChange: (entry: { change: MetadataChange }) => void): () => void;
-}
-
-function isWatchable(store: object): store is Watchable {
-  return (store as Partial<Watchable>).canWatchChanges === true && typeof (store as Partial<Watchable>).watchChanges === 'function';
-}
 
 /** docs/openapi.json from the package root (the source tree or above dist/). */
 function readOpenApi(): string | null {
@@ -105,18 +95,12 @@ export async function startService(config: Readonly<Config>, log: Logger = creat
     auditStats: () => ({ ...auditBatcher.stats, pending: auditBatcher.pending, spooledBatches: auditBatcher.spooledBatches }),
     inFlight: () => pipeline?.inFlight ?? 0,
   });
-  let poller: ChangePoller | null = null;
-  let unwatch: (() => void) | null = null;
   if (role === 'proxy' && pipeline !== null) {
-    const caches = pipeline.caches;
-    // MongoDB replica sets push changes at once; the poller runs in every case,
-    // catching what a stream misses across reconnects (evicting twice is harmless).
-    if (isWatchable(store)) unwatch = store.watchChanges((entry) => caches.apply(entry.change));
-    poller = await startChangePoller(store, {
-      apply: caches.apply,
-      clear: caches.clear,
+    // The caches subscribe to store.changes; following adds other processes' commits.
+    await store.changes.follow({
+      pollMs: config.changePollMs,
       onError: (err) => log.warn('metadata change feed unavailable; caches rely on their TTL until it answers', { err }),
-    }, config.changePollMs);
+    });
   }
 
   const listener = await listen(uws, {
@@ -152,8 +136,7 @@ export async function startService(config: Readonly<Config>, log: Logger = creat
       pipeline?.stopAdmitting();
       stopping = true;
       listener.stop();
-      poller?.stop();
-      unwatch?.();
+      store.changes.stop();
     },
     inFlight: () => pipeline?.inFlight ?? 0,
     stopAnswering: () => listener.stopAnswering(),

@@ -56,13 +56,21 @@ export function toErrorResponse(err: unknown): { status: number; body: string; h
   return { status: 500, body: errorBody('internal'), headers: undefined };
 }
 
-/** A store that cannot be reached (503 `unavailable`), as opposed to a bug (500). */
-export function isStoreUnavailable(err: unknown): boolean {
-  if (err instanceof GuardError || !(err instanceof Error)) return false;
-  const code = (err as { code?: unknown }).code;
-  return (
-    code === 'SQLITE_BUSY' || code === 'SQLITE_CANTOPEN' || code === 'SQLITE_IOERR' || code === 'ECONNREFUSED' ||
-    code === 'ECONNRESET' || code === 'ETIMEDOUT' || err.name === 'MongoNetworkError' ||
-    err.name === 'MongoServerSelectionError' || err.name === 'MongoNotConnectedError'
-  );
+/**
+ * A backing store cannot be reached (503 `unavailable`), as opposed to a bug (500).
+ * Each driver throws it at its own boundary, telling by its error codes and classes
+ * which failures mean "unreachable", so nothing above a driver inspects driver
+ * errors. The driver's error is the `cause`.
+ */
+export class StoreUnavailableError extends Error {
+  readonly code = 'STORE_UNAVAILABLE';
+
+  constructor(message: string, options?: ErrorOptions) {
+    super(message, options);
+    this.name = 'StoreUnavailableError';
+  }
+}
+
+export function isStoreUnavailable(err: unknown): err is StoreUnavailableError {
+  return err instanceof StoreUnavailableError;
 }

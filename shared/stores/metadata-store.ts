@@ -1,7 +1,24 @@
-// The metadata store: users, orgs, agents, credentials, policies. Implemented over
-// SQLite (shared/stores/sqlite/) and MongoDB (shared/stores/mongo/); both pass
-// test/integration/metadata-store.contract.ts.
-import type { Agent, CredType, Credential, LogOutputs, MetadataChange, PolicyRecord, SealedCredential, User } from '../types.js';
+// The metadata store: users, orgs, agents, credentials, policies. The domain is
+// written once, here: records and their ids and timestamps, the contract's conflicts,
+// the changes that invalidate cached entries and telling subscribers about them. The
+// drivers (sqlite/, mongo/) do only I/O and transactions (metadata-driver.ts); every
+// store made here passes test/integration/metadata-store.contract.ts.
+import { randomUUID } from 'node:crypto';
+import { GuardError } from '../errors.js';
+import {
+  CRED_TYPES,
+  LOG_OUTPUTS,
+  type Agent,
+  type CredType,
+  type Credential,
+  type LogOutputs,
+  type MetadataChange,
+  type PolicyRecord,
+  type SealedCredential,
+  type User,
+} from '../types.js';
+import { MetadataChangeFeed, type ChangeFeed } from './change-feed.js';
+import type { AgentRow, CredentialRow, MetadataDriver, PolicyRow, UserRow } from './metadata-driver.js';
 
 export interface NewAgent {
   orgId: string;
@@ -45,12 +62,188 @@ export interface MetadataStore {
   findCredentialForHost(orgId: string, hostname: string): Promise<SealedCredential | undefined>;
 
   getPolicy(agentId: string): Promise<PolicyRecord | undefined>;
+  /** Throws GuardError('not_found') when the agent does not exist (e.g. deleted meanwhile). */
   setPolicy(agentId: string, rulesYaml: string): Promise<PolicyRecord>;
 
-  /** Subscribe to changes that invalidate cached agents, policies or credentials. Returns an unsubscribe. */
-  onChange(listener: (change: MetadataChange) => void): () => void;
+  /** Changes that invalidate cached agents, policies or credentials. */
+  readonly changes: ChangeFeed;
 
-  /** Cheap round-trip used by readiness checks. */
+  /** Cheap round-trip used by readiness checks; GuardError('unavailable') when it fails. */
   ping(): Promise<void>;
+  /** Stops the change feed and closes the driver. Idempotent. */
   close(): Promise<void>;
+}
+
+export function createMetadataStore(driver: MetadataDriver): MetadataStore {
+  const changes = new MetadataChangeFeed(driver);
+
+  return {
+    changes,
+
+    async createUserWithOrg(email, passwordHash) {
+      const user: User = { id: randomUUID(), orgId: randomUUID(), email, passwordHash, createdAt: now() };
+      const outcome = await driver.insertUserWithOrg(
+        // The org is named after its owner's email until orgs can be renamed.
+        { id: user.orgId, name: user.email, created_at: user.createdAt },
+        { id: user.id, org_id: user.orgId, email, password_hash: passwordHash, created_at: user.createdAt },
+      );
+      if (outcome === 'unique_violation') throw new GuardError('conflict', 'An account with that email already exists.');
+      return user;
+    },
+
+    findUserByEmail: async (email) => mapped(await driver.userByEmail(email), toUser),
+    findUserById: async (id) => mapped(await driver.userById(id), toUser),
+
+    async createAgent(agent) {
+      const created: Agent = {
+        id: randomUUID(),
+        orgId: agent.orgId,
+        name: agent.name,
+        apiKeyPrefix: agent.apiKeyPrefix,
+        logOutputs: oneOf(LOG_OUTPUTS, agent.logOutputs, 'logOutputs'),
+        createdAt: now(),
+      };
+      await driver.insertAgent({
+        id: created.id,
+        org_id: created.orgId,
+        name: created.name,
+        log_outputs: created.logOutputs,
+        key_hash: agent.keyHash,
+        api_key_prefix: created.apiKeyPrefix,
+        created_at: created.createdAt,
+      });
+      return created;
+    },
+
+    listAgents: async (orgId) => (await driver.agentsByOrg(orgId)).map(toAgent),
+    getAgent: async (orgId, agentId) => mapped(await driver.agentInOrg(orgId, agentId), toAgent),
+    findAgentByKeyHash: async (keyHash) => mapped(await driver.agentByKeyHash(keyHash), toAgent),
+
+    async deleteAgent(orgId, agentId) {
+      const change = await driver.deleteAgentInOrg(orgId, agentId, (keyHash) => ({ kind: 'agent', agentId, keyHash }));
+      if (change === undefined) return false;
+      changes.publish(change);
+      return true;
+    },
+
+    async createCredential(credential) {
+      const created: Credential = {
+        id: randomUUID(),
+        orgId: credential.orgId,
+        name: credential.name,
+        hostname: credential.hostname,
+        credType: oneOf(CRED_TYPES, credential.credType, 'credType'),
+        headerName: credential.headerName,
+        queryParam: credential.queryParam,
+        createdAt: now(),
+      };
+      // A proxy may hold a cached "no credential for this host".
+      const change: MetadataChange = { kind: 'credential', orgId: created.orgId, hostname: created.hostname };
+      const outcome = await driver.insertCredential(
+        {
+          id: created.id,
+          org_id: created.orgId,
+          name: created.name,
+          hostname: created.hostname,
+          cred_type: created.credType,
+          header_name: created.headerName,
+          query_param: created.queryParam,
+          sealed_value: credential.sealedValue,
+          created_at: created.createdAt,
+        },
+        change,
+      );
+      if (outcome === 'unique_violation') throw new GuardError('conflict', 'A credential for that hostname already exists.');
+      changes.publish(change);
+      return created;
+    },
+
+    listCredentials: async (orgId) => (await driver.credentialsByOrg(orgId)).map(toCredential),
+
+    async deleteCredential(orgId, credentialId) {
+      const change = await driver.deleteCredentialInOrg(orgId, credentialId, (hostname) => ({ kind: 'credential', orgId, hostname }));
+      if (change === undefined) return false;
+      changes.publish(change);
+      return true;
+    },
+
+    async findCredentialForHost(orgId, hostname) {
+      const row = await driver.credentialForHost(orgId, hostname);
+      return row && { ...toCredential(row), sealedValue: row.sealed_value };
+    },
+
+    getPolicy: async (agentId) => mapped(await driver.policyByAgent(agentId), toPolicy),
+
+    async setPolicy(agentId, rulesYaml) {
+      const policy: PolicyRecord = { agentId, rulesYaml, updatedAt: now() };
+      const change: MetadataChange = { kind: 'policy', agentId };
+      const outcome = await driver.upsertPolicy({ agent_id: agentId, rules_yaml: rulesYaml, updated_at: policy.updatedAt }, change);
+      if (outcome === 'missing_parent') throw new GuardError('not_found', 'Agent not found.');
+      changes.publish(change);
+      return policy;
+    },
+
+    async ping() {
+      try {
+        await driver.ping();
+      } catch {
+        throw new GuardError('unavailable', 'The metadata database is not available.');
+      }
+    },
+
+    async close() {
+      changes.stop();
+      await driver.close();
+    },
+  };
+}
+
+function now(): string {
+  return new Date().toISOString();
+}
+
+function mapped<R, T>(row: R | undefined, map: (row: R) => T): T | undefined {
+  return row === undefined ? undefined : map(row);
+}
+
+/**
+ * The read mappers below trust the stored enums (SQLite CHECK constraints, MongoDB
+ * validators); this keeps a value the types forbid from reaching either.
+ */
+function oneOf<T extends string>(allowed: readonly T[], value: T, field: string): T {
+  if (!allowed.includes(value)) throw new RangeError(`${field} must be one of ${allowed.join(', ')}, not ${JSON.stringify(value)}`);
+  return value;
+}
+
+function toUser(row: UserRow): User {
+  return { id: row.id, orgId: row.org_id, email: row.email, passwordHash: row.password_hash, createdAt: row.created_at };
+}
+
+function toAgent(row: AgentRow): Agent {
+  return {
+    id: row.id,
+    orgId: row.org_id,
+    name: row.name,
+    apiKeyPrefix: row.api_key_prefix,
+    logOutputs: row.log_outputs as LogOutputs,
+    createdAt: row.created_at,
+  };
+}
+
+function toCredential(row: CredentialRow): Credential {
+  return {
+    id: row.id,
+    orgId: row.org_id,
+    name: row.name,
+    hostname: row.hostname,
+    credType: row.cred_type as CredType,
+    // A MongoDB document written without the field reads as missing, not null.
+    headerName: row.header_name ?? null,
+    queryParam: row.query_param ?? null,
+    createdAt: row.created_at,
+  };
+}
+
+function toPolicy(row: PolicyRow): PolicyRecord {
+  return { agentId: row.agent_id, rulesYaml: row.rules_yaml, updatedAt: row.updated_at };
 }

@@ -4,21 +4,19 @@
 // costs ~200 MB of memory).
 import { join } from 'node:path';
 import type { Config } from '../config.js';
+import { StoreUnavailableError } from '../errors.js';
 import type { AuditStore } from './audit-store.js';
-import type { ChangeLog } from './change-poller.js';
-import type { MetadataStore } from './metadata-store.js';
+import { createMetadataStore, type MetadataStore } from './metadata-store.js';
 import { encodeAuditRow } from '../audit/audit-codec.js';
 import { ClickHouseAuditStore } from './clickhouse/clickhouse-audit-store.js';
-import { SqliteMetadataStore } from './sqlite/sqlite-metadata-store.js';
+import { SqliteMetadataDriver } from './sqlite/sqlite-metadata-driver.js';
 
-export type MetadataStoreWithLog = MetadataStore & ChangeLog;
-
-export async function openMetadataStore(config: Readonly<Config>): Promise<MetadataStoreWithLog> {
+export async function openMetadataStore(config: Readonly<Config>): Promise<MetadataStore> {
   if (config.mongodbUrl !== null) {
-    const { MongoMetadataStore } = await import('./mongo/mongo-metadata-store.js');
-    return MongoMetadataStore.open(config.mongodbUrl);
+    const { MongoMetadataDriver } = await import('./mongo/mongo-metadata-driver.js');
+    return createMetadataStore(await MongoMetadataDriver.open(config.mongodbUrl));
   }
-  return SqliteMetadataStore.open(join(config.dataDir, 'metadata.sqlite'));
+  return createMetadataStore(SqliteMetadataDriver.open(join(config.dataDir, 'metadata.sqlite')));
 }
 
 export function openAuditStore(config: Readonly<Config>): Promise<ClickHouseAuditStore> {
@@ -73,8 +71,7 @@ export async function openAuditStoreWhenReachable(config: Readonly<Config>, onWa
 }
 
 /** The audit store has not answered yet (a 503 for readers, a spooled batch for writers). */
-class AuditStoreUnavailable extends Error {
-  readonly code = 'ECONNREFUSED';
+class AuditStoreUnavailable extends StoreUnavailableError {
   constructor() {
     super('the audit store cannot be reached yet');
   }

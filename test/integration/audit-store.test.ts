@@ -10,8 +10,11 @@ import { join } from 'node:path';
 import t from 'tap';
 import { auditRecord as record } from '../support/audit-records.js';
 import { createClient } from '@clickhouse/client';
+import { loadConfig } from '../../shared/config.js';
+import { isStoreUnavailable, StoreUnavailableError } from '../../shared/errors.js';
 import type { AuditStore } from '../../shared/stores/audit-store.js';
 import { AUDIT_TABLE } from '../../shared/audit/audit-codec.js';
+import { openAuditStoreWhenReachable } from '../../shared/stores/open-stores.js';
 import { ClickHouseAuditStore, REPORT_RECENT_DENIED } from '../../shared/stores/clickhouse/clickhouse-audit-store.js';
 import type { AuditFilter, AuditRecord } from '../../shared/types.js';
 
@@ -412,6 +415,28 @@ t.test('chDB: reopening keeps the rows and restores the configured retention and
   t.match(engine, /non_replicated_deduplication_window = 10000/);
   t.match(engine, /fsync_after_insert = 1/);
   t.match(engine, /fsync_part_directory = 1/);
+});
+
+t.test('a ClickHouse server that cannot be reached fails the open with StoreUnavailableError', async (t) => {
+  // Nothing listens on port 1.
+  const err = await ClickHouseAuditStore.open({ url: 'http://127.0.0.1:1/audit', dataDir: chdbDataDir, retentionDays: RETENTION_DAYS }).then(
+    () => undefined,
+    (e: unknown) => e,
+  );
+  t.ok(err instanceof StoreUnavailableError, String(err));
+  t.match((err as Error).cause, { code: 'ECONNREFUSED' }, "the client's error is the cause");
+});
+
+t.test('while a ClickHouse server has not answered yet, every audit call fails as unavailable (503)', async (t) => {
+  const config = loadConfig({ CLICKHOUSE_URL: 'http://127.0.0.1:1/audit', DATA_DIR: chdbDataDir });
+  const waiting: unknown[] = [];
+  const store = await openAuditStoreWhenReachable(config, (err) => waiting.push(err));
+  t.teardown(() => store.close());
+  t.ok(isStoreUnavailable(waiting[0]), 'the failed first open is unavailable');
+  // Within a second of the last attempt the store fails fast; later it tries again.
+  t.ok(isStoreUnavailable(await store.count().then(() => undefined, (e: unknown) => e)), 'a call that fails fast');
+  await new Promise((resolve) => setTimeout(resolve, 1100));
+  t.ok(isStoreUnavailable(await store.count().then(() => undefined, (e: unknown) => e)), 'a call that tried to open again');
 });
 
 const clickhouseUrl = process.env.CLICKHOUSE_URL;

@@ -1,12 +1,13 @@
 // The behaviour every MetadataStore implementation owes its callers. Each
-// implementation's test file calls `metadataStoreContract` with a way to open a store;
-// the same assertions then run against SQLite and MongoDB.
+// implementation's test file calls `metadataStoreContract` with ways to open stores
+// over one of its drivers; the same assertions then run against SQLite and MongoDB.
 //
 // `open` may return stores that share one database: every test makes its own users
 // (and so its own orgs) with unique emails, and looks only at those.
 import { randomBytes, randomUUID } from 'node:crypto';
 import type t from 'tap';
-import { GuardError } from '../../shared/errors.js';
+import { GuardError, StoreUnavailableError } from '../../shared/errors.js';
+import type { ChangeSubscriber } from '../../shared/stores/change-feed.js';
 import type { MetadataStore, NewAgent, NewCredential } from '../../shared/stores/metadata-store.js';
 import type { MetadataChange } from '../../shared/types.js';
 
@@ -49,10 +50,47 @@ async function rejectionOf(promise: Promise<unknown>): Promise<unknown> {
   );
 }
 
-export function metadataStoreContract(t: TapTest, name: string, open: () => Promise<MetadataStore>): void {
+/** How a contract run opens the stores of one implementation. */
+export interface ContractStores {
+  open(): Promise<MetadataStore>;
+  /** Two stores on one database, as two processes have them. */
+  openTwo(): Promise<[MetadataStore, MetadataStore]>;
+  /**
+   * A store whose database cannot be reached, so that a write to it fails (opening it
+   * may already fail). Whatever it holds is released when `t` ends.
+   */
+  openUnreachable(t: TapTest): Promise<MetadataStore>;
+}
+
+/** A subscriber that records what it hears; `onApply` runs inside apply. */
+function recorder(onApply: (change: MetadataChange) => void = () => {}): ChangeSubscriber & { heard: MetadataChange[]; clears: number } {
+  const subscriber = {
+    heard: [] as MetadataChange[],
+    clears: 0,
+    apply(change: MetadataChange) {
+      subscriber.heard.push(change);
+      onApply(change);
+    },
+    clear() {
+      subscriber.clears++;
+    },
+  };
+  return subscriber;
+}
+
+/** Polls `check` every 20 ms until it holds, for at most `ms`. */
+async function eventually(check: () => boolean, ms = 5000): Promise<boolean> {
+  for (const deadline = Date.now() + ms; !check(); ) {
+    if (Date.now() > deadline) return false;
+    await new Promise((resolve) => setTimeout(resolve, 20));
+  }
+  return true;
+}
+
+export function metadataStoreContract(t: TapTest, name: string, stores: ContractStores): void {
   /** A store for one test, closed when the test ends. */
   async function storeFor(t: TapTest): Promise<MetadataStore> {
-    const store = await open();
+    const store = await stores.open();
     t.teardown(() => store.close());
     return store;
   }
@@ -278,20 +316,20 @@ export function metadataStoreContract(t: TapTest, name: string, open: () => Prom
     t.not(again.id, credential.id, 'the hostname can be given a new credential');
   });
 
-  t.test(`${name}: onChange hears each cache-invalidating change, after it is committed`, async (t) => {
+  t.test(`${name}: a change subscriber hears each cache-invalidating change, after it is committed`, async (t) => {
     const store = await storeFor(t);
     const { orgA, orgB } = await twoOrgs(store);
     const hash = keyHash();
     const agent = await store.createAgent(newAgent(orgA, 'watched', { keyHash: hash }));
 
-    const heard: MetadataChange[] = [];
     // Lookups made from inside the listener: they must already see the change.
     const seenFromListener: Promise<unknown>[] = [];
-    const unsubscribe = store.onChange((change) => {
-      heard.push(change);
+    const subscriber = recorder((change) => {
       if (change.kind === 'agent') seenFromListener.push(store.findAgentByKeyHash(change.keyHash));
       if (change.kind === 'credential') seenFromListener.push(store.findCredentialForHost(change.orgId, change.hostname));
     });
+    const { heard } = subscriber;
+    const unsubscribe = store.changes.subscribe(subscriber);
 
     await store.setPolicy(agent.id, 'version: "1"\nrules: []\n');
     t.same(heard, [{ kind: 'policy', agentId: agent.id }], 'policy set, heard by the time the call resolves');
@@ -316,6 +354,8 @@ export function metadataStoreContract(t: TapTest, name: string, open: () => Prom
       'a listener already sees the created credential, the deleted credential and the deleted agent gone',
     );
 
+    t.equal(subscriber.clears, 0, 'changes made in this process never clear');
+
     unsubscribe();
     await store.createCredential(newCredential(orgA, 'api.gitlab.com'));
     t.equal(heard.length, 4, 'an unsubscribed listener hears nothing more');
@@ -324,14 +364,59 @@ export function metadataStoreContract(t: TapTest, name: string, open: () => Prom
   t.test(`${name}: a throwing listener does not undo the change or silence the others`, async (t) => {
     const store = await storeFor(t);
     const { orgA } = await twoOrgs(store);
-    const heard: MetadataChange[] = [];
-    store.onChange(() => {
-      throw new Error('listener broke');
+    const next = recorder();
+    const { heard } = next;
+    store.changes.subscribe({
+      apply() {
+        throw new Error('listener broke');
+      },
+      clear() {},
     });
-    store.onChange((change) => heard.push(change));
+    store.changes.subscribe(next);
 
     const credential = await store.createCredential(newCredential(orgA, 'api.github.com'));
     t.same(await store.listCredentials(orgA), [credential], 'the credential was stored');
     t.same(heard, [{ kind: 'credential', orgId: orgA, hostname: 'api.github.com' }], 'the next listener still heard');
+  });
+
+  t.test(`${name}: a following feed hears what another process commits`, async (t) => {
+    const [writer, follower] = await stores.openTwo();
+    t.teardown(async () => {
+      await writer.close();
+      await follower.close();
+    });
+    const { orgA } = await twoOrgs(writer);
+    const subscriber = recorder();
+    follower.changes.subscribe(subscriber);
+    const errors: unknown[] = [];
+    await follower.changes.follow({ pollMs: 20, onError: (err) => errors.push(err) });
+
+    const credential = await writer.createCredential(newCredential(orgA, 'api.github.com'));
+    const expected = { kind: 'credential', orgId: orgA, hostname: 'api.github.com' };
+    t.ok(
+      await eventually(() => subscriber.heard.some((change) => JSON.stringify(change) === JSON.stringify(expected))),
+      'the other store commit reached this one',
+    );
+    t.same(errors, [], 'the log was read without error');
+    t.equal(subscriber.clears, 0, 'a follower that kept its place clears nothing');
+
+    follower.changes.stop();
+    const heardBefore = subscriber.heard.length;
+    await writer.deleteCredential(orgA, credential.id);
+    await new Promise((resolve) => setTimeout(resolve, 200));
+    t.equal(subscriber.heard.length, heardBefore, 'a stopped feed follows no more');
+  });
+
+  t.test(`${name}: a store that cannot be reached rejects with StoreUnavailableError, not the driver's error`, async (t) => {
+    const err = await rejectionOf(
+      (async () => {
+        const store = await stores.openUnreachable(t);
+        t.teardown(() => store.close());
+        await store.createUserWithOrg(uniqueEmail('unreachable'), 'hash');
+      })(),
+    );
+    t.ok(err instanceof StoreUnavailableError, `rejects with a StoreUnavailableError (${String(err)})`);
+    t.equal((err as StoreUnavailableError).name, 'StoreUnavailableError');
+    t.ok((err as Error).cause instanceof Error, "the driver's error is kept as the cause");
   });
 }

@@ -1,5 +1,5 @@
-// The metadata store contract against every implementation, and what only the SQLite
-// one promises (its file, its schema version, its change log for other processes).
+// The metadata store contract against every driver, and what only the SQLite one
+// promises (its file, its schema version, its change log for other processes).
 // The MongoDB runs need a server: set MONGODB_URL (each run uses, then drops, a fresh
 // database on it).
 import fs from 'node:fs';
@@ -9,9 +9,12 @@ import { randomBytes, randomUUID } from 'node:crypto';
 import Database from 'better-sqlite3';
 import { type Db, type Document, MongoClient } from 'mongodb';
 import t from 'tap';
-import { GuardError } from '../../shared/errors.js';
-import { databaseNameOf, DEFAULT_DATABASE, MongoMetadataStore } from '../../shared/stores/mongo/mongo-metadata-store.js';
-import { SCHEMA_VERSION, SqliteMetadataStore } from '../../shared/stores/sqlite/sqlite-metadata-store.js';
+import { GuardError, StoreUnavailableError } from '../../shared/errors.js';
+import type { ChangeEntry } from '../../shared/stores/change-feed.js';
+import type { MetadataDriver } from '../../shared/stores/metadata-driver.js';
+import { createMetadataStore, type MetadataStore } from '../../shared/stores/metadata-store.js';
+import { databaseNameOf, DEFAULT_DATABASE, MongoMetadataDriver } from '../../shared/stores/mongo/mongo-metadata-driver.js';
+import { SCHEMA_VERSION, SqliteMetadataDriver, type SqliteDriverOptions } from '../../shared/stores/sqlite/sqlite-metadata-driver.js';
 import type { MetadataChange } from '../../shared/types.js';
 import { metadataStoreContract } from './metadata-store.contract.js';
 
@@ -35,7 +38,44 @@ function inspect<T>(file: string, look: (db: Database.Database) => T): T {
   }
 }
 
-metadataStoreContract(t, 'sqlite', async () => SqliteMetadataStore.open(freshFile()));
+/** The store over `driver`, with the driver beside it for what only a driver offers (its change log). */
+function storeOver<D extends MetadataDriver>(driver: D): MetadataStore & { driver: D } {
+  return Object.assign(createMetadataStore(driver), { driver });
+}
+
+function openSqlite(file: string, options?: SqliteDriverOptions): MetadataStore & { driver: SqliteMetadataDriver } {
+  return storeOver(SqliteMetadataDriver.open(file, options));
+}
+
+metadataStoreContract(t, 'sqlite', {
+  open: async () => openSqlite(freshFile()),
+  openTwo: async () => {
+    const file = freshFile();
+    return [openSqlite(file), openSqlite(file)];
+  },
+  // Another process holds the write lock for longer than the store waits for it.
+  openUnreachable: async (t) => {
+    const file = freshFile();
+    const store = openSqlite(file, { busyTimeoutMs: 50 });
+    const holder = new Database(file);
+    holder.exec('BEGIN IMMEDIATE');
+    t.teardown(() => {
+      holder.exec('ROLLBACK');
+      holder.close();
+    });
+    return store;
+  },
+});
+
+t.test('mongodb: a server that cannot be reached fails the open with StoreUnavailableError', async (t) => {
+  // Nothing listens on port 1; the selection timeout keeps the test short.
+  const err = await MongoMetadataDriver.open('mongodb://127.0.0.1:1/?serverSelectionTimeoutMS=300', 'unreachable').then(
+    () => undefined,
+    (e: unknown) => e,
+  );
+  t.ok(err instanceof StoreUnavailableError, String(err));
+  t.equal((err as Error).cause?.constructor.name, 'MongoServerSelectionError', "the driver's error is the cause");
+});
 
 t.test('mongodb: the database is the URL path, decoded, else the default', async (t) => {
   t.equal(databaseNameOf('mongodb://localhost:27017/guard?replicaSet=rs0'), 'guard');
@@ -53,7 +93,7 @@ if (mongodbUrl === undefined) {
   // Every store of this run shares one fresh database; the contract's tests keep to
   // their own orgs, and the tests below count change seqs from where they start.
   const database = `guard_test_${randomUUID().replaceAll('-', '')}`;
-  const openMongo = () => MongoMetadataStore.open(mongodbUrl, database);
+  const openMongo = async () => storeOver(await MongoMetadataDriver.open(mongodbUrl, database));
 
   /** A plain client on the run's database, to look at (or tamper with) what the store wrote. */
   async function inspectMongo<T>(look: (db: Db) => Promise<T>): Promise<T> {
@@ -67,7 +107,11 @@ if (mongodbUrl === undefined) {
 
   t.teardown(() => inspectMongo((db) => db.dropDatabase()));
 
-  metadataStoreContract(t, 'mongodb', openMongo);
+  metadataStoreContract(t, 'mongodb', {
+    open: openMongo,
+    openTwo: async () => [await openMongo(), await openMongo()],
+    openUnreachable: async () => storeOver(await MongoMetadataDriver.open('mongodb://127.0.0.1:1/?serverSelectionTimeoutMS=300', database)),
+  });
 
   t.test('mongodb: open creates the indexes of every lookup, and opening again is harmless', async (t) => {
     const first = await openMongo();
@@ -99,8 +143,8 @@ if (mongodbUrl === undefined) {
       await reader.close();
     });
 
-    const base = await reader.lastChangeSeq();
-    t.same(await reader.changesSince(base, 100), [], 'nothing after the last seq');
+    const base = await reader.driver.lastChangeSeq();
+    t.same(await reader.driver.changesSince(base, 100), [], 'nothing after the last seq');
 
     const user = await writer.createUserWithOrg(`changes-${randomUUID()}@example.test`, 'hash');
     const hash = randomBytes(32).toString('hex');
@@ -111,7 +155,7 @@ if (mongodbUrl === undefined) {
       keyHash: hash,
       apiKeyPrefix: 'agk_changes1...',
     });
-    t.equal(await reader.lastChangeSeq(), base, 'signup and agent creation invalidate no cache');
+    t.equal(await reader.driver.lastChangeSeq(), base, 'signup and agent creation invalidate no cache');
 
     await writer.setPolicy(agent.id, 'version: "1"\nrules: []\n');
     const credential = await writer.createCredential({
@@ -132,23 +176,23 @@ if (mongodbUrl === undefined) {
       { seq: base + 3, change: { kind: 'credential', orgId: user.orgId, hostname: 'api.example.com' } },
       { seq: base + 4, change: { kind: 'agent', agentId: agent.id, keyHash: hash } },
     ];
-    t.same(await reader.changesSince(base, 100), expected);
-    t.same(await reader.changesSince(base, 2), expected.slice(0, 2), 'limit caps the batch');
-    t.same(await reader.changesSince(base, 0), [], 'a limit of 0 is nothing, not everything');
-    t.same(await reader.changesSince(base + 2, 100), expected.slice(2), 'only the changes after seq');
-    t.same(await reader.changesSince(base + 4, 100), []);
-    t.equal(await reader.lastChangeSeq(), base + 4);
-    t.equal(await writer.lastChangeSeq(), base + 4);
+    t.same(await reader.driver.changesSince(base, 100), expected);
+    t.same(await reader.driver.changesSince(base, 2), expected.slice(0, 2), 'limit caps the batch');
+    t.same(await reader.driver.changesSince(base, 0), [], 'a limit of 0 is nothing, not everything');
+    t.same(await reader.driver.changesSince(base + 2, 100), expected.slice(2), 'only the changes after seq');
+    t.same(await reader.driver.changesSince(base + 4, 100), []);
+    t.equal(await reader.driver.lastChangeSeq(), base + 4);
+    t.equal(await writer.driver.lastChangeSeq(), base + 4);
     t.equal(await reader.findAgentByKeyHash(hash), undefined, 'the other process reads the deletion too');
 
     t.equal(await writer.deleteAgent(user.orgId, agent.id), false);
-    t.equal(await reader.lastChangeSeq(), base + 4, 'a delete that finds nothing records nothing');
+    t.equal(await reader.driver.lastChangeSeq(), base + 4, 'a delete that finds nothing records nothing');
   });
 
   t.test('mongodb: changesSince waits at a recent gap in the seqs and reads past an old one', async (t) => {
     const store = await openMongo();
     t.teardown(() => store.close());
-    const base = await store.lastChangeSeq();
+    const base = await store.driver.lastChangeSeq();
     // seq base+1 is "in flight": taken from the counter, its entry not yet inserted.
     await inspectMongo(async (db) => {
       await db.collection<{ _id: string; seq: number }>('counters').updateOne({ _id: 'changes' }, { $set: { seq: base + 2 } });
@@ -162,13 +206,13 @@ if (mongodbUrl === undefined) {
         at: new Date(),
       });
     });
-    t.same(await store.changesSince(base, 10), [], 'a fresh gap holds back what follows it');
+    t.same(await store.driver.changesSince(base, 10), [], 'a fresh gap holds back what follows it');
 
     await inspectMongo((db) =>
       db.collection('changes').updateOne({ seq: base + 2 }, { $set: { at: new Date(Date.now() - 60_000) } }),
     );
     t.same(
-      await store.changesSince(base, 10),
+      await store.driver.changesSince(base, 10),
       [{ seq: base + 2, change: { kind: 'policy', agentId: 'after-the-gap' } }],
       'a gap older than the grace period is a writer that died: read past it',
     );
@@ -177,7 +221,7 @@ if (mongodbUrl === undefined) {
   t.test('mongodb: setting the policy of an agent that does not exist is not_found and records no change', async (t) => {
     const store = await openMongo();
     t.teardown(() => store.close());
-    const before = await store.lastChangeSeq();
+    const before = await store.driver.lastChangeSeq();
     const agentId = randomUUID();
     const err = await store.setPolicy(agentId, 'version: "1"\n').then(
       () => undefined,
@@ -186,7 +230,7 @@ if (mongodbUrl === undefined) {
     t.ok(err instanceof GuardError);
     t.equal((err as GuardError).code, 'not_found');
     t.equal(await store.getPolicy(agentId), undefined);
-    t.equal(await store.lastChangeSeq(), before, 'the failed write recorded no change');
+    t.equal(await store.driver.lastChangeSeq(), before, 'the failed write recorded no change');
   });
 
   t.test('mongodb: watchChanges delivers changes from other processes on a replica set', async (t) => {
@@ -196,17 +240,17 @@ if (mongodbUrl === undefined) {
       await watcher.close();
       await writer.close();
     });
-    if (!watcher.canWatchChanges) {
-      const stop = watcher.watchChanges(() => t.fail('a standalone server has no change streams'));
+    if (!watcher.driver.canWatchChanges) {
+      const stop = watcher.driver.watchChanges(() => t.fail('a standalone server has no change streams'), () => {});
       stop();
       t.pass('standalone server: no change stream, callers poll changesSince');
       return;
     }
     const user = await writer.createUserWithOrg(`watch-${randomUUID()}@example.test`, 'hash');
     const heard: MetadataChange[] = [];
-    let streamError: Error | undefined;
-    const stop = watcher.watchChanges(
-      (entry) => heard.push(entry.change),
+    let streamError: unknown;
+    const stop = watcher.driver.watchChanges(
+      (entry: ChangeEntry) => heard.push(entry.change),
       (err) => {
         streamError = err;
       },
@@ -241,7 +285,7 @@ if (mongodbUrl === undefined) {
 
 t.test('sqlite: data survives closing and reopening the file', async (t) => {
   const file = freshFile();
-  const first = SqliteMetadataStore.open(file);
+  const first = openSqlite(file);
   const user = await first.createUserWithOrg('durable@example.test', 'hash');
   const hash = randomBytes(32).toString('hex');
   const agent = await first.createAgent({
@@ -263,7 +307,7 @@ t.test('sqlite: data survives closing and reopening the file', async (t) => {
   });
   await first.close();
 
-  const second = SqliteMetadataStore.open(file);
+  const second = openSqlite(file);
   t.teardown(() => second.close());
   t.same(await second.findUserByEmail('durable@example.test'), user);
   t.same(await second.findAgentByKeyHash(hash), agent);
@@ -273,7 +317,7 @@ t.test('sqlite: data survives closing and reopening the file', async (t) => {
 
 t.test('sqlite: open creates the parent directory and a file only its owner can read', async (t) => {
   const file = path.join(dir, 'nested', 'deeper', 'metadata.db');
-  const store = SqliteMetadataStore.open(file);
+  const store = openSqlite(file);
   t.teardown(() => store.close());
   t.ok(fs.statSync(file).isFile());
   if (process.platform !== 'win32') t.equal(fs.statSync(file).mode & 0o777, 0o600);
@@ -281,7 +325,7 @@ t.test('sqlite: open creates the parent directory and a file only its owner can 
 
 t.test('sqlite: migrations set user_version and are not applied twice on reopen', async (t) => {
   const file = freshFile();
-  const store = SqliteMetadataStore.open(file);
+  const store = openSqlite(file);
   const user = await store.createUserWithOrg('kept@example.test', 'hash');
   await store.close();
 
@@ -292,7 +336,7 @@ t.test('sqlite: migrations set user_version and are not applied twice on reopen'
   );
 
   // A second migration run would fail on CREATE TABLE of an existing table.
-  const reopened = SqliteMetadataStore.open(file);
+  const reopened = openSqlite(file);
   t.teardown(() => reopened.close());
   t.same(await reopened.findUserById(user.id), user, 'the data is untouched');
   t.equal(
@@ -312,9 +356,9 @@ t.test('sqlite: migrations set user_version and are not applied twice on reopen'
 
 t.test('sqlite: a file from a newer schema is refused, not downgraded', async (t) => {
   const file = freshFile();
-  await SqliteMetadataStore.open(file).close();
+  await openSqlite(file).close();
   inspect(file, (db) => db.pragma(`user_version = ${SCHEMA_VERSION + 1}`));
-  t.throws(() => SqliteMetadataStore.open(file), { message: /newer than this build/ });
+  t.throws(() => SqliteMetadataDriver.open(file), { message: /newer than this build/ });
   t.equal(
     inspect(file, (db) => db.pragma('user_version', { simple: true })),
     SCHEMA_VERSION + 1,
@@ -323,7 +367,7 @@ t.test('sqlite: a file from a newer schema is refused, not downgraded', async (t
 
 t.test('sqlite: the file is in WAL mode', async (t) => {
   const file = freshFile();
-  const store = SqliteMetadataStore.open(file);
+  const store = openSqlite(file);
   t.teardown(() => store.close());
   t.equal(
     inspect(file, (db) => db.pragma('journal_mode', { simple: true })),
@@ -334,7 +378,7 @@ t.test('sqlite: the file is in WAL mode', async (t) => {
 
 t.test('sqlite: every lookup the store makes uses an index', async (t) => {
   const file = freshFile();
-  await SqliteMetadataStore.open(file).close();
+  await openSqlite(file).close();
   const plans = inspect(file, (db) => {
     const plan = (sql: string) =>
       db
@@ -359,16 +403,16 @@ t.test('sqlite: every lookup the store makes uses an index', async (t) => {
 
 t.test('sqlite: changesSince returns the committed changes in order, from any process', async (t) => {
   const file = freshFile();
-  const writer = SqliteMetadataStore.open(file);
+  const writer = openSqlite(file);
   // A second store on the same file stands in for another proxy process.
-  const reader = SqliteMetadataStore.open(file);
+  const reader = openSqlite(file);
   t.teardown(async () => {
     await writer.close();
     await reader.close();
   });
 
-  t.equal(reader.lastChangeSeq(), 0, 'no change yet');
-  t.same(reader.changesSince(0, 100), []);
+  t.equal(reader.driver.lastChangeSeq(), 0, 'no change yet');
+  t.same(reader.driver.changesSince(0, 100), []);
 
   const user = await writer.createUserWithOrg('changes@example.test', 'hash');
   const hash = randomBytes(32).toString('hex');
@@ -379,7 +423,7 @@ t.test('sqlite: changesSince returns the committed changes in order, from any pr
     keyHash: hash,
     apiKeyPrefix: 'agk_changes1...',
   });
-  t.equal(reader.lastChangeSeq(), 0, 'signup and agent creation invalidate no cache');
+  t.equal(reader.driver.lastChangeSeq(), 0, 'signup and agent creation invalidate no cache');
 
   await writer.setPolicy(agent.id, 'version: "1"\nrules: []\n');
   const credential = await writer.createCredential({
@@ -400,21 +444,21 @@ t.test('sqlite: changesSince returns the committed changes in order, from any pr
     { seq: 3, change: { kind: 'credential', orgId: user.orgId, hostname: 'api.example.com' } },
     { seq: 4, change: { kind: 'agent', agentId: agent.id, keyHash: hash } },
   ];
-  t.same(reader.changesSince(0, 100), expected);
-  t.same(reader.changesSince(0, 2), expected.slice(0, 2), 'limit caps the batch');
-  t.same(reader.changesSince(2, 100), expected.slice(2), 'only the changes after seq');
-  t.same(reader.changesSince(4, 100), []);
-  t.equal(reader.lastChangeSeq(), 4);
-  t.equal(writer.lastChangeSeq(), 4);
+  t.same(reader.driver.changesSince(0, 100), expected);
+  t.same(reader.driver.changesSince(0, 2), expected.slice(0, 2), 'limit caps the batch');
+  t.same(reader.driver.changesSince(2, 100), expected.slice(2), 'only the changes after seq');
+  t.same(reader.driver.changesSince(4, 100), []);
+  t.equal(reader.driver.lastChangeSeq(), 4);
+  t.equal(writer.driver.lastChangeSeq(), 4);
   t.equal(await reader.findAgentByKeyHash(hash), undefined, 'the other process reads the deletion too');
 
   t.equal(await writer.deleteAgent(user.orgId, agent.id), false);
-  t.equal(reader.lastChangeSeq(), 4, 'a delete that finds nothing records nothing');
+  t.equal(reader.driver.lastChangeSeq(), 4, 'a delete that finds nothing records nothing');
 });
 
 t.test('sqlite: change rows older than an hour are pruned on a later insert', async (t) => {
   const file = freshFile();
-  const store = SqliteMetadataStore.open(file);
+  const store = openSqlite(file);
   t.teardown(() => store.close());
   const twoHoursAgo = new Date(Date.now() - 2 * 60 * 60 * 1000).toISOString();
   const tenMinutesAgo = new Date(Date.now() - 10 * 60 * 1000).toISOString();
@@ -424,7 +468,7 @@ t.test('sqlite: change rows older than an hour are pruned on a later insert', as
     insert.run('policy', 'recent', tenMinutesAgo);
   });
   t.same(
-    store.changesSince(0, 10).map((entry) => entry.change),
+    store.driver.changesSince(0, 10).map((entry) => entry.change),
     [
       { kind: 'policy', agentId: 'stale' },
       { kind: 'policy', agentId: 'recent' },
@@ -441,15 +485,71 @@ t.test('sqlite: change rows older than an hour are pruned on a later insert', as
     queryParam: null,
     sealedValue: 'sealed',
   });
-  t.same(store.changesSince(0, 10), [
+  t.same(store.driver.changesSince(0, 10), [
     { seq: 2, change: { kind: 'policy', agentId: 'recent' } },
     { seq: 3, change: { kind: 'credential', orgId: user.orgId, hostname: 'api.example.com' } },
   ]);
-  t.equal(store.lastChangeSeq(), 3);
+  t.equal(store.driver.lastChangeSeq(), 3);
+});
+
+t.test('sqlite: a follower whose place in the log was pruned clears everything, then applies what follows', async (t) => {
+  const file = freshFile();
+  const follower = openSqlite(file);
+  const writer = openSqlite(file);
+  t.teardown(async () => {
+    await follower.close();
+    await writer.close();
+  });
+  const events: (MetadataChange | 'clear')[] = [];
+  follower.changes.subscribe({ apply: (change) => events.push(change), clear: () => events.push('clear') });
+  const errors: unknown[] = [];
+  // Long enough that the rows below come and go before the first poll.
+  await follower.changes.follow({ pollMs: 300, onError: (err) => errors.push(err) });
+
+  // Two rows the follower never reads: older than the log keeps, so the writer's next
+  // change (its first, so it prunes) deletes them.
+  const twoHoursAgo = new Date(Date.now() - 2 * 60 * 60 * 1000).toISOString();
+  inspect(file, (db) => {
+    const insert = db.prepare('INSERT INTO changes (kind, agent_id, at) VALUES (?, ?, ?)');
+    insert.run('policy', 'missed-1', twoHoursAgo);
+    insert.run('policy', 'missed-2', twoHoursAgo);
+  });
+  const user = await writer.createUserWithOrg('pruned@example.test', 'hash');
+  await writer.createCredential({
+    orgId: user.orgId,
+    name: 'k',
+    hostname: 'api.example.com',
+    credType: 'bearer',
+    headerName: null,
+    queryParam: null,
+    sealedValue: 'sealed',
+  });
+  t.same(writer.driver.changesSince(0, 10).map((entry) => entry.seq), [3], 'the rows the follower missed are gone');
+
+  for (const deadline = Date.now() + 5000; events.length < 2 && Date.now() < deadline; ) {
+    await new Promise((resolve) => setTimeout(resolve, 20));
+  }
+  t.same(events, ['clear', { kind: 'credential', orgId: user.orgId, hostname: 'api.example.com' }]);
+  t.same(errors, []);
+});
+
+t.test('sqlite: a path that cannot be opened as a database fails the open with StoreUnavailableError', async (t) => {
+  const file = path.join(dir, 'a-directory.db');
+  fs.mkdirSync(file);
+  const err = (() => {
+    try {
+      SqliteMetadataDriver.open(file);
+      return undefined;
+    } catch (e) {
+      return e;
+    }
+  })();
+  t.ok(err instanceof StoreUnavailableError, String(err));
+  t.match((err as Error).cause, { code: 'SQLITE_CANTOPEN' }, "the driver's error is the cause");
 });
 
 t.test('sqlite: setting the policy of an agent that does not exist is not_found', async (t) => {
-  const store = SqliteMetadataStore.open(freshFile());
+  const store = openSqlite(freshFile());
   t.teardown(() => store.close());
   const agentId = randomUUID();
   const err = await store.setPolicy(agentId, 'version: "1"\n').then(
@@ -459,11 +559,11 @@ t.test('sqlite: setting the policy of an agent that does not exist is not_found'
   t.ok(err instanceof GuardError);
   t.equal((err as GuardError).code, 'not_found');
   t.equal(await store.getPolicy(agentId), undefined);
-  t.equal(store.lastChangeSeq(), 0, 'the failed write recorded no change');
+  t.equal(store.driver.lastChangeSeq(), 0, 'the failed write recorded no change');
 });
 
 t.test('sqlite: ping answers while open; close is idempotent and ping then fails as unavailable', async (t) => {
-  const store = SqliteMetadataStore.open(freshFile());
+  const store = openSqlite(freshFile());
   t.equal(await store.ping(), undefined);
   await store.close();
   await store.close();
@@ -471,7 +571,7 @@ t.test('sqlite: ping answers while open; close is idempotent and ping then fails
 });
 
 t.test('sqlite: a throwing change listener is reported as a process warning', async (t) => {
-  const store = SqliteMetadataStore.open(freshFile());
+  const store = openSqlite(freshFile());
   t.teardown(() => store.close());
   const warnings: Error[] = [];
   const onWarning = (warning: Error) => warnings.push(warning);
@@ -479,9 +579,12 @@ t.test('sqlite: a throwing change listener is reported as a process warning', as
   t.teardown(() => {
     process.off('warning', onWarning);
   });
-  store.onChange(() => {
-    // Not an Error: listeners may throw anything.
-    throw 'plain string';
+  store.changes.subscribe({
+    apply() {
+      // Not an Error: listeners may throw anything.
+      throw 'plain string';
+    },
+    clear() {},
   });
   const user = await store.createUserWithOrg('warned@example.test', 'hash');
   await store.createCredential({
@@ -504,7 +607,7 @@ t.test('sqlite: a throwing change listener is reported as a process warning', as
 
 t.test('sqlite: errors other than the mapped constraint violations pass through unchanged', async (t) => {
   const file = freshFile();
-  const store = SqliteMetadataStore.open(file);
+  const store = openSqlite(file);
 
   const unknownOrg = await store
     .createCredential({
@@ -524,7 +627,7 @@ t.test('sqlite: errors other than the mapped constraint violations pass through 
   t.equal((unknownOrg as InstanceType<typeof Database.SqliteError>).code, 'SQLITE_CONSTRAINT_FOREIGNKEY');
 
   inspect(file, (db) => db.prepare("INSERT INTO changes (kind, at) VALUES ('agent', ?)").run(new Date().toISOString()));
-  t.throws(() => store.changesSince(0, 10), { message: 'Malformed change row 1 of kind agent.' });
+  t.throws(() => store.driver.changesSince(0, 10), { message: 'Malformed change row 1 of kind agent.' });
 
   await store.close();
   await t.rejects(store.createUserWithOrg('late@example.test', 'hash'), { name: 'TypeError', message: /not open/ });

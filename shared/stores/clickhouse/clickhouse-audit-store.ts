@@ -23,6 +23,7 @@ import {
 } from '../../audit/audit-codec.js';
 import type { AuditFilter, AuditRecord } from '../../types.js';
 import type { AuditPage, AuditReportData, AuditStore } from '../audit-store.js';
+import { guardBoundary, unreachableClassifier } from '../store-boundary.js';
 
 /** How many denied calls the report lists. */
 export const REPORT_RECENT_DENIED = 20;
@@ -44,6 +45,11 @@ const UUID_RE = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/
 
 type QueryParams = Record<string, string | number>;
 
+/** A server that refuses, drops or times out the connection cannot be reached. */
+const classify = unreachableClassifier('audit store', (err) =>
+  ['ECONNREFUSED', 'ECONNRESET', 'ETIMEDOUT'].includes(String((err as { code?: unknown } | null)?.code)),
+);
+
 export class ClickHouseAuditStore implements AuditStore {
   readonly #client: ClickHouseClient;
   /** Which engine this store reaches, for logs and health output. */
@@ -55,18 +61,23 @@ export class ClickHouseAuditStore implements AuditStore {
     this.backend = backend;
   }
 
+  /** The store returned, and opening, throw StoreUnavailableError when the server cannot be reached. */
   static async open(opts: ClickHouseAuditStoreOptions): Promise<ClickHouseAuditStore> {
     retentionDaysLiteral(opts.retentionDays);
-    const store = opts.url !== null
-      ? new ClickHouseAuditStore(await openHttpClient(opts.url), 'http')
-      : new ClickHouseAuditStore(await openChdbClient(join(opts.dataDir, 'chdb')), 'chdb');
     try {
-      await migrate(store.#client, opts.retentionDays);
+      const store = opts.url !== null
+        ? new ClickHouseAuditStore(await openHttpClient(opts.url), 'http')
+        : new ClickHouseAuditStore(await openChdbClient(join(opts.dataDir, 'chdb')), 'chdb');
+      try {
+        await migrate(store.#client, opts.retentionDays);
+      } catch (err) {
+        await store.close();
+        throw err;
+      }
+      return guardBoundary(store, classify);
     } catch (err) {
-      await store.close();
-      throw err;
+      throw classify(err);
     }
-    return store;
   }
 
   async insert(rows: readonly AuditRecord[], dedupToken?: string): Promise<void> {

@@ -1,6 +1,6 @@
-// The metadata store over MongoDB (driver v6), for split mode: any number of proxy
-// processes and one admin process share one database. It behaves as the SQLite store
-// does (same records, same conflicts, same change events, same `changes` log) and
+// The metadata driver over MongoDB (driver v6), for split mode: any number of proxy
+// processes and one admin process share one database. It stores what the SQLite
+// driver stores (same rows, same refusals, same `changes` log) and the core over it
 // passes the same contract suite (test/integration/metadata-store.contract.ts).
 //
 // Two kinds of deployment, told apart once at open by the `hello` reply:
@@ -14,13 +14,12 @@
 //   once; at worst an unreachable policy stays), a signup whose user insert fails
 //   removes its org, a policy set for an agent deleted meanwhile is removed again. A
 //   failure between a write and its `changes` entry loses that invalidation: other
-//   processes then hold the stale entry until their cache TTL. Callers poll
+//   processes then hold the stale entry until their cache TTL. Followers poll
 //   `changesSince`.
 //
-// Documents use `_id` = the record's UUID string and snake_case fields, as the SQLite
-// columns; timestamps are ISO 8601 strings, except `changes.at`, which is a BSON Date
-// because a TTL index only expires Date values.
-import { randomUUID } from 'node:crypto';
+// Documents are the core's rows with `_id` = the record's UUID string; timestamps are
+// ISO 8601 strings, except `changes.at`, which is a BSON Date because a TTL index only
+// expires Date values.
 import {
   type ChangeStream,
   type ChangeStreamInsertDocument,
@@ -29,13 +28,30 @@ import {
   type Db,
   type Document,
   MongoClient,
+  MongoNetworkError,
+  MongoNotConnectedError,
   MongoServerError,
+  MongoServerSelectionError,
   ObjectId,
   type TransactionOptions,
 } from 'mongodb';
-import { GuardError } from '../../errors.js';
-import type { Agent, CredType, Credential, LogOutputs, MetadataChange, PolicyRecord, SealedCredential, User } from '../../types.js';
-import type { MetadataStore, NewAgent, NewCredential } from '../metadata-store.js';
+import type { MetadataChange } from '../../types.js';
+import type { ChangeEntry } from '../change-feed.js';
+import {
+  changeEntry,
+  changeRow,
+  type AgentRow,
+  type ChangeRow,
+  type CredentialRow,
+  type MetadataDriver,
+  type NewAgentRow,
+  type OrgRow,
+  type PolicyRow,
+  type Refusal,
+  type SealedCredentialRow,
+  type UserRow,
+} from '../metadata-driver.js';
+import { guardBoundary, unreachableClassifier } from '../store-boundary.js';
 
 /** The database used when neither `open`'s argument nor the URL's path names one. */
 export const DEFAULT_DATABASE = 'tool_call_guard';
@@ -77,8 +93,8 @@ const COLLECTIONS = ['orgs', 'users', 'agents', 'credentials', 'policies', 'chan
 type CollectionName = (typeof COLLECTIONS)[number];
 
 /**
- * Document validators, applied when the store creates a collection: the enum checks
- * of the SQLite schema, which the read mappers below rely on.
+ * Document validators, applied when the driver creates a collection: the enum checks
+ * of the SQLite schema, which the core's read mappers rely on.
  */
 const VALIDATORS: Partial<Record<CollectionName, Document>> = {
   agents: {
@@ -104,48 +120,16 @@ const VALIDATORS: Partial<Record<CollectionName, Document>> = {
   },
 };
 
-interface OrgDoc {
-  _id: string;
-  name: string;
-  created_at: string;
-}
-
-interface UserDoc {
-  _id: string;
-  org_id: string;
-  email: string;
-  password_hash: string;
-  created_at: string;
-}
+/** A row as stored: its `id` is the document's `_id`. */
+type Doc<R extends { id: string }> = Omit<R, 'id'> & { _id: string };
 
 /**
  * `insert_order` breaks ties between records created in the same millisecond, as
  * SQLite's rowid does: an ObjectId's trailing counter increases with every id a process
  * makes, so one process's records list in the order it created them.
  */
-interface AgentDoc {
-  _id: string;
-  org_id: string;
-  name: string;
-  log_outputs: string;
-  key_hash: string;
-  api_key_prefix: string;
-  created_at: string;
-  insert_order: ObjectId;
-}
-
-interface CredentialDoc {
-  _id: string;
-  org_id: string;
-  name: string;
-  hostname: string;
-  cred_type: string;
-  header_name: string | null;
-  query_param: string | null;
-  sealed_value: string;
-  created_at: string;
-  insert_order: ObjectId;
-}
+type AgentDoc = Doc<NewAgentRow> & { insert_order: ObjectId };
+type CredentialDoc = Doc<SealedCredentialRow> & { insert_order: ObjectId };
 
 /** `_id` is the agent id: one policy per agent. */
 interface PolicyDoc {
@@ -155,25 +139,11 @@ interface PolicyDoc {
 }
 
 /** `_id` is left to the driver (an ObjectId); `seq` has its own unique index. */
-interface ChangeDoc {
-  seq: number;
-  kind: string;
-  agent_id: string | null;
-  key_hash: string | null;
-  org_id: string | null;
-  hostname: string | null;
-  at: Date;
-}
+type ChangeDoc = ChangeRow & { seq: number; at: Date };
 
 interface CounterDoc {
   _id: string;
   seq: number;
-}
-
-/** One entry of the `changes` log. */
-export interface ChangeEntry {
-  seq: number;
-  change: MetadataChange;
 }
 
 const CHANGES_COUNTER = 'changes';
@@ -183,11 +153,25 @@ const CREDENTIAL_PROJECTION = { sealed_value: 0 } as const;
 /** Oldest first; see AgentDoc.insert_order. */
 const CREATION_ORDER = { created_at: 1, insert_order: 1 } as const;
 
-export class MongoMetadataStore implements MetadataStore {
+/**
+ * The failures that mean the server cannot be reached: no server selectable, the
+ * connection lost or timed out, the client not connected; and the socket errors
+ * beneath them.
+ */
+const classify = unreachableClassifier(
+  'metadata database',
+  (err) =>
+    err instanceof MongoNetworkError ||
+    err instanceof MongoServerSelectionError ||
+    err instanceof MongoNotConnectedError ||
+    ['ECONNREFUSED', 'ECONNRESET', 'ETIMEDOUT'].includes(String((err as { code?: unknown } | null)?.code)),
+);
+
+export class MongoMetadataDriver implements MetadataDriver {
   readonly #client: MongoClient;
   readonly #db: Db;
-  readonly #orgs: Collection<OrgDoc>;
-  readonly #users: Collection<UserDoc>;
+  readonly #orgs: Collection<Doc<OrgRow>>;
+  readonly #users: Collection<Doc<UserRow>>;
   readonly #agents: Collection<AgentDoc>;
   readonly #credentials: Collection<CredentialDoc>;
   readonly #policies: Collection<PolicyDoc>;
@@ -195,20 +179,19 @@ export class MongoMetadataStore implements MetadataStore {
   readonly #counters: Collection<CounterDoc>;
   /** A replica set or sharded cluster: transactions and change streams work. */
   readonly #replicated: boolean;
-  readonly #listeners = new Set<(change: MetadataChange) => void>();
   readonly #streams = new Set<ChangeStream<ChangeDoc, ChangeStreamInsertDocument<ChangeDoc>>>();
   #closing: Promise<void> | undefined;
 
   private constructor(client: MongoClient, db: Db, replicated: boolean) {
     this.#client = client;
     this.#db = db;
-    this.#orgs = db.collection<OrgDoc>('orgs');
-    this.#users = db.collection<UserDoc>('users');
-    this.#agents = db.collection<AgentDoc>('agents');
-    this.#credentials = db.collection<CredentialDoc>('credentials');
-    this.#policies = db.collection<PolicyDoc>('policies');
-    this.#changes = db.collection<ChangeDoc>('changes');
-    this.#counters = db.collection<CounterDoc>('counters');
+    this.#orgs = db.collection('orgs');
+    this.#users = db.collection('users');
+    this.#agents = db.collection('agents');
+    this.#credentials = db.collection('credentials');
+    this.#policies = db.collection('policies');
+    this.#changes = db.collection('changes');
+    this.#counters = db.collection('counters');
     this.#replicated = replicated;
   }
 
@@ -219,9 +202,10 @@ export class MongoMetadataStore implements MetadataStore {
    * The database is `database` when given (tests use a fresh one per run), else the
    * URL's path (`mongodb://host/<database>`), else `tool_call_guard`. Wire compression:
    * zstd when the server offers it, else zlib (the server picks the first of the
-   * client's list it supports).
+   * client's list it supports). The driver returned throws StoreUnavailableError when
+   * the server cannot be reached, and so does opening.
    */
-  static async open(url: string, database?: string): Promise<MongoMetadataStore> {
+  static async open(url: string, database?: string): Promise<MongoMetadataDriver> {
     const client = new MongoClient(url, {
       appName: 'tool-call-guard',
       compressors: ['zstd', 'zlib'],
@@ -240,10 +224,10 @@ export class MongoMetadataStore implements MetadataStore {
       await ignoreDuplicateKey(
         db.collection<CounterDoc>('counters').updateOne({ _id: CHANGES_COUNTER }, { $setOnInsert: { seq: 0 } }, { upsert: true }),
       );
-      return new MongoMetadataStore(client, db, replicated);
+      return guardBoundary(new MongoMetadataDriver(client, db, replicated), classify);
     } catch (err) {
       await client.close().catch(() => {});
-      throw err;
+      throw classify(err);
     }
   }
 
@@ -252,209 +236,121 @@ export class MongoMetadataStore implements MetadataStore {
     return this.#replicated;
   }
 
-  async createUserWithOrg(email: string, passwordHash: string): Promise<User> {
-    const user: User = { id: randomUUID(), orgId: randomUUID(), email, passwordHash, createdAt: new Date().toISOString() };
-    // The org is named after its owner's email until orgs can be renamed.
-    const org: OrgDoc = { _id: user.orgId, name: user.email, created_at: user.createdAt };
-    const userDoc: UserDoc = {
-      _id: user.id,
-      org_id: user.orgId,
-      email: user.email,
-      password_hash: user.passwordHash,
-      created_at: user.createdAt,
-    };
-    await this.#write(async (session) => {
-      await this.#orgs.insertOne(org, { session });
+  async insertUserWithOrg(org: OrgRow, user: UserRow): Promise<'written' | 'unique_violation'> {
+    return this.#write<'written', 'unique_violation'>(async (session) => {
+      await this.#orgs.insertOne(docOf(org), { session });
       try {
-        await this.#users.insertOne(userDoc, { session });
+        await this.#users.insertOne(docOf(user), { session });
       } catch (err) {
         if (!isDuplicateKey(err)) throw err;
         // In a transaction the org goes with the abort; without one it is already in,
         // and would be an org without users.
-        if (session === undefined) await this.#orgs.deleteOne({ _id: org._id });
-        throw new GuardError('conflict', 'An account with that email already exists.');
+        if (session === undefined) await this.#orgs.deleteOne({ _id: org.id });
+        throw new Refused('unique_violation');
       }
+      return 'written';
     });
-    return user;
   }
 
-  async findUserByEmail(email: string): Promise<User | undefined> {
-    const doc = await this.#users.findOne({ email });
-    return doc === null ? undefined : toUser(doc);
+  async userByEmail(email: string): Promise<UserRow | undefined> {
+    return rowOf(await this.#users.findOne({ email }));
   }
 
-  async findUserById(id: string): Promise<User | undefined> {
-    const doc = await this.#users.findOne({ _id: id });
-    return doc === null ? undefined : toUser(doc);
+  async userById(id: string): Promise<UserRow | undefined> {
+    return rowOf(await this.#users.findOne({ _id: id }));
   }
 
-  async createAgent(agent: NewAgent): Promise<Agent> {
-    const created: Agent = {
-      id: randomUUID(),
-      orgId: agent.orgId,
-      name: agent.name,
-      apiKeyPrefix: agent.apiKeyPrefix,
-      logOutputs: agent.logOutputs,
-      createdAt: new Date().toISOString(),
-    };
-    // A duplicate key hash (a 240-bit collision) passes through as the driver's
-    // error, as SQLite's constraint error does.
-    await this.#agents.insertOne({
-      _id: created.id,
-      org_id: created.orgId,
-      name: created.name,
-      log_outputs: created.logOutputs,
-      key_hash: agent.keyHash,
-      api_key_prefix: created.apiKeyPrefix,
-      created_at: created.createdAt,
-      insert_order: new ObjectId(),
-    });
-    return created;
+  async insertAgent(row: NewAgentRow): Promise<void> {
+    await this.#agents.insertOne({ ...docOf(row), insert_order: new ObjectId() });
   }
 
-  async listAgents(orgId: string): Promise<Agent[]> {
+  async agentsByOrg(orgId: string): Promise<AgentRow[]> {
     const docs = await this.#agents.find({ org_id: orgId }, { projection: AGENT_PROJECTION, sort: CREATION_ORDER }).toArray();
-    return docs.map(toAgent);
+    return docs.map((doc) => rowOf(doc));
   }
 
-  async getAgent(orgId: string, agentId: string): Promise<Agent | undefined> {
-    const doc = await this.#agents.findOne({ _id: agentId, org_id: orgId }, { projection: AGENT_PROJECTION });
-    return doc === null ? undefined : toAgent(doc);
+  async agentInOrg(orgId: string, agentId: string): Promise<AgentRow | undefined> {
+    return rowOf(await this.#agents.findOne({ _id: agentId, org_id: orgId }, { projection: AGENT_PROJECTION }));
   }
 
-  async findAgentByKeyHash(keyHash: string): Promise<Agent | undefined> {
-    const doc = await this.#agents.findOne({ key_hash: keyHash }, { projection: AGENT_PROJECTION });
-    return doc === null ? undefined : toAgent(doc);
+  async agentByKeyHash(keyHash: string): Promise<AgentRow | undefined> {
+    return rowOf(await this.#agents.findOne({ key_hash: keyHash }, { projection: AGENT_PROJECTION }));
   }
 
-  async deleteAgent(orgId: string, agentId: string): Promise<boolean> {
-    const change = await this.#write(async (session): Promise<MetadataChange | undefined> => {
+  async deleteAgentInOrg(orgId: string, agentId: string, changeOf: (keyHash: string) => MetadataChange): Promise<MetadataChange | undefined> {
+    return this.#write<MetadataChange | undefined>(async (session) => {
       // The agent goes first: without a transaction, its key stops resolving before
       // anything else happens, and a crash after this leaves only an unreachable policy.
-      const doc = await this.#agents.findOneAndDelete(
-        { _id: agentId, org_id: orgId },
-        { projection: { key_hash: 1 }, session },
-      );
+      const doc = await this.#agents.findOneAndDelete({ _id: agentId, org_id: orgId }, { projection: { key_hash: 1 }, session });
       if (doc === null) return undefined;
       await this.#policies.deleteOne({ _id: agentId }, { session });
-      const deleted: MetadataChange = { kind: 'agent', agentId, keyHash: doc.key_hash };
-      await this.#recordChange(deleted, session);
-      return deleted;
+      return this.#recordChange(changeOf(doc.key_hash), session);
     });
-    if (change === undefined) return false;
-    this.#notify(change);
-    return true;
   }
 
-  async createCredential(credential: NewCredential): Promise<Credential> {
-    const created: Credential = {
-      id: randomUUID(),
-      orgId: credential.orgId,
-      name: credential.name,
-      hostname: credential.hostname,
-      credType: credential.credType,
-      headerName: credential.headerName,
-      queryParam: credential.queryParam,
-      createdAt: new Date().toISOString(),
-    };
-    const doc: CredentialDoc = {
-      _id: created.id,
-      org_id: created.orgId,
-      name: created.name,
-      hostname: created.hostname,
-      cred_type: created.credType,
-      header_name: created.headerName,
-      query_param: created.queryParam,
-      sealed_value: credential.sealedValue,
-      created_at: created.createdAt,
-      insert_order: new ObjectId(),
-    };
-    const change: MetadataChange = { kind: 'credential', orgId: created.orgId, hostname: created.hostname };
-    await this.#write(async (session) => {
+  async insertCredential(row: SealedCredentialRow, change: MetadataChange): Promise<'written' | 'unique_violation'> {
+    return this.#write<'written', 'unique_violation'>(async (session) => {
       try {
-        await this.#credentials.insertOne(doc, { session });
+        await this.#credentials.insertOne({ ...docOf(row), insert_order: new ObjectId() }, { session });
       } catch (err) {
         // Mapped here, not around the whole write: only this insert's duplicate is
         // the org's hostname being taken.
-        if (isDuplicateKey(err)) throw new GuardError('conflict', 'A credential for that hostname already exists.');
+        if (isDuplicateKey(err)) throw new Refused('unique_violation');
         throw err;
       }
       await this.#recordChange(change, session);
+      return 'written';
     });
-    // A proxy may hold a cached "no credential for this host".
-    this.#notify(change);
-    return created;
   }
 
-  async listCredentials(orgId: string): Promise<Credential[]> {
+  async credentialsByOrg(orgId: string): Promise<CredentialRow[]> {
     const docs = await this.#credentials
       .find({ org_id: orgId }, { projection: CREDENTIAL_PROJECTION, sort: CREATION_ORDER })
       .toArray();
-    return docs.map(toCredential);
+    return docs.map((doc) => rowOf(doc));
   }
 
-  async deleteCredential(orgId: string, credentialId: string): Promise<boolean> {
-    const change = await this.#write(async (session): Promise<MetadataChange | undefined> => {
-      const doc = await this.#credentials.findOneAndDelete(
-        { _id: credentialId, org_id: orgId },
-        { projection: { hostname: 1 }, session },
-      );
+  async credentialForHost(orgId: string, hostname: string): Promise<SealedCredentialRow | undefined> {
+    return rowOf(await this.#credentials.findOne({ org_id: orgId, hostname }));
+  }
+
+  async deleteCredentialInOrg(orgId: string, credentialId: string, changeOf: (hostname: string) => MetadataChange): Promise<MetadataChange | undefined> {
+    return this.#write<MetadataChange | undefined>(async (session) => {
+      const doc = await this.#credentials.findOneAndDelete({ _id: credentialId, org_id: orgId }, { projection: { hostname: 1 }, session });
       if (doc === null) return undefined;
-      const deleted: MetadataChange = { kind: 'credential', orgId, hostname: doc.hostname };
-      await this.#recordChange(deleted, session);
-      return deleted;
+      return this.#recordChange(changeOf(doc.hostname), session);
     });
-    if (change === undefined) return false;
-    this.#notify(change);
-    return true;
   }
 
-  async findCredentialForHost(orgId: string, hostname: string): Promise<SealedCredential | undefined> {
-    const doc = await this.#credentials.findOne({ org_id: orgId, hostname });
-    return doc === null ? undefined : { ...toCredential(doc), sealedValue: doc.sealed_value };
-  }
-
-  async getPolicy(agentId: string): Promise<PolicyRecord | undefined> {
+  async policyByAgent(agentId: string): Promise<PolicyRow | undefined> {
     const doc = await this.#policies.findOne({ _id: agentId });
-    return doc === null ? undefined : { agentId: doc._id, rulesYaml: doc.rules_yaml, updatedAt: doc.updated_at };
+    return doc === null ? undefined : { agent_id: doc._id, rules_yaml: doc.rules_yaml, updated_at: doc.updated_at };
   }
 
-  /** Throws GuardError('not_found') when the agent does not exist (e.g. deleted meanwhile). */
-  async setPolicy(agentId: string, rulesYaml: string): Promise<PolicyRecord> {
-    const policy: PolicyRecord = { agentId, rulesYaml, updatedAt: new Date().toISOString() };
-    const change: MetadataChange = { kind: 'policy', agentId };
-    await this.#write(async (session) => {
+  async upsertPolicy(row: PolicyRow, change: MetadataChange): Promise<'written' | 'missing_parent'> {
+    const agentId = row.agent_id;
+    const outcome = await this.#write<'written', 'missing_parent'>(async (session) => {
       // SQLite's foreign key, by hand. In a transaction a concurrent deleteAgent
       // conflicts with this one on the change counter, so one of them sees the other.
-      if (!(await this.#agentExists(agentId, session))) throw new GuardError('not_found', 'Agent not found.');
+      if (!(await this.#agentExists(agentId, session))) throw new Refused('missing_parent');
       await this.#policies.updateOne(
         { _id: agentId },
-        { $set: { rules_yaml: policy.rulesYaml, updated_at: policy.updatedAt } },
+        { $set: { rules_yaml: row.rules_yaml, updated_at: row.updated_at } },
         { upsert: true, session },
       );
       await this.#recordChange(change, session);
+      return 'written';
     });
-    if (!this.#replicated && !(await this.#agentExists(agentId, undefined))) {
+    if (outcome === 'written' && !this.#replicated && !(await this.#agentExists(agentId, undefined))) {
       // Without a transaction the agent may have been deleted between the check and
       // the upsert: remove the orphan and answer as if the delete had come first.
       await this.#policies.deleteOne({ _id: agentId });
-      throw new GuardError('not_found', 'Agent not found.');
+      return 'missing_parent';
     }
-    this.#notify(change);
-    return policy;
-  }
-
-  onChange(listener: (change: MetadataChange) => void): () => void {
-    this.#listeners.add(listener);
-    return () => {
-      this.#listeners.delete(listener);
-    };
+    return outcome;
   }
 
   /**
-   * The changes committed by any process after `seq`, oldest first, at most `limit`.
-   * Async, unlike SQLite's synchronous method: callers `await` it either way.
-   *
    * The answer stops before a missing seq younger than CHANGE_GAP_GRACE_MS (a write
    * still in flight), so a poller that remembers the last seq it was given never skips
    * one. Entries older than an hour are expired by the TTL index, so a poller that fell
@@ -463,24 +359,18 @@ export class MongoMetadataStore implements MetadataStore {
   async changesSince(seq: number, limit: number): Promise<ChangeEntry[]> {
     // MongoDB reads limit 0 as "no limit"; SQLite's LIMIT 0 returns nothing.
     if (limit <= 0) return [];
-    const docs = await this.#changes
-      .find({ seq: { $gt: seq } }, { projection: { _id: 0 }, sort: { seq: 1 }, limit })
-      .toArray();
+    const docs = await this.#changes.find({ seq: { $gt: seq } }, { projection: { _id: 0 }, sort: { seq: 1 }, limit }).toArray();
     const settledBefore = Date.now() - CHANGE_GAP_GRACE_MS;
     const entries: ChangeEntry[] = [];
     let expected = seq + 1;
     for (const doc of docs) {
       if (doc.seq !== expected && doc.at.getTime() > settledBefore) break;
-      entries.push({ seq: doc.seq, change: toChange(doc) });
+      entries.push(changeEntry(doc.seq, doc));
       expected = doc.seq + 1;
     }
     return entries;
   }
 
-  /**
-   * The highest change seq ever issued in this database (0 when none): a poller's
-   * starting point. Async, unlike SQLite's synchronous method.
-   */
   async lastChangeSeq(): Promise<number> {
     const counter = await this.#counters.findOne({ _id: CHANGES_COUNTER });
     return counter?.seq ?? 0;
@@ -489,17 +379,14 @@ export class MongoMetadataStore implements MetadataStore {
   /**
    * Delivers every change any process commits from now on, in seq order, through a
    * change stream on `changes`. Returns a stop function. On a standalone server (see
-   * `canWatchChanges`) it delivers nothing and the caller polls `changesSince`. A
-   * change committed before the stream starts is not delivered: call `changesSince`
-   * once after subscribing. When the stream fails for good (the driver already resumes
-   * it once after a network error), `onError` hears why and the caller falls back to
-   * polling.
+   * `canWatchChanges`) it delivers nothing and followers poll `changesSince`. A change
+   * committed before the stream starts is not delivered: read `changesSince` once after
+   * subscribing. When the stream fails for good (the driver already resumes it once
+   * after a network error), `onError` hears why.
    */
-  watchChanges(onChange: (entry: ChangeEntry) => void, onError?: (err: Error) => void): () => void {
+  watchChanges(onEntry: (entry: ChangeEntry) => void, onError: (err: unknown) => void): () => void {
     if (!this.#replicated || this.#closing !== undefined) return () => {};
-    const stream = this.#changes.watch<ChangeDoc, ChangeStreamInsertDocument<ChangeDoc>>([
-      { $match: { operationType: 'insert' } },
-    ]);
+    const stream = this.#changes.watch<ChangeDoc, ChangeStreamInsertDocument<ChangeDoc>>([{ $match: { operationType: 'insert' } }]);
     this.#streams.add(stream);
     const stop = () => {
       if (this.#streams.delete(stream)) void stream.close().catch(() => {});
@@ -507,33 +394,25 @@ export class MongoMetadataStore implements MetadataStore {
     stream.on('change', (event) => {
       let entry: ChangeEntry;
       try {
-        entry = { seq: event.fullDocument.seq, change: toChange(event.fullDocument) };
+        entry = changeEntry(event.fullDocument.seq, event.fullDocument);
       } catch (err) {
         // A malformed entry is skipped, not fatal: the ones after it still matter.
         process.emitWarning(err instanceof Error ? err : new Error(String(err)));
         return;
       }
-      try {
-        onChange(entry);
-      } catch (err) {
-        warnListenerThrew(entry.change, err);
-      }
+      onEntry(entry);
     });
     // Without an 'error' listener an EventEmitter error would crash the process.
     stream.on('error', (err) => {
       const ours = this.#streams.has(stream);
       stop();
-      if (ours && onError !== undefined) onError(err);
+      if (ours) onError(classify(err));
     });
     return stop;
   }
 
   async ping(): Promise<void> {
-    try {
-      await this.#db.command({ ping: 1 });
-    } catch {
-      throw new GuardError('unavailable', 'The metadata database is not available.');
-    }
+    await this.#db.command({ ping: 1 });
   }
 
   async close(): Promise<void> {
@@ -549,15 +428,22 @@ export class MongoMetadataStore implements MetadataStore {
   /**
    * Runs `work` in a transaction on a replica set or sharded cluster, else directly.
    * `withTransaction` may run `work` more than once (transient conflicts), so `work`
-   * has no effect outside the database; listeners are told after this resolves.
+   * has no effect outside the database. A Refused thrown by `work` aborts the
+   * transaction and is answered as its refusal.
    */
-  async #write<T>(work: (session: ClientSession | undefined) => Promise<T>): Promise<T> {
-    if (!this.#replicated) return work(undefined);
-    const session = this.#client.startSession();
+  async #write<T, R extends Refusal = never>(work: (session: ClientSession | undefined) => Promise<T>): Promise<T | R> {
     try {
-      return await session.withTransaction((txn) => work(txn), TRANSACTION_OPTIONS);
-    } finally {
-      await session.endSession();
+      if (!this.#replicated) return await work(undefined);
+      const session = this.#client.startSession();
+      try {
+        return await session.withTransaction((txn) => work(txn), TRANSACTION_OPTIONS);
+      } finally {
+        await session.endSession();
+      }
+    } catch (err) {
+      // `work` throws only the refusals its caller names in R.
+      if (err instanceof Refused) return err.refusal as R;
+      throw err;
     }
   }
 
@@ -566,61 +452,35 @@ export class MongoMetadataStore implements MetadataStore {
   }
 
   /** Appends a change entry; inside the mutation's transaction when there is one. */
-  async #recordChange(change: MetadataChange, session: ClientSession | undefined): Promise<void> {
+  async #recordChange(change: MetadataChange, session: ClientSession | undefined): Promise<MetadataChange> {
     const counter = await this.#counters.findOneAndUpdate(
       { _id: CHANGES_COUNTER },
       { $inc: { seq: 1 } },
       { upsert: true, returnDocument: 'after', session },
     );
     if (counter === null) throw new Error('The change counter upsert returned no document.');
-    const entry: ChangeDoc = {
-      seq: counter.seq,
-      kind: change.kind,
-      agent_id: null,
-      key_hash: null,
-      org_id: null,
-      hostname: null,
-      at: new Date(),
-    };
-    switch (change.kind) {
-      case 'agent':
-        entry.agent_id = change.agentId;
-        entry.key_hash = change.keyHash;
-        break;
-      case 'policy':
-        entry.agent_id = change.agentId;
-        break;
-      case 'credential':
-        entry.org_id = change.orgId;
-        entry.hostname = change.hostname;
-        break;
-    }
-    await this.#changes.insertOne(entry, { session });
-  }
-
-  /**
-   * Tells in-process listeners, after the commit. The mutation has happened whatever a
-   * listener does, so a throwing listener neither skips the others nor fails the call;
-   * its error is surfaced as a process warning.
-   */
-  #notify(change: MetadataChange): void {
-    for (const listener of this.#listeners) {
-      try {
-        listener(change);
-      } catch (err) {
-        warnListenerThrew(change, err);
-      }
-    }
+    await this.#changes.insertOne({ ...changeRow(change), seq: counter.seq, at: new Date() }, { session });
+    return change;
   }
 }
 
-function warnListenerThrew(change: MetadataChange, err: unknown): void {
-  const warning = new Error(
-    `A metadata change listener threw (the ${change.kind} change is committed): ${err instanceof Error ? err.message : String(err)}`,
-    { cause: err },
-  );
-  warning.name = 'MetadataChangeListenerWarning';
-  process.emitWarning(warning);
+/** Thrown inside a write to abort its transaction; #write answers with the refusal. */
+class Refused extends Error {
+  constructor(readonly refusal: Refusal) {
+    super(refusal);
+  }
+}
+
+function docOf<R extends { id: string }>({ id, ...rest }: R): Omit<R, 'id'> & { _id: string } {
+  return { ...rest, _id: id };
+}
+
+function rowOf<D extends { _id: string }>(doc: D): Omit<D, '_id'> & { id: string };
+function rowOf<D extends { _id: string }>(doc: D | null): (Omit<D, '_id'> & { id: string }) | undefined;
+function rowOf<D extends { _id: string }>(doc: D | null): (Omit<D, '_id'> & { id: string }) | undefined {
+  if (doc === null) return undefined;
+  const { _id, ...rest } = doc;
+  return { ...rest, id: _id };
 }
 
 /**
@@ -723,45 +583,4 @@ async function ignoreDuplicateKey(write: Promise<unknown>): Promise<void> {
   } catch (err) {
     if (!isDuplicateKey(err)) throw err;
   }
-}
-
-function toUser(doc: UserDoc): User {
-  return { id: doc._id, orgId: doc.org_id, email: doc.email, passwordHash: doc.password_hash, createdAt: doc.created_at };
-}
-
-function toAgent(doc: AgentDoc): Agent {
-  return {
-    id: doc._id,
-    orgId: doc.org_id,
-    name: doc.name,
-    apiKeyPrefix: doc.api_key_prefix,
-    // The collection's validator admits only LogOutputs values.
-    logOutputs: doc.log_outputs as LogOutputs,
-    createdAt: doc.created_at,
-  };
-}
-
-function toCredential(doc: CredentialDoc): Credential {
-  return {
-    id: doc._id,
-    orgId: doc.org_id,
-    name: doc.name,
-    hostname: doc.hostname,
-    // The collection's validator admits only CredType values.
-    credType: doc.cred_type as CredType,
-    headerName: doc.header_name ?? null,
-    queryParam: doc.query_param ?? null,
-    createdAt: doc.created_at,
-  };
-}
-
-function toChange(doc: ChangeDoc): MetadataChange {
-  if (doc.kind === 'agent' && typeof doc.agent_id === 'string' && typeof doc.key_hash === 'string') {
-    return { kind: 'agent', agentId: doc.agent_id, keyHash: doc.key_hash };
-  }
-  if (doc.kind === 'policy' && typeof doc.agent_id === 'string') return { kind: 'policy', agentId: doc.agent_id };
-  if (doc.kind === 'credential' && typeof doc.org_id === 'string' && typeof doc.hostname === 'string') {
-    return { kind: 'credential', orgId: doc.org_id, hostname: doc.hostname };
-  }
-  throw new Error(`Malformed change entry ${doc.seq} of kind ${doc.kind}.`);
 }

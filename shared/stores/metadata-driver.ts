@@ -1,0 +1,142 @@
+// What a metadata driver does for the core (metadata-store.ts): I/O and transactions,
+// nothing else. The core builds every record, id, timestamp and change, maps rows to
+// records and refusals to the contract's errors, and tells subscribers; a driver
+// stores rows, appends each change to its change log in the transaction of the write
+// that made it, reports the refusals the contract names as values, and throws
+// StoreUnavailableError (store-boundary.ts) when its database cannot be reached.
+//
+// Rows carry the SQLite columns' snake_case names, which the MongoDB documents share
+// (with `_id` for `id`). SQLite answers synchronously and MongoDB with promises: the
+// core awaits either.
+import type { MetadataChange } from '../types.js';
+import type { ChangeEntry, ChangeLog } from './change-feed.js';
+
+type Awaitable<T> = T | Promise<T>;
+
+export interface OrgRow {
+  id: string;
+  name: string;
+  created_at: string;
+}
+
+export interface UserRow {
+  id: string;
+  org_id: string;
+  email: string;
+  password_hash: string;
+  created_at: string;
+}
+
+export interface AgentRow {
+  id: string;
+  org_id: string;
+  name: string;
+  log_outputs: string;
+  api_key_prefix: string;
+  created_at: string;
+}
+
+/** The key hash is written, and looked up by, but never read back. */
+export interface NewAgentRow extends AgentRow {
+  key_hash: string;
+}
+
+export interface CredentialRow {
+  id: string;
+  org_id: string;
+  name: string;
+  hostname: string;
+  cred_type: string;
+  header_name: string | null;
+  query_param: string | null;
+  created_at: string;
+}
+
+export interface SealedCredentialRow extends CredentialRow {
+  sealed_value: string;
+}
+
+export interface PolicyRow {
+  agent_id: string;
+  rules_yaml: string;
+  updated_at: string;
+}
+
+/** A change as the log holds it: one nullable column for each field of any kind. */
+export interface ChangeRow {
+  kind: string;
+  agent_id: string | null;
+  key_hash: string | null;
+  org_id: string | null;
+  hostname: string | null;
+}
+
+/** The refusals the contract answers with its own errors; anything else is thrown. */
+export type Refusal = 'unique_violation' | 'missing_parent';
+
+export interface MetadataDriver extends ChangeLog {
+  /** Both rows in one transaction; 'unique_violation' (and neither row kept) when the email is taken. */
+  insertUserWithOrg(org: OrgRow, user: UserRow): Awaitable<'written' | 'unique_violation'>;
+  userByEmail(email: string): Awaitable<UserRow | undefined>;
+  userById(id: string): Awaitable<UserRow | undefined>;
+
+  /** A duplicate key hash (a 240-bit collision) is thrown as the driver's own error. */
+  insertAgent(row: NewAgentRow): Awaitable<void>;
+  /** Oldest first; agents created in one millisecond in the order they were inserted. */
+  agentsByOrg(orgId: string): Awaitable<AgentRow[]>;
+  agentInOrg(orgId: string, agentId: string): Awaitable<AgentRow | undefined>;
+  agentByKeyHash(keyHash: string): Awaitable<AgentRow | undefined>;
+  /**
+   * Deletes the org's agent and its policy and appends `changeOf(its key hash)`, in one
+   * transaction. The change it appended, or undefined when the org has no such agent.
+   */
+  deleteAgentInOrg(orgId: string, agentId: string, changeOf: (keyHash: string) => MetadataChange): Awaitable<MetadataChange | undefined>;
+
+  /** The row and `change` in one transaction; 'unique_violation' when the org has the hostname. */
+  insertCredential(row: SealedCredentialRow, change: MetadataChange): Awaitable<'written' | 'unique_violation'>;
+  /** Oldest first, as agentsByOrg. */
+  credentialsByOrg(orgId: string): Awaitable<CredentialRow[]>;
+  credentialForHost(orgId: string, hostname: string): Awaitable<SealedCredentialRow | undefined>;
+  /** As deleteAgentInOrg, with the credential's hostname. */
+  deleteCredentialInOrg(orgId: string, credentialId: string, changeOf: (hostname: string) => MetadataChange): Awaitable<MetadataChange | undefined>;
+
+  policyByAgent(agentId: string): Awaitable<PolicyRow | undefined>;
+  /** Inserts or replaces the policy and appends `change`, in one transaction; 'missing_parent' when the agent does not exist. */
+  upsertPolicy(row: PolicyRow, change: MetadataChange): Awaitable<'written' | 'missing_parent'>;
+
+  /** One cheap round-trip. */
+  ping(): Awaitable<void>;
+  /** Idempotent. */
+  close(): Awaitable<void>;
+}
+
+export function changeRow(change: MetadataChange): ChangeRow {
+  const row: ChangeRow = { kind: change.kind, agent_id: null, key_hash: null, org_id: null, hostname: null };
+  switch (change.kind) {
+    case 'agent':
+      row.agent_id = change.agentId;
+      row.key_hash = change.keyHash;
+      break;
+    case 'policy':
+      row.agent_id = change.agentId;
+      break;
+    case 'credential':
+      row.org_id = change.orgId;
+      row.hostname = change.hostname;
+      break;
+  }
+  return row;
+}
+
+/** Throws on a row no writer of this schema makes: the log is then not ours to guess at. */
+export function changeEntry(seq: number, row: ChangeRow): ChangeEntry {
+  const { kind, agent_id: agentId, key_hash: keyHash, org_id: orgId, hostname } = row;
+  if (kind === 'agent' && typeof agentId === 'string' && typeof keyHash === 'string') {
+    return { seq, change: { kind, agentId, keyHash } };
+  }
+  if (kind === 'policy' && typeof agentId === 'string') return { seq, change: { kind, agentId } };
+  if (kind === 'credential' && typeof orgId === 'string' && typeof hostname === 'string') {
+    return { seq, change: { kind, orgId, hostname } };
+  }
+  throw new Error(`Malformed change row ${seq} of kind ${kind}.`);
+}

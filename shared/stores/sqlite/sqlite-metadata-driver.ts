@@ -1,0 +1,410 @@
+// The metadata driver over one SQLite file (better-sqlite3). Several processes on one
+// machine may open the same file (split mode without MongoDB), so the file runs in
+// WAL mode with a busy timeout, every write transaction is BEGIN IMMEDIATE, and every
+// change that can invalidate a proxy's cache is also appended to the `changes` table
+// for other processes to poll (`changesSince`).
+//
+// The work is synchronous, and so are the methods: the core awaits them either way.
+// Every statement is prepared once, at open.
+import fs from 'node:fs';
+import path from 'node:path';
+import Database from 'better-sqlite3';
+import type { MetadataChange } from '../../types.js';
+import type { ChangeEntry } from '../change-feed.js';
+import {
+  changeEntry,
+  changeRow,
+  type AgentRow,
+  type ChangeRow,
+  type CredentialRow,
+  type MetadataDriver,
+  type NewAgentRow,
+  type OrgRow,
+  type PolicyRow,
+  type SealedCredentialRow,
+  type UserRow,
+} from '../metadata-driver.js';
+import { guardBoundary, unreachableClassifier } from '../store-boundary.js';
+
+/**
+ * The schema, one entry per version, applied in order. `PRAGMA user_version` holds how
+ * many have been applied. Never edit an entry once released: append a new one.
+ */
+const MIGRATIONS: readonly string[] = [
+  `
+  CREATE TABLE orgs (
+    id         TEXT PRIMARY KEY,
+    name       TEXT NOT NULL,
+    created_at TEXT NOT NULL
+  ) STRICT;
+
+  CREATE TABLE users (
+    id            TEXT PRIMARY KEY,
+    org_id        TEXT NOT NULL REFERENCES orgs (id) ON DELETE CASCADE,
+    email         TEXT NOT NULL UNIQUE,
+    password_hash TEXT NOT NULL,
+    created_at    TEXT NOT NULL
+  ) STRICT;
+  CREATE INDEX users_by_org ON users (org_id);
+
+  -- key_hash UNIQUE is also the index of the proxy's key lookup.
+  CREATE TABLE agents (
+    id             TEXT PRIMARY KEY,
+    org_id         TEXT NOT NULL REFERENCES orgs (id) ON DELETE CASCADE,
+    name           TEXT NOT NULL,
+    log_outputs    TEXT NOT NULL CHECK (log_outputs IN ('full', 'hash', 'none')),
+    key_hash       TEXT NOT NULL UNIQUE,
+    api_key_prefix TEXT NOT NULL,
+    created_at     TEXT NOT NULL
+  ) STRICT;
+  CREATE INDEX agents_by_org_created ON agents (org_id, created_at);
+
+  -- UNIQUE (org_id, hostname) is also the index of the injection lookup.
+  CREATE TABLE credentials (
+    id           TEXT PRIMARY KEY,
+    org_id       TEXT NOT NULL REFERENCES orgs (id) ON DELETE CASCADE,
+    name         TEXT NOT NULL,
+    hostname     TEXT NOT NULL,
+    cred_type    TEXT NOT NULL CHECK (cred_type IN ('bearer', 'header', 'query')),
+    header_name  TEXT,
+    query_param  TEXT,
+    sealed_value TEXT NOT NULL,
+    created_at   TEXT NOT NULL,
+    UNIQUE (org_id, hostname)
+  ) STRICT;
+  CREATE INDEX credentials_by_org_created ON credentials (org_id, created_at);
+
+  CREATE TABLE policies (
+    agent_id   TEXT PRIMARY KEY REFERENCES agents (id) ON DELETE CASCADE,
+    rules_yaml TEXT NOT NULL,
+    updated_at TEXT NOT NULL
+  ) STRICT;
+
+  -- Cache invalidations for other processes. AUTOINCREMENT keeps seq increasing even
+  -- after pruning; SQLite has one writer at a time, so seq order is commit order and a
+  -- poller that remembers the last seq it saw never skips a later commit.
+  CREATE TABLE changes (
+    seq      INTEGER PRIMARY KEY AUTOINCREMENT,
+    kind     TEXT NOT NULL CHECK (kind IN ('agent', 'policy', 'credential')),
+    agent_id TEXT,
+    key_hash TEXT,
+    org_id   TEXT,
+    hostname TEXT,
+    at       TEXT NOT NULL
+  ) STRICT;
+  CREATE INDEX changes_by_at ON changes (at);
+  `,
+];
+
+/** The schema version this code writes; a file with a higher one is refused. */
+export const SCHEMA_VERSION = MIGRATIONS.length;
+
+/** How long a change row is kept for pollers. */
+const CHANGE_RETENTION_MS = 60 * 60 * 1000;
+/** Pruning runs inside a write transaction, at most this often per process. */
+const CHANGE_PRUNE_INTERVAL_MS = 60 * 1000;
+/** How long a statement waits for another process's write lock before SQLITE_BUSY. */
+const BUSY_TIMEOUT_MS = 5000;
+
+const AGENT_COLUMNS = 'id, org_id, name, log_outputs, api_key_prefix, created_at';
+const CREDENTIAL_COLUMNS = 'id, org_id, name, hostname, cred_type, header_name, query_param, created_at';
+
+function prepareStatements(db: Database.Database) {
+  return {
+    insertOrg: db.prepare<[OrgRow]>('INSERT INTO orgs (id, name, created_at) VALUES (@id, @name, @created_at)'),
+    insertUser: db.prepare<[UserRow]>(
+      'INSERT INTO users (id, org_id, email, password_hash, created_at) VALUES (@id, @org_id, @email, @password_hash, @created_at)',
+    ),
+    userByEmail: db.prepare<[email: string], UserRow>(
+      'SELECT id, org_id, email, password_hash, created_at FROM users WHERE email = ?',
+    ),
+    userById: db.prepare<[id: string], UserRow>(
+      'SELECT id, org_id, email, password_hash, created_at FROM users WHERE id = ?',
+    ),
+
+    insertAgent: db.prepare<[NewAgentRow]>(
+      `INSERT INTO agents (id, org_id, name, log_outputs, key_hash, api_key_prefix, created_at)
+       VALUES (@id, @org_id, @name, @log_outputs, @key_hash, @api_key_prefix, @created_at)`,
+    ),
+    agentsByOrg: db.prepare<[orgId: string], AgentRow>(
+      `SELECT ${AGENT_COLUMNS} FROM agents WHERE org_id = ? ORDER BY created_at, rowid`,
+    ),
+    agentInOrg: db.prepare<[orgId: string, id: string], AgentRow>(
+      `SELECT ${AGENT_COLUMNS} FROM agents WHERE org_id = ? AND id = ?`,
+    ),
+    agentByKeyHash: db.prepare<[keyHash: string], AgentRow>(
+      `SELECT ${AGENT_COLUMNS} FROM agents WHERE key_hash = ?`,
+    ),
+    agentKeyHashInOrg: db.prepare<[orgId: string, id: string], { key_hash: string }>(
+      'SELECT key_hash FROM agents WHERE org_id = ? AND id = ?',
+    ),
+    deleteAgent: db.prepare<[id: string]>('DELETE FROM agents WHERE id = ?'),
+
+    insertCredential: db.prepare<[SealedCredentialRow]>(
+      `INSERT INTO credentials (id, org_id, name, hostname, cred_type, header_name, query_param, sealed_value, created_at)
+       VALUES (@id, @org_id, @name, @hostname, @cred_type, @header_name, @query_param, @sealed_value, @created_at)`,
+    ),
+    credentialsByOrg: db.prepare<[orgId: string], CredentialRow>(
+      `SELECT ${CREDENTIAL_COLUMNS} FROM credentials WHERE org_id = ? ORDER BY created_at, rowid`,
+    ),
+    credentialHostnameInOrg: db.prepare<[orgId: string, id: string], { hostname: string }>(
+      'SELECT hostname FROM credentials WHERE org_id = ? AND id = ?',
+    ),
+    credentialForHost: db.prepare<[orgId: string, hostname: string], SealedCredentialRow>(
+      `SELECT ${CREDENTIAL_COLUMNS}, sealed_value FROM credentials WHERE org_id = ? AND hostname = ?`,
+    ),
+    deleteCredential: db.prepare<[id: string]>('DELETE FROM credentials WHERE id = ?'),
+
+    policyByAgent: db.prepare<[agentId: string], PolicyRow>(
+      'SELECT agent_id, rules_yaml, updated_at FROM policies WHERE agent_id = ?',
+    ),
+    upsertPolicy: db.prepare<[PolicyRow]>(
+      `INSERT INTO policies (agent_id, rules_yaml, updated_at) VALUES (@agent_id, @rules_yaml, @updated_at)
+       ON CONFLICT (agent_id) DO UPDATE SET rules_yaml = excluded.rules_yaml, updated_at = excluded.updated_at`,
+    ),
+    deletePolicy: db.prepare<[agentId: string]>('DELETE FROM policies WHERE agent_id = ?'),
+
+    insertChange: db.prepare<[ChangeRow & { at: string }]>(
+      'INSERT INTO changes (kind, agent_id, key_hash, org_id, hostname, at) VALUES (@kind, @agent_id, @key_hash, @org_id, @hostname, @at)',
+    ),
+    pruneChanges: db.prepare<[before: string]>('DELETE FROM changes WHERE at < ?'),
+    changesSince: db.prepare<[seq: number, limit: number], ChangeRow & { seq: number }>(
+      'SELECT seq, kind, agent_id, key_hash, org_id, hostname FROM changes WHERE seq > ? ORDER BY seq LIMIT ?',
+    ),
+    // sqlite_sequence keeps the highest seq ever issued, even once its row is pruned.
+    lastChangeSeq: db.prepare<[], { seq: number }>("SELECT seq FROM sqlite_sequence WHERE name = 'changes'"),
+
+    ping: db.prepare<[], { ok: number }>('SELECT 1 AS ok'),
+  };
+}
+
+type Statements = ReturnType<typeof prepareStatements>;
+
+/**
+ * The failures that mean the file cannot be used now (another process holds the write
+ * lock past the busy timeout, the file or its directory is gone or unreadable, the disk
+ * failed), by primary result code: better-sqlite3 reports extended codes such as
+ * SQLITE_IOERR_WRITE or SQLITE_BUSY_SNAPSHOT.
+ */
+const classify = unreachableClassifier(
+  'metadata database',
+  (err) => err instanceof Database.SqliteError && /^SQLITE_(BUSY|CANTOPEN|IOERR)(_|$)/.test(err.code),
+);
+
+export interface SqliteDriverOptions {
+  /** How long a statement waits for another process's write lock before SQLITE_BUSY. */
+  busyTimeoutMs?: number;
+}
+
+export class SqliteMetadataDriver implements MetadataDriver {
+  readonly #db: Database.Database;
+  readonly #sql: Statements;
+  #lastPruneAt = 0;
+
+  // Write transactions, built once. Each runs BEGIN IMMEDIATE: a deferred transaction
+  // that reads and then writes gets SQLITE_BUSY at once when another process holds the
+  // write lock, without waiting for busy_timeout.
+  readonly #insertUserWithOrg;
+  readonly #deleteAgentInOrg;
+  readonly #insertCredential;
+  readonly #deleteCredentialInOrg;
+  readonly #upsertPolicy;
+
+  private constructor(db: Database.Database) {
+    this.#db = db;
+    const sql = prepareStatements(db);
+    this.#sql = sql;
+
+    this.#insertUserWithOrg = db.transaction((org: OrgRow, user: UserRow) => {
+      sql.insertOrg.run(org);
+      sql.insertUser.run(user);
+    }).immediate;
+
+    this.#deleteAgentInOrg = db.transaction(
+      (orgId: string, agentId: string, changeOf: (keyHash: string) => MetadataChange): MetadataChange | undefined => {
+        const row = sql.agentKeyHashInOrg.get(orgId, agentId);
+        if (row === undefined) return undefined;
+        // The foreign key cascades too; deleting explicitly keeps this right even on a
+        // connection opened without foreign_keys.
+        sql.deletePolicy.run(agentId);
+        sql.deleteAgent.run(agentId);
+        return this.#recordChange(changeOf(row.key_hash));
+      },
+    ).immediate;
+
+    this.#insertCredential = db.transaction((row: SealedCredentialRow, change: MetadataChange) => {
+      sql.insertCredential.run(row);
+      this.#recordChange(change);
+    }).immediate;
+
+    this.#deleteCredentialInOrg = db.transaction(
+      (orgId: string, credentialId: string, changeOf: (hostname: string) => MetadataChange): MetadataChange | undefined => {
+        const row = sql.credentialHostnameInOrg.get(orgId, credentialId);
+        if (row === undefined) return undefined;
+        sql.deleteCredential.run(credentialId);
+        return this.#recordChange(changeOf(row.hostname));
+      },
+    ).immediate;
+
+    this.#upsertPolicy = db.transaction((row: PolicyRow, change: MetadataChange) => {
+      sql.upsertPolicy.run(row);
+      this.#recordChange(change);
+    }).immediate;
+  }
+
+  /**
+   * Opens (creating when missing, with its parent directory) the database file and
+   * brings its schema up to date. A new file is made readable by its owner only: it
+   * holds password hashes and sealed credentials. The driver returned throws
+   * StoreUnavailableError when the file cannot be used.
+   */
+  static open(file: string, options: SqliteDriverOptions = {}): SqliteMetadataDriver {
+    try {
+      return guardBoundary(SqliteMetadataDriver.#open(file, options.busyTimeoutMs ?? BUSY_TIMEOUT_MS), classify);
+    } catch (err) {
+      throw classify(err);
+    }
+  }
+
+  static #open(file: string, busyTimeoutMs: number): SqliteMetadataDriver {
+    const inMemory = file === ':memory:';
+    const isNew = inMemory || !fs.existsSync(file);
+    if (!inMemory) fs.mkdirSync(path.dirname(file), { recursive: true, mode: 0o700 });
+    const db = new Database(file);
+    try {
+      if (isNew && !inMemory) fs.chmodSync(file, 0o600);
+      db.pragma(`busy_timeout = ${Math.trunc(busyTimeoutMs)}`);
+      db.pragma('journal_mode = WAL');
+      // NORMAL is durable across application crashes in WAL mode; only a power loss may
+      // drop the last transactions (https://www.sqlite.org/pragma.html#pragma_synchronous).
+      db.pragma('synchronous = NORMAL');
+      db.pragma('foreign_keys = ON');
+      migrate(db);
+      return new SqliteMetadataDriver(db);
+    } catch (err) {
+      db.close();
+      throw err;
+    }
+  }
+
+  insertUserWithOrg(org: OrgRow, user: UserRow): 'written' | 'unique_violation' {
+    return refusedAs('unique_violation', 'SQLITE_CONSTRAINT_UNIQUE', () => this.#insertUserWithOrg(org, user));
+  }
+
+  userByEmail(email: string): UserRow | undefined {
+    return this.#sql.userByEmail.get(email);
+  }
+
+  userById(id: string): UserRow | undefined {
+    return this.#sql.userById.get(id);
+  }
+
+  insertAgent(row: NewAgentRow): void {
+    this.#sql.insertAgent.run(row);
+  }
+
+  agentsByOrg(orgId: string): AgentRow[] {
+    return this.#sql.agentsByOrg.all(orgId);
+  }
+
+  agentInOrg(orgId: string, agentId: string): AgentRow | undefined {
+    return this.#sql.agentInOrg.get(orgId, agentId);
+  }
+
+  agentByKeyHash(keyHash: string): AgentRow | undefined {
+    return this.#sql.agentByKeyHash.get(keyHash);
+  }
+
+  deleteAgentInOrg(orgId: string, agentId: string, changeOf: (keyHash: string) => MetadataChange): MetadataChange | undefined {
+    return this.#deleteAgentInOrg(orgId, agentId, changeOf);
+  }
+
+  insertCredential(row: SealedCredentialRow, change: MetadataChange): 'written' | 'unique_violation' {
+    return refusedAs('unique_violation', 'SQLITE_CONSTRAINT_UNIQUE', () => this.#insertCredential(row, change));
+  }
+
+  credentialsByOrg(orgId: string): CredentialRow[] {
+    return this.#sql.credentialsByOrg.all(orgId);
+  }
+
+  credentialForHost(orgId: string, hostname: string): SealedCredentialRow | undefined {
+    return this.#sql.credentialForHost.get(orgId, hostname);
+  }
+
+  deleteCredentialInOrg(orgId: string, credentialId: string, changeOf: (hostname: string) => MetadataChange): MetadataChange | undefined {
+    return this.#deleteCredentialInOrg(orgId, credentialId, changeOf);
+  }
+
+  policyByAgent(agentId: string): PolicyRow | undefined {
+    return this.#sql.policyByAgent.get(agentId);
+  }
+
+  upsertPolicy(row: PolicyRow, change: MetadataChange): 'written' | 'missing_parent' {
+    return refusedAs('missing_parent', 'SQLITE_CONSTRAINT_FOREIGNKEY', () => this.#upsertPolicy(row, change));
+  }
+
+  /**
+   * Rows older than an hour are pruned, so a poller that fell further behind than that
+   * must drop its whole cache instead.
+   */
+  changesSince(seq: number, limit: number): ChangeEntry[] {
+    return this.#sql.changesSince.all(seq, limit).map((row) => changeEntry(row.seq, row));
+  }
+
+  lastChangeSeq(): number {
+    return this.#sql.lastChangeSeq.get()?.seq ?? 0;
+  }
+
+  ping(): void {
+    this.#sql.ping.get();
+  }
+
+  close(): void {
+    if (this.#db.open) this.#db.close();
+  }
+
+  /** Appends a change row; must run inside the mutation's transaction. */
+  #recordChange(change: MetadataChange): MetadataChange {
+    const now = Date.now();
+    this.#sql.insertChange.run({ ...changeRow(change), at: new Date(now).toISOString() });
+    if (now - this.#lastPruneAt >= CHANGE_PRUNE_INTERVAL_MS) {
+      this.#lastPruneAt = now;
+      this.#sql.pruneChanges.run(new Date(now - CHANGE_RETENTION_MS).toISOString());
+    }
+    return change;
+  }
+}
+
+/** 'written' after `write`, or `refusal` when it failed with the constraint `code`. */
+function refusedAs<R extends string>(refusal: R, code: string, write: () => void): 'written' | R {
+  try {
+    write();
+    return 'written';
+  } catch (err) {
+    if (err instanceof Database.SqliteError && err.code === code) return refusal;
+    throw err;
+  }
+}
+
+/**
+ * Applies the pending migrations in one IMMEDIATE transaction. The version is read
+ * again under the write lock, so processes opening the same new file at once apply
+ * each migration exactly once.
+ */
+function migrate(db: Database.Database): void {
+  const readVersion = () => db.pragma('user_version', { simple: true }) as number;
+  if (readVersion() === SCHEMA_VERSION) return;
+  db.transaction(() => {
+    const current = readVersion();
+    if (current > SCHEMA_VERSION) {
+      throw new Error(
+        `The metadata database has schema version ${current}, newer than this build's ${SCHEMA_VERSION}; upgrade the service.`,
+      );
+    }
+    for (let version = current; version < SCHEMA_VERSION; version++) {
+      db.exec(MIGRATIONS[version]!);
+    }
+    // PRAGMA takes no bound parameters; SCHEMA_VERSION is an integer constant.
+    db.pragma(`user_version = ${SCHEMA_VERSION}`);
+  }).immediate();
+}

@@ -1,0 +1,49 @@
+// Where a driver's errors become the service's: each driver names, by its own error
+// codes and classes, the failures that mean its store could not be reached, and
+// those leave it as StoreUnavailableError (503). Every other error leaves unchanged,
+// so a bug still reads as the driver reported it.
+import { StoreUnavailableError } from '../errors.js';
+
+/** Turns an error into a StoreUnavailableError when `unreachable` says so, else returns it as it is. */
+export type ErrorClassifier = (err: unknown) => unknown;
+
+export function unreachableClassifier(storeName: string, unreachable: (err: unknown) => boolean): ErrorClassifier {
+  return (err) => {
+    if (err instanceof StoreUnavailableError || !unreachable(err)) return err;
+    const reason = err instanceof Error ? err.message : String(err);
+    return new StoreUnavailableError(`The ${storeName} cannot be reached: ${reason}`, { cause: err });
+  };
+}
+
+/**
+ * `target` with every method's throw or rejection passed through `classify`. A method
+ * that returns synchronously still does (SQLite's work is synchronous and its callers
+ * may rely on it); a promise is classified when it rejects.
+ */
+export function guardBoundary<T extends object>(target: T, classify: ErrorClassifier): T {
+  const wrapped = new Map<PropertyKey, unknown>();
+  return new Proxy(target, {
+    get(object, key) {
+      const value: unknown = Reflect.get(object, key, object);
+      if (typeof value !== 'function') return value;
+      let method = wrapped.get(key);
+      if (method === undefined) {
+        method = (...args: unknown[]): unknown => {
+          let result: unknown;
+          try {
+            result = (value as (...a: unknown[]) => unknown).apply(object, args);
+          } catch (err) {
+            throw classify(err);
+          }
+          return result instanceof Promise
+            ? result.catch((err: unknown) => {
+                throw classify(err);
+              })
+            : result;
+        };
+        wrapped.set(key, method);
+      }
+      return method;
+    },
+  });
+}
