@@ -19,8 +19,9 @@ import { openAuditStoreWhenReachable, openMetadataStore } from '../shared/stores
 import { createProxyPipeline, type ProxyPipeline } from '../proxy/pipeline.js';
 import { listen, loadUws } from './listener.js';
 import { stopInOrder } from './lifecycle.js';
+import { startProblems, type Role } from './roles.js';
 
-export type Role = 'all-in-one' | 'proxy' | 'admin';
+export type { Role } from './roles.js';
 
 export interface RunningService {
   role: Role;
@@ -50,18 +51,8 @@ function readOpenApi(): string | null {
 }
 
 /** What split mode needs that all-in-one can generate or embed. Empty when the config will do. */
-export function splitModeProblems(config: Readonly<Config>, role: Role): string[] {
-  if (role === 'all-in-one') return [];
-  const problems: string[] = [];
-  if (config.jwtSecret === null) problems.push('JWT_SECRET must be set (every process must share it)');
-  if (config.secretKey === null) problems.push('SECRET_KEY must be set (every process must share it)');
-  if (config.clickhouseUrl === null) problems.push('CLICKHOUSE_URL must be set (the embedded engine is one process\'s own)');
-  if (role === 'proxy' && config.adminUrl === null) problems.push('ADMIN_URL must be set (where this proxy passes admin paths)');
-  return problems;
-}
-
 export async function startService(config: Readonly<Config>, log: Logger = createLogger(config.logLevel), role: Role = 'all-in-one'): Promise<RunningService> {
-  const problems = splitModeProblems(config, role);
+  const problems = startProblems(config, role);
   if (problems.length > 0) throw new Error(`cannot start the ${role} process:\n  ${problems.join('\n  ')}`);
   const uws = loadUws();
   mkdirSync(config.dataDir, { recursive: true, mode: 0o700 });

@@ -3,11 +3,20 @@
 // wired to the ordered stop of lifecycle.ts.
 import { loadConfig, type Config } from '../shared/config.js';
 import { createLogger } from '../shared/log.js';
-import { splitModeProblems, startService, type Role } from './compose.js';
+import { startProblems, type Role } from './roles.js';
+
+/**
+ * The same signal again within this many milliseconds is the same request to
+ * stop: a terminal's Ctrl-C or a supervisor signals the whole process group,
+ * and `npm start` forwards its own copy to us as well (measured 0 to 11 ms
+ * apart). A person pressing Ctrl-C again takes longer than this.
+ */
+export const DUPLICATE_SIGNAL_MS = 250;
 
 /**
  * The body of every entry point: config validated once, the process started,
- * the first SIGINT/SIGTERM drains and flushes, a second one exits at once.
+ * the first SIGINT/SIGTERM drains and flushes, a second one exits at once
+ * (a copy of the first arriving with it is not a second one).
  */
 export async function runMain(role: Role): Promise<void> {
   let config: Readonly<Config>;
@@ -17,12 +26,15 @@ export async function runMain(role: Role): Promise<void> {
     process.stderr.write(`tool-call-guard: ${(err as Error).message}\n`);
     process.exit(2);
   }
-  const problems = splitModeProblems(config, role);
+  const problems = startProblems(config, role);
   if (problems.length > 0) {
     process.stderr.write(`tool-call-guard: cannot start the ${role} process:\n  ${problems.join('\n  ')}\n`);
     process.exit(2);
   }
   const log = createLogger(config.logLevel);
+  // Imported only now: a refused configuration answers before the stores, uWS
+  // and (in all-in-one) the embedded ClickHouse are loaded.
+  const { startService } = await import('./compose.js');
   const service = await startService(config, log, role).catch((err: unknown) => {
     log.error('failed to start', { role, err });
     process.exit(1);
@@ -30,10 +42,16 @@ export async function runMain(role: Role): Promise<void> {
   log.info('listening', { role, url: service.url, public_url: service.publicUrl, data_dir: config.dataDir });
   process.stdout.write(`Tool-Call Guard (${role}) listening on ${service.url} (public URL ${service.publicUrl}, data in ${config.dataDir})\n`);
 
-  let signals = 0;
+  let first: { signal: NodeJS.Signals; at: number } | null = null;
   for (const signal of ['SIGINT', 'SIGTERM'] as const) {
     process.on(signal, () => {
-      if (++signals > 1) process.exit(130);
+      const now = performance.now();
+      if (first !== null) {
+        if (signal === first.signal && now - first.at < DUPLICATE_SIGNAL_MS) return; // the group's copy and npm's
+        log.warn('second signal: exiting without waiting for the drain', { role, signal });
+        process.exit(130);
+      }
+      first = { signal, at: now };
       log.info('shutting down', { role, signal });
       service.stop().then(
         () => process.exit(0),

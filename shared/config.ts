@@ -39,6 +39,7 @@ export interface Config {
   dnsCacheTtlMs: number;
   metricsEnabled: boolean;
   metricsToken: string | null;
+  metricsPublic: boolean;
   metricsAgentLabel: boolean;
   logRequestSample: number;
   spoolDir: string | null;
@@ -125,6 +126,7 @@ export const CONFIG_SPECS: readonly Spec[] = [
     if (r.length < 16) throw new ConfigError('must be at least 16 characters');
     return r;
   }, fallback: null },
+  { env: 'METRICS_PUBLIC', key: 'metricsPublic', doc: 'allow GET /metrics without METRICS_TOKEN on a non-loopback HOST', parse: oneOfBool, fallback: false },
   { env: 'METRICS_AGENT_LABEL', key: 'metricsAgentLabel', doc: 'count proxied calls per agent id (one series per agent)', parse: oneOfBool, fallback: false },
   { env: 'JWT_TTL_SECONDS', key: 'jwtTtlSeconds', doc: 'access token lifetime', parse: integer(60, 30 * 86400), fallback: 12 * 3600 },
   { env: 'AUDIT_BATCH_ROWS', key: 'auditBatchRows', doc: 'audit rows per insert, at most', parse: integer(1, 100_000), fallback: 5000 },

@@ -1,6 +1,6 @@
 // Operability: /metrics, canonical log lines and request ids, /ready, /openapi.json.
 import t from 'tap';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync, readdirSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { api, createAgent, eventually, signup, startTestService } from '../support/service.js';
@@ -119,4 +119,15 @@ t.test('METRICS_ENABLED=false: no /metrics, and the proxy still works', async (t
   t.equal(res.status, 404);
   t.equal(((await res.json()) as any).error, 'not_found');
   t.equal((await fetch(`${quiet.url}/health`)).status, 200);
+});
+
+t.test('an open /metrics on a HOST other machines reach: the process refuses to start, before loading its stores', async (t) => {
+  const dir = mkdtempSync(join(tmpdir(), 'tcg-openmetrics-'));
+  t.teardown(() => rmSync(dir, { recursive: true, force: true }));
+  // Refused before listening: nothing is bound to 0.0.0.0.
+  const err = await spawnService('all-in-one', { DATA_DIR: dir, PORT: '0', HOST: '0.0.0.0' }).then(() => null, (e: Error) => e);
+  t.match(err?.message ?? '', /exited with 2 before listening/);
+  t.match(err?.message ?? '', /METRICS_TOKEN/, 'the message names the ways out');
+  t.match(err?.message ?? '', /METRICS_PUBLIC=true/);
+  t.strictSame(readdirSync(dir), [], 'no store was opened');
 });

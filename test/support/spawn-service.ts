@@ -1,10 +1,12 @@
 // Starts a process of the service (server/main.ts, server/main-proxy.ts, server/main-admin.ts) as a
-// child, with this process's TypeScript loader, and waits for its listening line.
+// child, with this process's TypeScript loader, and waits for its listening line;
+// or, as a user does, through `npm start` / `npm run start:proxy|start:admin`.
 import { spawn, type ChildProcess } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 
 const ROOT = fileURLToPath(new URL('../../', import.meta.url));
 const ENTRY = { 'all-in-one': 'server/main.ts', proxy: 'server/main-proxy.ts', admin: 'server/main-admin.ts' } as const;
+const NPM_SCRIPT = { 'all-in-one': 'start', proxy: 'start:proxy', admin: 'start:admin' } as const;
 
 export interface SpawnedService {
   url: string;
@@ -17,12 +19,35 @@ export interface SpawnedService {
   kill9(): Promise<number | null>;
 }
 
-export async function spawnService(role: keyof typeof ENTRY, env: Record<string, string>, startTimeoutMs = 30_000): Promise<SpawnedService> {
+export function spawnService(role: keyof typeof ENTRY, env: Record<string, string>, startTimeoutMs = 30_000): Promise<SpawnedService> {
   const child = spawn(process.execPath, [...process.execArgv, `${ROOT}${ENTRY[role]}`], {
     cwd: ROOT,
     stdio: ['ignore', 'pipe', 'pipe'],
-    env: { PATH: process.env.PATH ?? '', HOME: process.env.HOME ?? '', HOST: '127.0.0.1', LOG_LEVEL: 'warn', ...env },
+    env: childEnv(env),
   });
+  return whenListening(child, role, startTimeoutMs);
+}
+
+/**
+ * `npm start` (or start:proxy, start:admin) in a process group of its own, as a
+ * terminal or a supervisor runs it: `child` is npm, and `-child.pid` the group.
+ * The script builds first, so the start takes longer.
+ */
+export function spawnNpmStart(role: keyof typeof ENTRY, env: Record<string, string>, startTimeoutMs = 90_000): Promise<SpawnedService> {
+  const child = spawn('npm', ['run', '--silent', NPM_SCRIPT[role]], {
+    cwd: ROOT,
+    stdio: ['ignore', 'pipe', 'pipe'],
+    detached: true,
+    env: childEnv(env),
+  });
+  return whenListening(child, role, startTimeoutMs);
+}
+
+function childEnv(env: Record<string, string>): Record<string, string> {
+  return { PATH: process.env.PATH ?? '', HOME: process.env.HOME ?? '', HOST: '127.0.0.1', LOG_LEVEL: 'warn', ...env };
+}
+
+async function whenListening(child: ChildProcess, role: string, startTimeoutMs: number): Promise<SpawnedService> {
   let output = '';
   child.stdout!.setEncoding('utf8').on('data', (c: string) => {
     output += c;
