@@ -342,6 +342,9 @@ function nonNegativeInt(n: number, field: string): number {
   return n;
 }
 
+const BACKTICK = '\x60';
+
+/** A ClickHouse identifier in backticks, with backslashes and backticks escaped. */
 function quoteIdentifier(name: string): string {
-  return `\`${name.replace(/\\/g, '\\\\').replace(/`/g, '\\`')}\``;
+  return BACKTICK + name.replaceAll('\\', '\\\\').replaceAll(BACKTICK, '\\' + BACKTICK) + BACKTICK;
 }
