@@ -3,6 +3,7 @@ import argon2 from 'argon2';
 import { SignJWT, jwtVerify } from 'jose';
 import { LRUCache } from 'lru-cache';
 import { GuardError } from '../shared/errors.js';
+import { clientNetwork } from '../shared/ip.js';
 import type { MetadataStore } from '../shared/stores/metadata-store.js';
 import type { User } from '../shared/types.js';
 import { json, readJsonObject, stringField, type AdminRequest, type AdminResponse } from './http.js';
@@ -70,7 +71,7 @@ export function createAuth(options: AuthOptions) {
 
   async function login(req: AdminRequest): Promise<AdminResponse> {
     const { email, password } = readAccount(req);
-    const keys = [`email:${email}`, `addr:${req.remoteAddress}`];
+    const keys = [`email:${email}`, `addr:${clientNetwork(req.remoteAddress)}`];
     const retryAfter = limiter.blockedFor(keys);
     if (retryAfter > 0) {
       throw new GuardError('rate_limited', 'Too many failed logins; retry later.', undefined, { 'retry-after': String(retryAfter) });
@@ -117,7 +118,8 @@ export function createAuth(options: AuthOptions) {
 export type Auth = ReturnType<typeof createAuth>;
 
 /**
- * Counts failed logins per key (an email, a client address) in a fixed window.
+ * Counts failed logins per key (an email, a client network: an IPv4 address or
+ * an IPv6 /64) in a fixed window.
  * Bounded by an LRU so a flood of distinct keys cannot grow memory without limit.
  */
 function createFailureLimiter(maxFailures: number, windowMs: number) {

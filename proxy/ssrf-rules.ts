@@ -6,6 +6,7 @@
 // address through `classifyAddress`, consults the allow-list, and connects to
 // the address it checked (no DNS rebinding between check and connect).
 import { isIPv4, isIPv6 } from 'node:net';
+import { ipBytes } from '../shared/ip.js';
 import { canonicalHostname, isDnsName } from '../shared/target.js';
 
 export type AddressRefusal =
@@ -100,7 +101,7 @@ const IPV4_MAPPED = parseCidr('::ffff:0:0/96');
  * or null when it is a public unicast address. Not an IP literal → 'invalid'.
  */
 export function classifyAddress(ip: string): AddressRefusal | null {
-  const bytes = parseAddress(ip);
+  const bytes = ipBytes(ip);
   if (bytes === null) return 'invalid';
   if (inPrefix(bytes, IPV4_MAPPED)) {
     for (const [prefix, reason] of IPV4_REFUSALS) if (inPrefix(bytes, prefix)) return reason;
@@ -133,7 +134,7 @@ export function createAllowList(entries: readonly string[]): AllowList {
     if (entry.includes('/')) {
       prefixes.push(parseCidrEntry(entry));
     } else if (isIPv4(entry) || isIPv6(entry)) {
-      const bytes = parseAddress(entry);
+      const bytes = ipBytes(entry);
       if (bytes === null) throw new Error(`GUARD_ALLOW_TARGETS: "${raw}" is not a valid IP address`);
       prefixes.push({ bytes, bits: 128 });
     } else if (entry.startsWith('*.')) {
@@ -151,7 +152,7 @@ export function createAllowList(entries: readonly string[]): AllowList {
       return false;
     },
     allowsAddress(ip: string): boolean {
-      const bytes = parseAddress(ip);
+      const bytes = ipBytes(ip);
       if (bytes === null) return false;
       for (const prefix of prefixes) if (inPrefix(bytes, prefix)) return true;
       return false;
@@ -193,7 +194,7 @@ function parseCidr(cidr: string): Prefix {
   const slash = cidr.indexOf('/');
   const address = cidr.slice(0, slash);
   const length = cidr.slice(slash + 1);
-  const bytes = parseAddress(address);
+  const bytes = ipBytes(address);
   if (slash === -1 || bytes === null) throw new Error('is not a CIDR: the address before "/" is not a valid IP');
   const max = isIPv4(address) ? 32 : 128;
   if (!/^[0-9]{1,3}$/.test(length) || Number(length) > max) {
@@ -213,50 +214,4 @@ function inPrefix(bytes: Uint8Array, prefix: Prefix): boolean {
   if (rest === 0) return true;
   const mask = (0xff << (8 - rest)) & 0xff;
   return (bytes[whole]! & mask) === (prefix.bytes[whole]! & mask);
-}
-
-/**
- * 16 bytes for an IP literal; IPv4 as ::ffff:a.b.c.d. Null for anything else,
- * including IPv6 zone ids (`fe80::1%eth0`), which name no public destination.
- * node:net validates the text (compressed, upper-case and embedded dotted-quad
- * IPv6 forms; dotted-quad IPv4 without leading zeros); this only decodes it.
- */
-function parseAddress(ip: string): Uint8Array | null {
-  const bytes = new Uint8Array(16);
-  if (isIPv4(ip)) {
-    bytes[10] = 0xff;
-    bytes[11] = 0xff;
-    writeIPv4(ip, bytes, 12);
-    return bytes;
-  }
-  if (!isIPv6(ip) || ip.includes('%')) return null;
-
-  // Rewrite a trailing dotted quad (`::ffff:1.2.3.4`) as two hex groups.
-  let text = ip;
-  const lastColon = text.lastIndexOf(':');
-  const embedded = text.slice(lastColon + 1);
-  if (embedded.includes('.')) {
-    const quad = new Uint8Array(4);
-    writeIPv4(embedded, quad, 0);
-    const high = ((quad[0]! << 8) | quad[1]!).toString(16);
-    const low = ((quad[2]! << 8) | quad[3]!).toString(16);
-    text = `${text.slice(0, lastColon + 1)}${high}:${low}`;
-  }
-  const halves = text.split('::');
-  const head = halves[0] === '' ? [] : halves[0]!.split(':');
-  const back = halves[1] === undefined || halves[1] === '' ? [] : halves[1].split(':');
-  const zeros = halves.length === 2 ? 8 - head.length - back.length : 0;
-  const groups = [...head, ...Array<string>(Math.max(zeros, 0)).fill('0'), ...back];
-  if (groups.length !== 8) return null;
-  groups.forEach((group, i) => {
-    const value = parseInt(group, 16);
-    bytes[i * 2] = value >> 8;
-    bytes[i * 2 + 1] = value & 0xff;
-  });
-  return bytes;
-}
-
-function writeIPv4(ip: string, into: Uint8Array, at: number): void {
-  const parts = ip.split('.');
-  for (let i = 0; i < 4; i++) into[at + i] = Number(parts[i]);
 }

@@ -70,6 +70,21 @@ t.test('a proxy passes admin paths to the admin process and serves /proxy itself
   t.equal(((await (await fetch(`${proxyA.url}/health`)).json()) as any).role, 'proxy');
 });
 
+t.test('the admin process counts failed logins of an IPv6 client per /64 (its address from the proxy\'s X-Forwarded-For)', async (t) => {
+  // Documentation addresses (RFC 3849) in a header only; no traffic goes to them.
+  const login = (from: string, i: number) =>
+    fetch(`${admin.url}/auth/login`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', 'x-forwarded-for': from },
+      body: JSON.stringify({ email: `v6-${i}-${Date.now()}@example.com`, password: 'wrong password!' }),
+    }).then((res) => res.status);
+  const statuses: number[] = [];
+  for (let i = 0; i < 10; i++) statuses.push(await login(`2001:db8:5:6::${(i + 1).toString(16)}`, i));
+  t.same(statuses, Array(10).fill(401), 'ten failures from ten addresses of one /64');
+  t.equal(await login('2001:db8:5:6:ffff::1', 10), 429, 'an eleventh address of the same /64 is refused');
+  t.equal(await login('2001:db8:5:7::1', 11), 401, 'the next /64 is another client');
+});
+
 t.test('several proxies may share one port (SO_REUSEPORT)', async (t) => {
   // uSockets shares a port it was given, not one the kernel picked for port 0.
   const port = await freePort();
