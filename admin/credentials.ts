@@ -40,9 +40,10 @@ export function credentialHandlers(ctx: AdminContext) {
     let headerName: string | null = null;
     let queryParam: string | null = null;
     if (credType === 'header') {
-      headerName = (stringField(body, 'header_name', { optional: true, min: 1, max: 128 }) ?? name).toLowerCase();
+      // Kept as written (`X-Api-Key` stays `X-Api-Key`); compared without case.
+      headerName = stringField(body, 'header_name', { optional: true, min: 1, max: 128 }) ?? name;
       const field = body.header_name === undefined ? 'name' : 'header_name';
-      if (!HEADER_TOKEN.test(headerName) || CREDENTIAL_FORBIDDEN_HEADERS.has(headerName)) {
+      if (!HEADER_TOKEN.test(headerName) || CREDENTIAL_FORBIDDEN_HEADERS.has(headerName.toLowerCase())) {
         throw new GuardError('invalid_request', `Field '${field}' must be a valid HTTP header name the proxy does not own.`, { field });
       }
     } else if (credType === 'query') {

@@ -10,6 +10,7 @@ import { credentialAssociatedData, openValue, secretSpellings } from '../shared/
 import type { MetadataStore } from '../shared/stores/metadata-store.js';
 import type { CacheCounters, CacheName } from '../shared/metrics.js';
 import type { Agent, CredType, MetadataChange } from '../shared/types.js';
+import { hostOfAuthority } from '../shared/target.js';
 import type { ProxyExchange, StageResult } from './exchange.js';
 
 /** What the proxy injects: the credential's shape and its opened value. */
@@ -123,8 +124,8 @@ export function createProxyCaches(
       switch (sealed.credType) {
         case 'bearer':
           return { credType: 'bearer', name: 'authorization', value: `Bearer ${value}`, spellings };
-        case 'header':
-          return { credType: 'header', name: sealed.headerName ?? sealed.name.toLowerCase(), value, spellings };
+        case 'header': // matched against the request's (lower-cased) header names
+          return { credType: 'header', name: (sealed.headerName ?? sealed.name).toLowerCase(), value, spellings };
         case 'query': {
           const param = sealed.queryParam ?? sealed.name;
           return { credType: 'query', name: param, value: `${encodeURIComponent(param)}=${encodeURIComponent(value)}`, spellings };
@@ -142,9 +143,16 @@ export function createProxyCaches(
       case 'policy':
         policies.delete(change.agentId);
         break;
-      case 'credential':
-        credentials.delete(credentialCacheKey(change.orgId, change.hostname));
+      case 'credential': {
+        const key = credentialCacheKey(change.orgId, change.hostname);
+        credentials.delete(key);
+        // A credential without a port also answers for the host's other ports.
+        if (hostOfAuthority(change.hostname) === change.hostname) {
+          const ported = `${key}:`;
+          for (const cached of [...credentials.keys()].filter((k) => k.startsWith(ported))) credentials.delete(cached);
+        }
         break;
+      }
     }
   }
 

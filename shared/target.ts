@@ -53,6 +53,12 @@ export function parseTarget(rest: string): ParsedTarget | null {
  * userinfo, a bad port). The credential store and the proxy use this one
  * function, so a stored hostname and a target can never disagree.
  */
+/** The host of a normalised authority: `[::1]:8443` → `[::1]`, `api.example.com:8443` → `api.example.com`. */
+export function hostOfAuthority(authority: string): string {
+  const colon = authority.lastIndexOf(':');
+  return colon === -1 || authority.endsWith(']') ? authority : authority.slice(0, colon);
+}
+
 export function normalizeAuthority(raw: string): string | null {
   const input = raw.trim();
   if (input.length === 0 || input.length > 260) return null;

@@ -5,6 +5,7 @@
 // store made here passes test/integration/metadata-store.contract.ts.
 import { randomUUID } from 'node:crypto';
 import { GuardError } from '../errors.js';
+import { hostOfAuthority } from '../target.js';
 import {
   CRED_TYPES,
   LOG_OUTPUTS,
@@ -59,7 +60,12 @@ export interface MetadataStore {
   listCredentials(orgId: string): Promise<Credential[]>;
   deleteCredential(orgId: string, credentialId: string): Promise<boolean>;
   /** The credential the proxy injects for (org, hostname[:port]), with its sealed value. */
-  findCredentialForHost(orgId: string, hostname: string): Promise<SealedCredential | undefined>;
+  /**
+   * The credential injected for a target authority (`host` for port 443,
+   * `host:port` otherwise): the one written with that port, else the host's
+   * credential without a port, which matches every port.
+   */
+  findCredentialForHost(orgId: string, authority: string): Promise<SealedCredential | undefined>;
 
   getPolicy(agentId: string): Promise<PolicyRecord | undefined>;
   /** Throws GuardError('not_found') when the agent does not exist (e.g. deleted meanwhile). */
@@ -167,8 +173,10 @@ export function createMetadataStore(driver: MetadataDriver): MetadataStore {
       return true;
     },
 
-    async findCredentialForHost(orgId, hostname) {
-      const row = await driver.credentialForHost(orgId, hostname);
+    async findCredentialForHost(orgId, authority) {
+      // The one for this host and port wins; else the host's portless one, which covers every port.
+      const host = hostOfAuthority(authority);
+      const row = (await driver.credentialForHost(orgId, authority)) ?? (host !== authority ? await driver.credentialForHost(orgId, host) : undefined);
       return row && { ...toCredential(row), sealedValue: row.sealed_value };
     },
 

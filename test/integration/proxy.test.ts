@@ -187,6 +187,38 @@ t.test('credentials are injected: bearer, header and query; the query value neve
   t.notOk(service.logs.join('').includes('canary'), 'no credential value in the logs');
 });
 
+t.test('a credential without a port is injected on every port of its host; one with the port wins', async (t) => {
+  const org = await signup(base);
+  const agent = await createAgent(base, org, 'ports', 'none');
+  const injected = async () => ((await (await proxied(agent.api_key, `${upstream.authority}/echo`)).json()) as any).headers.authorization;
+  t.equal(await injected(), undefined, 'no credential yet (and "none" is now cached for this host and port)');
+  const anyPort = await api(base, org, 'POST', '/credentials', { name: 'any', hostname: '127.0.0.1', cred_type: 'bearer', value: 'canary-any-port' });
+  t.equal(anyPort.status, 201);
+  t.equal(await injected(), 'Bearer canary-any-port', `127.0.0.1 covers ${upstream.authority}, from the next call`);
+  const exact = await api(base, org, 'POST', '/credentials', { name: 'exact', hostname: upstream.authority, cred_type: 'bearer', value: 'canary-this-port' });
+  t.equal(exact.status, 201);
+  t.equal(await injected(), 'Bearer canary-this-port', 'the one with the port wins');
+  t.equal((await api(base, org, 'DELETE', `/credentials/${exact.json.id}`)).status, 204);
+  t.equal(await injected(), 'Bearer canary-any-port', 'without it, the portless one again');
+  t.equal((await api(base, org, 'DELETE', `/credentials/${anyPort.json.id}`)).status, 204);
+  t.equal(await injected(), undefined, 'and none once that is deleted too');
+});
+
+t.test('header_name comes back as written and is injected under any case', async (t) => {
+  const org = await signup(base);
+  const agent = await createAgent(base, org, 'header-case', 'none');
+  const created = await api(base, org, 'POST', '/credentials', { name: 'k', hostname: upstream.authority, cred_type: 'header', header_name: 'X-Api-Key', value: 'canary-case' });
+  t.equal(created.json.header_name, 'X-Api-Key', 'POST answers it as written');
+  const listed = (await api(base, org, 'GET', '/credentials')).json as any[];
+  t.equal(listed[0].header_name, 'X-Api-Key', 'GET /credentials too');
+  const res = await proxied(agent.api_key, `${upstream.authority}/echo`, { headers: { 'X-API-KEY': 'client-override' } });
+  t.equal(((await res.json()) as any).headers['x-api-key'], 'canary-case', 'the client\'s header of that name, in another case, is replaced');
+  const last = upstream.seen[upstream.seen.length - 1]!;
+  t.equal(last.rawHeaders.filter((h, i) => i % 2 === 0 && h.toLowerCase() === 'x-api-key').length, 1, 'not duplicated');
+  const defaulted = await api(base, org, 'POST', '/credentials', { name: 'My-Token', hostname: 'h.example.com', cred_type: 'header', value: 'v' });
+  t.equal(defaulted.json.header_name, 'My-Token', 'the default (the name) as written as well');
+});
+
 t.test('hop-by-hop and X-Agent-* headers are removed both ways', async (t) => {
   const agent = await createAgent(base, owner, 'hops');
   // fetch will not send Connection or TE, so this goes over a raw socket.
