@@ -5,9 +5,11 @@
 // Tests and the bench start it in-process through `startService`; the entry
 // points (main*.ts) through `runMain` (lifecycle.ts).
 import { existsSync, mkdirSync, readFileSync } from 'node:fs';
+import { join } from 'node:path';
 import { createAdminApp } from '../admin/app.js';
 import { createAdminPassThrough } from './admin-pass-through.js';
 import { AuditBatcher } from '../shared/audit/audit-batcher.js';
+import { AuditJournal } from '../shared/audit/audit-journal.js';
 import { AuditSpool } from '../shared/audit/audit-spool.js';
 import type { Config } from '../shared/config.js';
 import { createLogger, type Logger } from '../shared/log.js';
@@ -61,12 +63,14 @@ export async function startService(config: Readonly<Config>, log: Logger = creat
   const auditStore = await openAuditStoreWhenReachable(config, (err) =>
     log.warn('ClickHouse cannot be reached; audit batches are spooled until it answers', { err }));
   const spool = AuditSpool.open(config.spoolDir!, config.spoolMaxBytes);
+  const journal = await recoverJournal(spool, join(config.spoolDir!, 'journal'), log);
   const metrics = new Metrics({ agentLabel: config.metricsAgentLabel });
   const auditBatcher = new AuditBatcher(auditStore, {
     maxRows: config.auditBatchRows,
     maxDelayMs: config.auditBatchMs,
     maxQueued: config.auditQueueMax,
     spool,
+    journal,
     onError: (err, rows, stage) => {
       const next = { encode: 'the record is dropped', insert: 'spooling it for replay', spool: 'keeping it in memory and retrying', replay: 'retrying later' }[stage];
       log.error(`audit ${stage} failed; ${next}`, { rows, err });
@@ -139,4 +143,26 @@ export async function startService(config: Readonly<Config>, log: Logger = creat
   });
 
   return { role, port: listener.port, url, publicUrl, log, store, auditStore, auditBatcher, pipeline, metrics, stop };
+}
+
+/**
+ * Opens the audit journal; what a killed predecessor left in it (records of
+ * answered calls) moves to the spool, which replays it with its tokens.
+ */
+async function recoverJournal(spool: AuditSpool, dir: string, log: Logger): Promise<AuditJournal> {
+  const { journal, recovered } = AuditJournal.open(dir);
+  let records = 0;
+  for (const batch of recovered) {
+    try {
+      await spool.write(batch.lines, batch.token);
+    } catch (err) {
+      // Kept in the journal: the next start tries again.
+      log.error('audit records left in the journal could not be spooled; kept for the next start', { records: batch.lines.length, err });
+      continue;
+    }
+    journal.forget(batch.segment);
+    records += batch.lines.length;
+  }
+  if (records > 0) log.warn('audit records of a stopped process recovered from its journal', { batches: recovered.length, records });
+  return journal;
 }

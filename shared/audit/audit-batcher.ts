@@ -10,6 +10,7 @@ import { randomUUID } from 'node:crypto';
 import type { AuditStore } from '../stores/audit-store.js';
 import type { AuditRecord } from '../types.js';
 import { countEncodedRows } from './audit-codec.js';
+import type { AuditJournal } from './audit-journal.js';
 import type { AuditSpool } from './audit-spool.js';
 
 export interface AuditBatcherOptions {
@@ -23,6 +24,8 @@ export interface AuditBatcherOptions {
   maxQueued: number;
   /** Where refused batches wait; without one they wait in memory. */
   spool?: AuditSpool;
+  /** Where each record goes at enqueue, so a killed process loses none (audit-journal.ts). */
+  journal?: AuditJournal;
   /** A failed insert (then spooled), spool write (then kept in memory) or replay (then retried). */
   onError?: (err: unknown, batchRows: number, stage: 'encode' | 'insert' | 'spool' | 'replay') => void;
   /** Each insert the store took: its rows and how long it took. */
@@ -34,6 +37,8 @@ interface Batch {
   rows: string[];
   token: string;
   waiters: { resolve: () => void; reject: (err: unknown) => void }[];
+  /** Its journal segment, deleted once the batch is written or spooled. */
+  segment?: string;
 }
 
 const RETRY_MIN_MS = 100;
@@ -52,6 +57,7 @@ export class AuditBatcher {
   readonly #store: AuditStore;
   readonly #options: AuditBatcherOptions;
   readonly #spool: AuditSpool | undefined;
+  readonly #journal: AuditJournal | undefined;
   #open: Batch = newBatch();
   readonly #sealed: Batch[] = [];
   #held = 0;
@@ -69,6 +75,7 @@ export class AuditBatcher {
     this.#store = store;
     this.#options = options;
     this.#spool = options.spool;
+    this.#journal = options.journal;
     // Batches a previous run left in the spool are replayed from the start.
     if (this.#spool !== undefined && this.#spool.batches.length > 0) this.#schedule(0);
   }
@@ -112,6 +119,7 @@ export class AuditBatcher {
       return;
     }
     this.#open.rows.push(line);
+    this.#journal?.append(line);
     this.#held += 1;
     this.stats.queued += 1;
     if (this.#open.rows.length >= this.#options.maxRows) {
@@ -127,9 +135,23 @@ export class AuditBatcher {
       this.#timer = null;
     }
     if (this.#open.rows.length === 0) return;
+    this.#sealOpen();
+    this.#kick();
+  }
+
+  /** The open batch joins the sealed ones; its journal segment is closed with its token first. */
+  #sealOpen(): void {
+    this.#open.segment = this.#journal?.seal(this.#open.token);
     this.#sealed.push(this.#open);
     this.#open = newBatch();
-    this.#kick();
+  }
+
+  /** The batch is written or spooled: out of memory and out of the journal. */
+  #settled(batch: Batch): void {
+    this.#sealed.shift();
+    this.#held -= batch.rows.length;
+    if (batch.segment !== undefined) this.#journal?.forget(batch.segment);
+    for (const waiter of batch.waiters) waiter.resolve();
   }
 
   #schedule(ms: number): void {
@@ -174,9 +196,7 @@ export class AuditBatcher {
           return; // kept in memory; retried after the back-off
         }
       }
-      this.#sealed.shift();
-      this.#held -= batch.rows.length;
-      for (const waiter of batch.waiters) waiter.resolve();
+      this.#settled(batch);
     }
     await this.#replay();
   }
@@ -264,17 +284,13 @@ export class AuditBatcher {
     // Whatever is still in memory goes to the spool, including records of calls
     // that finished while we were closing (the loop runs until none is left).
     for (;;) {
-      if (this.#open.rows.length > 0) {
-        this.#sealed.push(this.#open);
-        this.#open = newBatch();
-      }
+      if (this.#open.rows.length > 0) this.#sealOpen();
       const batch = this.#sealed[0];
       if (batch === undefined || !(await this.#trySpool(batch))) break;
-      this.#sealed.shift();
-      this.#held -= batch.rows.length;
-      for (const waiter of batch.waiters) waiter.resolve();
+      this.#settled(batch);
     }
     if (this.#retryTimer !== null) clearTimeout(this.#retryTimer);
+    this.#journal?.close();
     this.#spool?.close();
     return this.#held;
   }

@@ -4,7 +4,7 @@
 // replay after a partial failure writes nothing twice. A spool belongs to one
 // process at a time (a lock file holds its pid); the next start of the same
 // process (same SPOOL_DIR) replays what the last one left.
-import { closeSync, fsyncSync, mkdirSync, openSync, readFileSync, readdirSync, statSync, unlinkSync, writeFileSync, writeSync } from 'node:fs';
+import { closeSync, mkdirSync, openSync, readFileSync, readdirSync, statSync, unlinkSync, writeFileSync, writeSync } from 'node:fs';
 import { open, readFile, rename, unlink } from 'node:fs/promises';
 import { join } from 'node:path';
 import { decodeSpoolFile, encodeSpoolFile, parseSpoolFileName, spoolFileName } from './audit-codec.js';
@@ -92,7 +92,7 @@ export class AuditSpool {
       await handle.close();
     }
     await rename(tmp, join(this.dir, name));
-    syncDir(this.dir);
+    await syncDir(this.dir);
     this.#files.push({ file: name, token, bytes: payload.length });
     this.#bytes += payload.length;
   }
@@ -119,12 +119,13 @@ export class AuditSpool {
   }
 }
 
-function syncDir(dir: string): void {
-  const fd = openSync(dir, 'r');
+/** fsync of the directory (the rename is durable), on the libuv pool, not the event loop. */
+async function syncDir(dir: string): Promise<void> {
+  const handle = await open(dir, 'r');
   try {
-    fsyncSync(fd);
+    await handle.sync();
   } finally {
-    closeSync(fd);
+    await handle.close();
   }
 }
 

@@ -1,0 +1,82 @@
+// The audit journal (shared/audit/audit-journal.ts) on a real directory: lines
+// reach the file within the turn, one write per turn; seal closes a segment with
+// its token; a restart recovers sealed and unsealed segments; a torn last line
+// is dropped.
+import { appendFileSync, mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import t, { type Test } from 'tap';
+import { AuditJournal } from '../../shared/audit/audit-journal.js';
+
+function dir(t: Test): string {
+  const d = mkdtempSync(join(tmpdir(), 'tcg-journal-'));
+  t.teardown(() => rmSync(d, { recursive: true, force: true }));
+  return d;
+}
+
+const turn = () => new Promise((r) => setImmediate(r));
+
+t.test('lines appended in one turn are written together before the next turn', async (t) => {
+  const d = dir(t);
+  const { journal, recovered } = AuditJournal.open(d);
+  t.strictSame(recovered, []);
+  for (let i = 0; i < 5; i++) journal.append(`row-${i}\tx\n`);
+  const [segment] = readdirSync(d);
+  t.equal(readFileSync(join(d, segment!), 'utf8'), '', 'nothing written yet inside the turn');
+  await turn();
+  t.equal(readFileSync(join(d, segment!), 'utf8'), 'row-0\tx\nrow-1\tx\nrow-2\tx\nrow-3\tx\nrow-4\tx\n');
+  t.strictSame(journal.stats, { writes: 1, lines: 5 }, 'one write for the turn');
+  journal.close();
+});
+
+t.test('seal writes the token at once and starts a new segment; forget deletes the sealed one', async (t) => {
+  const d = dir(t);
+  const { journal } = AuditJournal.open(d);
+  journal.append('a\n');
+  const sealed = journal.seal('token-1');
+  t.equal(readFileSync(join(d, sealed), 'utf8'), 'a\n#sealed token-1\n', 'rows and the seal, written synchronously');
+  journal.append('b\n');
+  await turn();
+  t.equal(readdirSync(d).length, 2);
+  journal.forget(sealed);
+  t.strictSame(readdirSync(d).length, 1, 'the written batch is gone from the journal');
+  journal.close();
+});
+
+t.test('a restart recovers sealed segments with their token and unsealed ones with a fresh token, oldest first', async (t) => {
+  const d = dir(t);
+  const first = AuditJournal.open(d).journal;
+  first.append('one\n');
+  first.seal('token-a');
+  first.append('two\n');
+  first.append('three\n');
+  await turn(); // written, then "killed": no close
+  const { journal, recovered } = AuditJournal.open(d);
+  t.equal(recovered.length, 2);
+  t.match(recovered[0], { lines: ['one\n'], token: 'token-a', sealed: true });
+  t.match(recovered[1], { lines: ['two\n', 'three\n'], sealed: false });
+  t.match(recovered[1]!.token, /^[0-9a-f-]{36}$/, 'a fresh token for a batch whose insert never began');
+  for (const batch of recovered) journal.forget(batch.segment);
+  journal.append('four\n');
+  await turn();
+  t.equal(readdirSync(d).length, 1, 'only the new segment is left');
+  t.ok(readdirSync(d)[0]! > recovered[1]!.segment, 'numbered after the recovered ones');
+  journal.close();
+});
+
+t.test('a torn last line (a kill during the write) is dropped; an empty segment is removed', async (t) => {
+  const d = dir(t);
+  const first = AuditJournal.open(d).journal;
+  first.append('whole\n');
+  await turn();
+  const [segment] = readdirSync(d);
+  appendFileSync(join(d, segment!), 'torn-with-no-newl');
+  first.close();
+  const empty = AuditJournal.open(d);
+  empty.journal.close(); // leaves an empty segment behind
+  const { journal, recovered } = AuditJournal.open(d);
+  t.equal(recovered.length, 1);
+  t.strictSame(recovered[0]!.lines, ['whole\n']);
+  t.equal(readdirSync(d).length, 2, 'the recovered segment and the new one: the empty one was removed');
+  journal.close();
+});
