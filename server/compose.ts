@@ -120,6 +120,7 @@ export async function startService(config: Readonly<Config>, log: Logger = creat
       return null;
     },
     metrics: config.metricsEnabled ? { text: () => metrics.text(), contentType: metrics.contentType, token: config.metricsToken } : null,
+    onError: (message, err) => log.error(message, { err }),
     openapi: readOpenApi(),
   });
   const url = `http://${config.host.includes(':') ? `[${config.host}]` : config.host}:${listener.port}`;

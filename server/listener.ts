@@ -44,6 +44,8 @@ export interface ListenOptions {
   ready: () => Promise<string | null>;
   /** GET /metrics; null when METRICS_ENABLED is off (then 404). */
   metrics: { text(): Promise<string>; contentType: string; token: string | null } | null;
+  /** Logs a failure the listener answered with 500. */
+  onError: (message: string, err: unknown) => void;
   /** The OpenAPI document served at GET /openapi.json (null: 404). */
   openapi: string | null;
 }
@@ -93,9 +95,16 @@ export function listen(uws: Uws, options: ListenOptions): Promise<Listener> {
     res.onAborted(() => {
       aborted = true;
     });
-    void metrics.text().then((text) => {
-      if (!aborted) res.cork(() => res.writeHeader('content-type', metrics.contentType).end(text));
-    });
+    metrics.text().then(
+      (text) => {
+        if (!aborted) res.cork(() => res.writeHeader('content-type', metrics.contentType).end(text));
+      },
+      (err: unknown) => {
+        // A collector that throws is answered, not left as an unhandled rejection (which ends the process).
+        options.onError('GET /metrics failed', err);
+        if (!aborted) res.cork(() => writeError(res, 'internal'));
+      },
+    );
   });
 
   const openapi = options.openapi;

@@ -131,3 +131,21 @@ t.test('an open /metrics on a HOST other machines reach: the process refuses to 
   t.match(err?.message ?? '', /METRICS_PUBLIC=true/);
   t.strictSame(readdirSync(dir), [], 'no store was opened');
 });
+
+t.test('a metrics collector that fails is answered 500 and logged; the process goes on', async (t) => {
+  const { auditBatcher, pipeline } = service;
+  const working = {
+    auditStats: () => ({ ...auditBatcher.stats, pending: auditBatcher.pending, spooledBatches: auditBatcher.spooledBatches }),
+    inFlight: () => pipeline?.inFlight ?? 0,
+  };
+  // A gauge whose source throws makes prom-client's metrics() reject.
+  service.metrics.setSources({ ...working, inFlight: () => { throw new Error('collector broke'); } });
+  t.teardown(() => service.metrics.setSources(working));
+  const res = await fetch(`${base}/metrics`, { headers: { authorization: `Bearer ${METRICS_TOKEN}` } });
+  t.equal(res.status, 500);
+  t.equal(((await res.json()) as any).error, 'internal');
+  t.ok(service.logs.some((line) => line.includes('GET /metrics failed')), 'logged');
+  service.metrics.setSources(working);
+  t.equal((await fetch(`${base}/health`)).status, 200, 'still serving');
+  t.ok((await scrape()).includes('tcg_proxy_in_flight'), 'and /metrics answers again');
+});
