@@ -66,6 +66,8 @@ export class ProxyExchange {
   policyPath = '';
   decision: PolicyDecision | null = null;
   address = '';
+  /** Every address the guard checked for the target, `address` first. */
+  addresses: readonly string[] = [];
   credential: InjectedCredential | null = null;
 
   // The exchange's outcome.

@@ -31,17 +31,32 @@ export function createForward(deps: { config: Readonly<Config>; pools: UpstreamP
     if (credential !== null && credential.credType === 'query') {
       path += (ex.query.length > 0 ? '&' : '?') + credential.value;
     }
-    const handler = new UpstreamResponse(ex, config.outputCaptureBytes);
-    ex.forwardedAt = performance.now();
-    try {
-      pools.poolFor(ex.address, target.port, target.hostname).dispatch(
-        { path, method: ex.method, headers, body: payload as never, blocking: false },
-        handler as never,
-      );
-    } catch (err) {
-      // undici refuses a path or header it would not put on the wire (its message names which, never a value).
-      ex.answerError('invalid_request', `The request cannot be forwarded: ${(err as Error).message}.`);
-    }
+    const send = (): void => {
+      const handler = new UpstreamResponse(ex, config.outputCaptureBytes, retry);
+      ex.forwardedAt = performance.now();
+      try {
+        pools.poolFor(ex.address, target.port, target.hostname).dispatch(
+          { path, method: ex.method, headers, body: payload as never, blocking: false },
+          handler as never,
+        );
+      } catch (err) {
+        // undici refuses a path or header it would not put on the wire (its message names which, never a value).
+        ex.answerError('invalid_request', `The request cannot be forwarded: ${(err as Error).message}.`);
+      }
+    };
+    // A refused connection sent nothing: the next address the guard checked is
+    // tried, as a client connecting to a name does. Not with a streamed body,
+    // whose bytes cannot be sent twice.
+    const retry = payload === null || Buffer.isBuffer(payload)
+      ? (): boolean => {
+          const next = ex.addresses.indexOf(ex.address) + 1;
+          if (next === 0 || next >= ex.addresses.length) return false;
+          ex.address = ex.addresses[next]!;
+          send();
+          return true;
+        }
+      : null;
+    send();
     return undefined;
   }
 

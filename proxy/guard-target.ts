@@ -59,6 +59,7 @@ export function createGuardTarget(options: { allowTargets: readonly string[]; dn
       ex.ruleMatched = 'target_forbidden';
       return ex.answerError('target_forbidden', `The target resolves to a ${refusal} address, which the proxy does not reach.`);
     }
+    ex.addresses = resolution.addresses;
     ex.address = resolution.addresses[0]!;
     return undefined;
   }

@@ -31,8 +31,12 @@ export class UpstreamResponse {
   readonly #writeChunkCorked = (): void => this.#writeChunk();
   readonly #endCorked = (): void => this.#end();
 
-  constructor(ex: ProxyExchange, captureCap: number) {
+  /** Tries the target's next checked address after a refused connection; false when none is left. */
+  readonly #retry: (() => boolean) | null;
+
+  constructor(ex: ProxyExchange, captureCap: number, retry: (() => boolean) | null = null) {
     this.#ex = ex;
+    this.#retry = retry;
     this.#headOnly = ex.method === 'HEAD';
     this.#captureCap = captureCap;
   }
@@ -91,6 +95,7 @@ export class UpstreamResponse {
       ex.answerError('invalid_request', `The request cannot be forwarded: ${err.message}.`);
       return;
     }
+    if (!this.#headWritten && this.#retry !== null && REFUSED_CODES.has((err as NodeJS.ErrnoException).code ?? '') && this.#retry()) return;
     if (!this.#headWritten) {
       ex.answerError(
         timeout ? 'upstream_timeout' : 'upstream_unreachable',
@@ -232,6 +237,9 @@ export class UpstreamResponse {
     if (take < chunk.length) ex.captureTruncated = true;
   }
 }
+
+/** Connection failures that sent the upstream nothing: the next address may be tried. */
+const REFUSED_CODES = new Set(['ECONNREFUSED', 'EHOSTUNREACH', 'ENETUNREACH', 'EADDRNOTAVAIL']);
 
 // A connect timeout is a failure to connect (502, like a refusal); 504 is for an
 // upstream that accepted the call and then did not answer in time.

@@ -9,6 +9,7 @@
 // 127.0.0.2 and ::1 (refused): a refused call must reach none of them, and an
 // allowed one exactly the 127.0.0.3 listener. Other ranges are tested as pure
 // functions (here, for the issue's list, and in full in test/unit/target-address.test.ts).
+import { createHash } from 'node:crypto';
 import t from 'tap';
 import { DNS_CACHE_TTL_MS } from '../../proxy/guard-target.js';
 import { classifyAddress } from '../../proxy/ssrf-rules.js';
@@ -30,13 +31,16 @@ const dns = await startDnsStub({
   'refused-then-allowed.upstream.test': { A: ['127.0.0.2', ALLOWED] },
   'allowed-v4-refused-v6.upstream.test': { A: [ALLOWED], AAAA: ['::1'] },
   // The first answer is the allowed address, every later one the refused address.
+  // Nothing listens on 127.0.0.5: the first checked address refuses the connection.
+  'refusing-first.upstream.test': { A: ['127.0.0.5', ALLOWED] },
   'rebind.upstream.test': (askedBefore, type) => (type === 'A' ? { A: [askedBefore === 0 ? ALLOWED : '127.0.0.2'] } : {}),
 });
 // GUARD_DNS_CACHE_TTL_MS is the knob proposed for shared/config.ts (createTargetGuard
 // already takes dnsCacheTtlMs); until it is wired the proxy keeps DNS_CACHE_TTL_MS
 // and the rebinding test below simply waits longer.
 const DNS_TTL_KNOB_MS = 2000;
-const service = await startTestService({ GUARD_ALLOW_TARGETS: ALLOWED, GUARD_DNS_SERVER: dns.server, GUARD_DNS_CACHE_TTL_MS: String(DNS_TTL_KNOB_MS) });
+// 127.0.0.5 is opened too, and nothing listens there (the next-address test).
+const service = await startTestService({ GUARD_ALLOW_TARGETS: `${ALLOWED},127.0.0.5`, GUARD_DNS_SERVER: dns.server, GUARD_DNS_CACHE_TTL_MS: String(DNS_TTL_KNOB_MS) });
 const base = service.url;
 t.teardown(async () => {
   await service.close();
@@ -186,4 +190,18 @@ t.test('a rebinding resolver (allowed first, refused after) cannot make the prox
   assertError(t, last, 403, 'target_forbidden');
   t.equal(reachedAllowed(), calls - 1, 'every call before the second lookup went to 127.0.0.3, none after');
   t.equal(refusedConnections(), 0, 'the refused listener never got a connection');
+});
+
+t.test('when the first checked address refuses the connection, the next checked one is tried', async (t) => {
+  // Both addresses are opened by the allow-list; only 127.0.0.3 has a listener.
+  const agent = await createAgent(base, owner, 'next-address');
+  const before = upstream.hits.get(ALLOWED)!.length;
+  const get = await call(agent.api_key, 'refusing-first.upstream.test');
+  t.equal(get.status, 200, 'answered by the second address');
+  const post = await api(base, null, 'POST', `/proxy/${agent.api_key}/refusing-first.upstream.test:${upstream.port}/echo`, 'small body');
+  t.equal(post.status, 200, 'a call with a (buffered) body too');
+  t.equal(post.json.body_bytes, 'small body'.length, 'its body sent once, whole');
+  t.equal(post.json.body_sha256, createHash('sha256').update('small body').digest('hex'));
+  t.equal(upstream.hits.get(ALLOWED)!.length, before + 2, 'both reached the checked second address');
+  t.equal(refusedConnections(), 0, 'no refused listener was contacted');
 });
