@@ -31,8 +31,12 @@ export function createForward(deps: { config: Readonly<Config>; pools: UpstreamP
     if (credential !== null && credential.credType === 'query') {
       path += (ex.query.length > 0 ? '&' : '?') + credential.value;
     }
-    const send = (): void => {
-      const handler = new UpstreamResponse(ex, config.outputCaptureBytes, retry);
+    const dispatchNow = (): void => {
+      if (ex.aborted) {
+        pools.budget.release();
+        return;
+      }
+      const handler = new UpstreamResponse(ex, config.outputCaptureBytes, retry, pools.budget.release);
       ex.forwardedAt = performance.now();
       try {
         pools.poolFor(ex.address, target.port, target.hostname).dispatch(
@@ -40,9 +44,18 @@ export function createForward(deps: { config: Readonly<Config>; pools: UpstreamP
           handler as never,
         );
       } catch (err) {
+        pools.budget.release();
         // undici refuses a path or header it would not put on the wire (its message names which, never a value).
         ex.answerError('invalid_request', `The request cannot be forwarded: ${(err as Error).message}.`);
       }
+    };
+    // Past UPSTREAM_CONNECTIONS_TOTAL calls in flight, a call waits for one to end, as long as a connect may take.
+    const send = (): void => {
+      pools.budget.acquire(dispatchNow, () => {
+        if (!ex.aborted && !ex.finished) {
+          ex.answerError('upstream_unreachable', 'The target could not be reached (the proxy\'s upstream connection limit stayed full).', undefined, 'allowed');
+        }
+      }, config.upstreamConnectTimeoutMs);
     };
     // A refused connection sent nothing: the next address the guard checked is
     // tried, as a client connecting to a name does. Not with a streamed body,

@@ -34,9 +34,13 @@ export class UpstreamResponse {
   /** Tries the target's next checked address after a refused connection; false when none is left. */
   readonly #retry: (() => boolean) | null;
 
-  constructor(ex: ProxyExchange, captureCap: number, retry: (() => boolean) | null = null) {
+  /** Frees the call's upstream slot (upstream-pools.ts), once. */
+  #release: (() => void) | null;
+
+  constructor(ex: ProxyExchange, captureCap: number, retry: (() => boolean) | null = null, release: (() => void) | null = null) {
     this.#ex = ex;
     this.#retry = retry;
+    this.#release = release;
     this.#headOnly = ex.method === 'HEAD';
     this.#captureCap = captureCap;
   }
@@ -77,13 +81,23 @@ export class UpstreamResponse {
     return this.#pending === null && !this.#backpressured;
   }
 
+  #released(): void {
+    const release = this.#release;
+    if (release === null) return;
+    this.#release = null;
+    // After undici has marked the connection free, so a waiting call to the same origin reuses it.
+    setImmediate(release);
+  }
+
   onComplete(): void {
+    this.#released();
     const ex = this.#ex;
     if (ex.aborted || ex.finished) return;
     ex.res.cork(this.#endCorked);
   }
 
   onError(err: Error): void {
+    this.#released();
     const ex = this.#ex;
     if (ex.aborted || ex.finished) return;
     const timeout = isTimeout(err);

@@ -1,7 +1,10 @@
 // Keep-alive connections upstream: one undici Pool per (address, port,
 // hostname), so a connection goes to the address the guard checked while TLS is
 // verified against the name the agent asked for (SNI and certificate). Bounded,
-// least recently used closed first.
+// least recently used closed first. One budget bounds the calls upstream in
+// flight across every pool (UPSTREAM_CONNECTIONS_TOTAL): a connection is opened
+// only for a call in flight, so many origins cannot together open pools ×
+// UPSTREAM_CONNECTIONS sockets; a call beyond it waits for one to finish.
 import { isIPv6 } from 'node:net';
 import { createSecureContext, rootCertificates } from 'node:tls';
 import { LRUCache } from 'lru-cache';
@@ -10,8 +13,59 @@ import type { Config } from '../shared/config.js';
 
 const MAX_POOLS = 1024;
 
+/** Slots for calls upstream in flight, shared by every origin; FIFO waiting. */
+export interface UpstreamBudget {
+  readonly inFlight: number;
+  readonly waiting: number;
+  /** Runs `go` now, or once a slot frees; `timedOut` instead after `waitMs`. Returns a cancel for the wait. */
+  acquire(go: () => void, timedOut: () => void, waitMs: number): () => void;
+  /** Called once per `go` that ran, when its call upstream is over. */
+  release(): void;
+}
+
+export function createUpstreamBudget(max: number): UpstreamBudget {
+  let inFlight = 0;
+  const waiting: (() => void)[] = [];
+  return {
+    get inFlight() {
+      return inFlight;
+    },
+    get waiting() {
+      return waiting.length;
+    },
+    acquire(go, timedOut, waitMs) {
+      if (inFlight < max) {
+        inFlight++;
+        go();
+        return () => undefined;
+      }
+      const timer = setTimeout(() => {
+        cancel();
+        timedOut();
+      }, waitMs);
+      const start = (): void => {
+        clearTimeout(timer);
+        inFlight++;
+        go();
+      };
+      const cancel = (): void => {
+        clearTimeout(timer);
+        const i = waiting.indexOf(start);
+        if (i >= 0) waiting.splice(i, 1);
+      };
+      waiting.push(start);
+      return cancel;
+    },
+    release() {
+      inFlight--;
+      if (inFlight < max) waiting.shift()?.();
+    },
+  };
+}
+
 export interface UpstreamPools {
   poolFor(address: string, port: number, hostname: string): Pool;
+  readonly budget: UpstreamBudget;
   close(): Promise<void>;
 }
 
@@ -28,6 +82,7 @@ export function createUpstreamPools(config: Readonly<Config>): UpstreamPools {
   const secureContext = config.extraCa !== null ? createSecureContext({ ca: [...rootCertificates, config.extraCa] }) : undefined;
 
   return {
+    budget: createUpstreamBudget(config.upstreamConnectionsTotal),
     poolFor(address, port, hostname) {
       const key = `${address}|${port}|${hostname}`;
       let pool = pools.get(key);

@@ -31,6 +31,7 @@ export interface Config {
   upstreamHeadersTimeoutMs: number;
   upstreamBodyTimeoutMs: number;
   upstreamConnections: number;
+  upstreamConnectionsTotal: number;
   outputCaptureBytes: number;
   loginMaxFailures: number;
   loginWindowSeconds: number;
@@ -142,6 +143,7 @@ export const CONFIG_SPECS: readonly Spec[] = [
   { env: 'UPSTREAM_HEADERS_TIMEOUT_MS', key: 'upstreamHeadersTimeoutMs', doc: 'deadline for the upstream response head', parse: integer(1, 3_600_000), fallback: 30_000 },
   { env: 'UPSTREAM_BODY_TIMEOUT_MS', key: 'upstreamBodyTimeoutMs', doc: 'longest gap between upstream body chunks', parse: integer(1, 3_600_000), fallback: 30_000 },
   { env: 'UPSTREAM_CONNECTIONS', key: 'upstreamConnections', doc: 'keep-alive connections per upstream origin, at most', parse: integer(1, 10_000), fallback: 256 },
+  { env: 'UPSTREAM_CONNECTIONS_TOTAL', key: 'upstreamConnectionsTotal', doc: 'upstream calls in flight (so connections in use) across all origins, at most; a call beyond waits for one to end', parse: integer(1, 1_000_000), fallback: 4096 },
   { env: 'OUTPUT_CAPTURE_BYTES', key: 'outputCaptureBytes', doc: 'cap of the response body stored for log_outputs: full', parse: integer(0, 16 * 1024 * 1024), fallback: 65536 },
   { env: 'LOGIN_MAX_FAILURES', key: 'loginMaxFailures', doc: 'failed logins per email or client address before 429', parse: integer(1, 1_000_000), fallback: 10 },
   { env: 'LOGIN_WINDOW_SECONDS', key: 'loginWindowSeconds', doc: 'window of LOGIN_MAX_FAILURES', parse: integer(1, 86_400), fallback: 900 },

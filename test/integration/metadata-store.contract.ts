@@ -276,7 +276,7 @@ export function metadataStoreContract(t: TapTest, name: string, stores: Contract
     t.equal(withPort.hostname, 'api.github.com:8443', 'a hostname with a port is a different hostname');
   });
 
-  t.test(`${name}: findCredentialForHost matches the org and the exact hostname, with the sealed value`, async (t) => {
+  t.test(`${name}: findCredentialForHost matches the org and the host and port (the port wins; no port covers every port), with the sealed value`, async (t) => {
     const store = await storeFor(t);
     const { orgA, orgB } = await twoOrgs(store);
     const plain = newCredential(orgA, 'api.example.com', { sealedValue: 'sealed-plain' });
@@ -293,7 +293,9 @@ export function metadataStoreContract(t: TapTest, name: string, stores: Contract
       ...portedRecord,
       sealedValue: 'sealed-ported',
     });
-    t.equal(await store.findCredentialForHost(orgA, 'api.example.com:9000'), undefined, 'the port must match too');
+    t.same(await store.findCredentialForHost(orgA, 'api.example.com:9000'), { ...plainRecord, sealedValue: 'sealed-plain' }, 'a credential without a port covers every other port');
+    t.equal(await store.findCredentialForHost(orgA, 'other.example.com:8443'), undefined, 'a port alone matches nothing');
+    t.equal(await store.findCredentialForHost(orgB, 'api.example.com:9000'), undefined, "nor another org's, on any port");
     t.equal(await store.findCredentialForHost(orgA, 'example.com'), undefined, 'no suffix match');
     t.equal(await store.findCredentialForHost(orgB, 'api.example.com'), undefined, "never another org's credential");
   });
