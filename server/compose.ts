@@ -69,6 +69,7 @@ export async function startService(config: Readonly<Config>, log: Logger = creat
     maxRows: config.auditBatchRows,
     maxDelayMs: config.auditBatchMs,
     maxQueued: config.auditQueueMax,
+    maxQueuedBytes: config.auditQueueMaxBytes,
     spool,
     journal,
     onError: (err, rows, stage) => {

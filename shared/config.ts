@@ -25,6 +25,7 @@ export interface Config {
   auditBatchMs: number;
   auditRetentionDays: number;
   auditQueueMax: number;
+  auditQueueMaxBytes: number;
   cacheMaxEntries: number;
   cacheTtlMs: number;
   upstreamConnectTimeoutMs: number;
@@ -134,6 +135,7 @@ export const CONFIG_SPECS: readonly Spec[] = [
   { env: 'AUDIT_BATCH_MS', key: 'auditBatchMs', doc: 'longest an audit row waits before its batch is written', parse: integer(1, 60_000), fallback: 250 },
   { env: 'AUDIT_RETENTION_DAYS', key: 'auditRetentionDays', doc: 'audit rows older than this are dropped (TTL)', parse: integer(1, 36500), fallback: 365 },
   { env: 'AUDIT_QUEUE_MAX', key: 'auditQueueMax', doc: 'audit rows held in memory before proxying answers 503', parse: integer(100, 10_000_000), fallback: 200_000 },
+  { env: 'AUDIT_QUEUE_MAX_BYTES', key: 'auditQueueMaxBytes', doc: 'bytes of audit rows held in memory before proxying answers 503', parse: integer(1024 * 1024, 1024 ** 4), fallback: 256 * 1024 * 1024 },
   { env: 'SPOOL_DIR', key: 'spoolDir', doc: 'audit spool directory, one per process', parse: (r) => resolve(r), fallback: null },
   { env: 'SPOOL_MAX_BYTES', key: 'spoolMaxBytes', doc: 'spool size at which the proxy refuses new calls with 503', parse: integer(1024, 1024 ** 4), fallback: 1024 ** 3 },
   { env: 'CACHE_MAX_ENTRIES', key: 'cacheMaxEntries', doc: 'entries per proxy cache (keys, policies, credentials)', parse: integer(1, 10_000_000), fallback: 100_000 },

@@ -22,6 +22,8 @@ export interface AuditBatcherOptions {
    * the records of work already admitted are still always accepted.
    */
   maxQueued: number;
+  /** The same bound in bytes of encoded rows (a row with a full output can be 64 KiB or more). */
+  maxQueuedBytes?: number;
   /** Where refused batches wait; without one they wait in memory. */
   spool?: AuditSpool;
   /** Where each record goes at enqueue, so a killed process loses none (audit-journal.ts). */
@@ -35,6 +37,8 @@ export interface AuditBatcherOptions {
 interface Batch {
   /** Encoded by the store at enqueue (AuditStore.encode): one string a record. */
   rows: string[];
+  /** The rows' encoded length (UTF-16 code units, close to bytes). */
+  bytes: number;
   token: string;
   waiters: { resolve: () => void; reject: (err: unknown) => void }[];
   /** Its journal segment, deleted once the batch is written or spooled. */
@@ -61,6 +65,7 @@ export class AuditBatcher {
   #open: Batch = newBatch();
   readonly #sealed: Batch[] = [];
   #held = 0;
+  #heldBytes = 0;
   #timer: NodeJS.Timeout | null = null;
   #working = false;
   #retryMs = RETRY_MIN_MS;
@@ -92,7 +97,11 @@ export class AuditBatcher {
 
   /** True when the batcher asks callers to refuse new work (memory or spool bound reached). */
   get saturated(): boolean {
-    return this.#held >= this.#options.maxQueued || (this.#spool?.full ?? false);
+    return (
+      this.#held >= this.#options.maxQueued ||
+      this.#heldBytes >= (this.#options.maxQueuedBytes ?? Infinity) ||
+      (this.#spool?.full ?? false)
+    );
   }
 
   /** Queues the record of work already admitted; never refuses and never throws. */
@@ -121,6 +130,8 @@ export class AuditBatcher {
     this.#open.rows.push(line);
     this.#journal?.append(line);
     this.#held += 1;
+    this.#heldBytes += line.length;
+    this.#open.bytes += line.length;
     this.stats.queued += 1;
     if (this.#open.rows.length >= this.#options.maxRows) {
       this.#seal();
@@ -150,6 +161,7 @@ export class AuditBatcher {
   #settled(batch: Batch): void {
     this.#sealed.shift();
     this.#held -= batch.rows.length;
+    this.#heldBytes -= batch.bytes;
     if (batch.segment !== undefined) this.#journal?.forget(batch.segment);
     for (const waiter of batch.waiters) waiter.resolve();
   }
@@ -297,5 +309,5 @@ export class AuditBatcher {
 }
 
 function newBatch(): Batch {
-  return { rows: [], token: randomUUID(), waiters: [] };
+  return { rows: [], bytes: 0, token: randomUUID(), waiters: [] };
 }

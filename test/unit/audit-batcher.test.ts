@@ -139,6 +139,23 @@ t.test('saturated once maxQueued records are held, and no longer once they are w
   t.equal(await store.count(org), 5);
 });
 
+t.test('saturated once the held rows reach maxQueuedBytes, with far fewer rows than maxQueued', async (t) => {
+  const { batcher } = batcherFor(t, { maxRows: 1000, maxDelayMs: 20, maxQueued: 10_000, maxQueuedBytes: 200_000 });
+  const org = randomUUID();
+  audit.down();
+  const big = () => batcher.enqueue({ ...auditRecord(org), output: 'x'.repeat(64 * 1024) });
+  big();
+  big();
+  t.equal(batcher.saturated, false, 'two 64 KiB rows: under 200,000 bytes');
+  big();
+  big();
+  t.equal(batcher.pending, 4, 'four rows of the 10,000 allowed');
+  t.equal(batcher.saturated, true, 'but over the byte bound');
+  audit.up();
+  await audit.rowsLanded(org, 4);
+  t.equal(batcher.saturated, false, 'written: the bytes are released');
+});
+
 t.test('close writes everything queued while the store answers, and reports nothing unwritten', async (t) => {
   const { batcher } = batcherFor(t, { maxRows: 1000, maxDelayMs: 60_000, maxQueued: 10_000 });
   const org = randomUUID();
