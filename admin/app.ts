@@ -57,6 +57,8 @@ interface CompiledRoute extends Route {
 export interface AdminApp {
   routes: readonly Route[];
   handle(req: AdminRequest): Promise<AdminResponse>;
+  /** Stops what the admin side started (the PDF worker). */
+  close(): Promise<void>;
 }
 
 export function createAdminApp(ctx: AdminContext, log: Logger): AdminApp {
@@ -141,7 +143,7 @@ export function createAdminApp(ctx: AdminContext, log: Logger): AdminApp {
     }
   }
 
-  return { routes, handle };
+  return { routes, handle, close: () => audit.close() };
 }
 
 function safeDecode(segment: string): string {

@@ -6,6 +6,7 @@ import type { AuditDecision, AuditFilter, AuditRecord } from '../shared/types.js
 import type { AdminContext, Handler } from './context.js';
 import { enumField, integerField, json, queryInteger, readJsonObject, stringField } from './http.js';
 import { requireAgent } from './agents.js';
+import { createPdfRenderer, type PdfRenderer } from './report/pdf-renderer.js';
 
 const DECISIONS: readonly AuditDecision[] = ['allowed', 'denied'];
 export const AUDIT_LIMIT_DEFAULT = 50;
@@ -53,6 +54,8 @@ function isoParam(query: URLSearchParams, name: string): string | undefined {
 }
 
 export function auditHandlers(ctx: AdminContext) {
+  let pdfRenderer: PdfRenderer | null = null;
+
   const write: Handler = async (req, caller) => {
     const body = readJsonObject(req);
     const agentId = stringField(body, 'agent_id');
@@ -131,9 +134,10 @@ export function auditHandlers(ctx: AdminContext) {
     const since = new Date(until.getTime() - days * 86_400_000);
     const data = await ctx.auditStore.report(caller.orgId, since, until, ctx.config.pdfMaxEntries, 10);
     const user = await ctx.store.findUserById(caller.userId);
-    // Loaded on first use: pdfkit and its font metrics are ~15 MB a proxy process never needs.
-    const { renderAuditPdf } = await import('./report/audit-pdf.js');
-    const pdf = await renderAuditPdf({
+    // In a worker thread, started on first use: the event loop that serves calls
+    // never renders, and pdfkit (~15 MB) loads only where a report is asked for.
+    pdfRenderer ??= createPdfRenderer();
+    const pdf = await pdfRenderer.render({
       orgName: user?.email ?? caller.orgId,
       orgId: caller.orgId,
       since,
@@ -154,5 +158,5 @@ export function auditHandlers(ctx: AdminContext) {
     };
   };
 
-  return { write, list, exportPdf };
+  return { write, list, exportPdf, close: async () => pdfRenderer?.close() };
 }

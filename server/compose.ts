@@ -141,7 +141,7 @@ export async function startService(config: Readonly<Config>, log: Logger = creat
       const unwritten = await auditBatcher.close(AUDIT_FLUSH_DEADLINE_MS);
       if (unwritten > 0) log.error('audit records could be neither written nor spooled before shutdown', { unwritten });
     },
-    close: [() => pipeline?.close(), () => passThrough?.close(), () => auditStore.close(), () => store.close()],
+    close: [() => pipeline?.close(), () => passThrough?.close(), () => admin?.close(), () => auditStore.close(), () => store.close()],
   });
 
   return { role, port: listener.port, url, publicUrl, log, store, auditStore, auditBatcher, pipeline, metrics, stop };

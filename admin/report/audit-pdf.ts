@@ -9,7 +9,7 @@
 // `lineBreak: false`, which keeps pdfkit from wrapping or adding pages on its own:
 // this file alone decides where a page ends.
 import PDFDocument from 'pdfkit';
-import type { AuditRecord } from '../../shared/types.js';
+import type { ReportEntry } from '../../shared/audit/audit-codec.js';
 import type { AuditReportData } from '../../shared/stores/audit-store.js';
 
 export interface AuditPdfInput {
@@ -295,7 +295,7 @@ function drawToolTable(c: Cursor, topTools: AuditReportData['topTools']): void {
   section(c, 'Top tools', columns, rows, 'No tool was called in this window.');
 }
 
-function drawRecentDenied(c: Cursor, recentDenied: readonly AuditRecord[]): void {
+function drawRecentDenied(c: Cursor, recentDenied: readonly ReportEntry[]): void {
   const columns: Column[] = [
     { header: 'Time (UTC)', weight: 1.66 },
     { header: 'Agent', weight: 1.3 },
@@ -315,7 +315,7 @@ function drawRecentDenied(c: Cursor, recentDenied: readonly AuditRecord[]): void
   section(c, 'Most recent denied calls', columns, rows, 'No call was denied in this window.');
 }
 
-function drawEntries(c: Cursor, entries: readonly AuditRecord[], totalCalls: number, maxEntries: number): void {
+function drawEntries(c: Cursor, entries: readonly ReportEntry[], totalCalls: number, maxEntries: number): void {
   const cap = Number.isFinite(maxEntries) && maxEntries >= 0 ? Math.floor(maxEntries) : entries.length;
   const shown = newestFirst(entries).slice(0, cap);
   const columns: Column[] = [
@@ -611,8 +611,8 @@ function yScale(peak: number): { step: number; max: number } {
   return { step: wholeStep, max: wholeStep * Math.max(1, Math.ceil(peak / wholeStep)) };
 }
 
-function newestFirst(records: readonly AuditRecord[]): AuditRecord[] {
-  const key = (r: AuditRecord): string => (typeof r?.timestamp === 'string' ? r.timestamp : '');
+function newestFirst(records: readonly ReportEntry[]): ReportEntry[] {
+  const key = (r: ReportEntry): string => (typeof r?.timestamp === 'string' ? r.timestamp : '');
   return [...records].sort((a, b) => (key(a) < key(b) ? 1 : key(a) > key(b) ? -1 : 0));
 }
 

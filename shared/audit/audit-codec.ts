@@ -197,10 +197,27 @@ export function countEncodedRows(body: string): number {
 // ---- Decoding: a JSONEachRow row back to a record ---------------------------
 
 export function decodeAuditRow(row: AuditRow): AuditRecord {
+  return decodeColumns(row) as unknown as AuditRecord;
+}
+
+/** The columns the PDF report prints: its queries select only these (an `output` can be 64 KiB or more). */
+export const REPORT_COLUMNS = ['timestamp', 'agent_id', 'agent_name', 'tool_name', 'action', 'decision', 'status_code', 'latency_ms', 'rule_matched', 'reasoning'] as const satisfies readonly AuditColumnName[];
+export const REPORT_SELECT_LIST = REPORT_COLUMNS.join(', ');
+
+/** A report row: the fields of REPORT_COLUMNS. */
+export type ReportEntry = Pick<AuditRecord, 'timestamp' | 'agentId' | 'agentName' | 'toolName' | 'action' | 'decision' | 'statusCode' | 'latencyMs' | 'ruleMatched' | 'reasoning'>;
+
+export function decodeReportRow(row: Partial<AuditRow>): ReportEntry {
+  return decodeColumns(row) as unknown as ReportEntry;
+}
+
+/** The fields of the columns present in `row`. */
+function decodeColumns(row: Partial<AuditRow>): Record<string, unknown> {
   const record: Record<string, unknown> = {};
   // AUDIT_COLUMNS puts each presence column after the field it marks, so it has the last word.
   for (const { name, field, kind } of AUDIT_COLUMNS as readonly AuditColumn[]) {
-    const value = row[name as AuditColumnName];
+    if (!(name in row)) continue;
+    const value = row[name as AuditColumnName]!;
     switch (kind) {
       case 'text':
       case 'text-or-null': record[field] = value; break;
@@ -211,7 +228,7 @@ export function decodeAuditRow(row: AuditRow): AuditRecord {
       case 'flag': record[field] = truthy(value); break;
     }
   }
-  return record as unknown as AuditRecord;
+  return record;
 }
 
 /** `2026-03-01T12:00:00.123Z` → `2026-03-01 12:00:00.123`, the DateTime64(3) text form in UTC. */

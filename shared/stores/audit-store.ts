@@ -1,5 +1,6 @@
 // The audit store: one ClickHouse table, reached over HTTP (CLICKHOUSE_URL) or
 // through the embedded chDB engine. Both run test/integration/audit-store.test.ts.
+import type { ReportEntry } from '../audit/audit-codec.js';
 import type { AuditFilter, AuditRecord } from '../types.js';
 
 export interface AuditPage {
@@ -13,9 +14,9 @@ export interface AuditReportData {
   perDay: { day: string; allowed: number; denied: number }[];
   perAgent: { agentId: string; agentName: string; calls: number; allowed: number; denied: number; p50LatencyMs: number }[];
   topTools: { toolName: string; calls: number; denied: number }[];
-  recentDenied: AuditRecord[];
-  /** Newest first, at most the cap asked for. */
-  entries: AuditRecord[];
+  recentDenied: ReportEntry[];
+  /** Newest first, at most the cap asked for; only the printed columns. */
+  entries: ReportEntry[];
 }
 
 export interface AuditStore {

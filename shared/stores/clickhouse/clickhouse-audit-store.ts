@@ -13,6 +13,8 @@ import {
   auditTableDdl,
   auditTableMigrations,
   decodeAuditRow,
+  decodeReportRow,
+  REPORT_SELECT_LIST,
   encodeAuditRow,
   encodeAuditRows,
   finiteOrZero,
@@ -179,13 +181,13 @@ export class ClickHouseAuditStore implements AuditStore {
          FROM ${AUDIT_TABLE} WHERE ${window} GROUP BY tool_name ORDER BY calls DESC, tool_name LIMIT {topN:UInt32}`,
         params,
       ),
-      this.#query<AuditRow>(
-        `SELECT ${AUDIT_SELECT_LIST} FROM ${AUDIT_TABLE} WHERE ${window} AND decision = 'denied'
+      this.#query<Partial<AuditRow>>(
+        `SELECT ${REPORT_SELECT_LIST} FROM ${AUDIT_TABLE} WHERE ${window} AND decision = 'denied'
          ${NEWEST_FIRST} LIMIT {recentDenied:UInt32}`,
         params,
       ),
-      this.#query<AuditRow>(
-        `SELECT ${AUDIT_SELECT_LIST} FROM ${AUDIT_TABLE} WHERE ${window} ${NEWEST_FIRST} LIMIT {maxEntries:UInt32}`,
+      this.#query<Partial<AuditRow>>(
+        `SELECT ${REPORT_SELECT_LIST} FROM ${AUDIT_TABLE} WHERE ${window} ${NEWEST_FIRST} LIMIT {maxEntries:UInt32}`,
         params,
       ),
     ]);
@@ -208,8 +210,8 @@ export class ClickHouseAuditStore implements AuditStore {
         p50LatencyMs: finiteOrZero(a.p50),
       })),
       topTools: topTools.map((x) => ({ toolName: x.tool_name, calls: Number(x.calls), denied: Number(x.denied) })),
-      recentDenied: recentDenied.map(decodeAuditRow),
-      entries: entries.map(decodeAuditRow),
+      recentDenied: recentDenied.map(decodeReportRow),
+      entries: entries.map(decodeReportRow),
     };
   }
 
