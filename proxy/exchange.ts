@@ -131,6 +131,8 @@ export class ProxyExchange {
       if (name === 'x-request-id') {
         this.hasRequestId = true;
         if (value.length <= MAX_REQUEST_ID_CHARS) this.requestId = value;
+      } else if (name === 'accept') {
+        if (value.includes('text/event-stream')) this.acceptsEventStream = true;
       }
       this.headers.push(name, value);
     } else if (name === 'x-agent-reasoning') {
@@ -189,8 +191,29 @@ export class ProxyExchange {
     this.onFinish?.(this);
   }
 
+  /** The agent accepts an event stream (Accept: text/event-stream): the upstream body gets the stream idle timeout. */
+  acceptsEventStream = false;
+
   /** Set by the proxy: turns the finished exchange into an audit record. */
   onFinish: ((ex: ProxyExchange) => void) | null = null;
+
+  /** Set while a response streams from upstream (stream-response.ts): ends it now, as cleanly as its framing allows. */
+  endEarly: (() => void) | null = null;
+
+  /**
+   * Shutdown's drain deadline has passed: a streaming response ends as a
+   * complete response (clients reconnect); a call still waiting for its
+   * upstream is answered 503. Either way it is audited with what happened.
+   */
+  endForShutdown(): void {
+    if (this.finished || this.aborted) return;
+    if (this.endEarly !== null) {
+      this.endEarly();
+      return;
+    }
+    this.answerError('unavailable', 'The service is shutting down; retry.', undefined, 'allowed', true);
+    this.abortUpstream?.(new Error('shutting down'));
+  }
 
   /** The target URL as the agent sent it (no injected query credential). */
   toolUrl(): string {

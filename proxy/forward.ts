@@ -40,7 +40,7 @@ export function createForward(deps: { config: Readonly<Config>; pools: UpstreamP
       ex.forwardedAt = performance.now();
       try {
         pools.poolFor(ex.address, target.port, target.hostname).dispatch(
-          { path, method: ex.method, headers, body: payload as never, blocking: false },
+          { path, method: ex.method, headers, body: payload as never, blocking: false, ...(ex.acceptsEventStream ? { bodyTimeout: config.upstreamStreamIdleMs } : {}) },
           handler as never,
         );
       } catch (err) {

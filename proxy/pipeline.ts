@@ -34,6 +34,8 @@ export interface ProxyPipeline {
    * no record arrives after the audit pipeline closed.
    */
   stopAdmitting(): void;
+  /** Past the drain deadline: ends every call still in flight (ProxyExchange.endForShutdown). */
+  endInFlight(): void;
   close(): Promise<void>;
 }
 
@@ -72,8 +74,11 @@ export function createProxyPipeline(deps: {
     },
   });
 
+  const running = new Set<ProxyExchange>();
+
   function onFinish(ex: ProxyExchange): void {
     inFlight--;
+    running.delete(ex);
     record(ex);
   }
 
@@ -119,8 +124,12 @@ export function createProxyPipeline(deps: {
     stopAdmitting() {
       admitting = false;
     },
+    endInFlight() {
+      for (const ex of [...running]) ex.endForShutdown();
+    },
     run(ex) {
       inFlight++;
+      running.add(ex);
       ex.onFinish = onFinish;
       runFrom(ex, 0);
     },

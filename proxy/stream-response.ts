@@ -54,11 +54,14 @@ export class UpstreamResponse {
     if (status < 200) return true; // 1xx: undici handles them; wait for the final status
     this.#status = status;
     this.#rawHeaders = rawHeaders;
+    let eventStream = false;
     for (let i = 0; i < rawHeaders.length; i += 2) {
       const name = rawHeaders[i]!;
       if (name.length === 14 && name.toString('latin1').toLowerCase() === 'content-length') {
         const length = Number(rawHeaders[i + 1]!.toString('latin1'));
         this.#length = Number.isSafeInteger(length) && length >= 0 ? length : -1;
+      } else if (name.length === 12 && name.toString('latin1').toLowerCase() === 'content-type') {
+        eventStream = rawHeaders[i + 1]!.toString('latin1').trimStart().toLowerCase().startsWith('text/event-stream');
       }
     }
     this.#resume = resume;
@@ -67,12 +70,46 @@ export class UpstreamResponse {
     const mode = this.#ex.agent!.logOutputs;
     if (mode === 'hash') this.#ex.hashing = true;
     else if (mode === 'full') this.#ex.capture = EMPTY; // '' unless a body arrives
+    this.#ex.endEarly = this.#endEarlyBound;
+    if (eventStream && !this.#headOnly && this.#length < 0 && !this.#ex.aborted) {
+      // An event stream's head goes out now, not with its first event (which may
+      // be seconds away). uWS sends a head only together with body bytes, so it
+      // goes with an SSE comment line (":"), which every event-stream parser
+      // ignores (WHATWG HTML §9.2.6).
+      this.#ex.res.cork(this.#openStreamCorked);
+    }
     return true;
+  }
+
+  readonly #openStreamCorked = (): void => {
+    this.#writeHead();
+    this.#ex.res.write(SSE_OPENING);
+  };
+
+  readonly #endEarlyBound = (): void => this.#endEarly();
+
+  /** Shutdown: end the response now, as a complete one when its framing allows (chunked), else cut. */
+  #endEarly(): void {
+    const ex = this.#ex;
+    if (ex.aborted || ex.finished) return;
+    // The client's response ends first: aborting upstream reports an error
+    // (onError), which must find the exchange finished, not cut it.
+    if (this.#length < 0 || this.#headOnly) {
+      ex.res.cork(this.#endCorked); // a complete (chunked) response: an event-stream client reconnects
+    } else if (!this.#headWritten) {
+      ex.answerError('unavailable', 'The service is shutting down; retry.', undefined, 'allowed', true);
+    } else {
+      // A Content-Length response cannot end early and be complete: cut, as on an upstream failure.
+      ex.body?.detach();
+      ex.finish();
+      ex.res.close();
+    }
+    ex.abortUpstream?.(new Error('shutting down'));
   }
 
   onData(chunk: Buffer): boolean {
     const ex = this.#ex;
-    if (ex.aborted) return true;
+    if (ex.aborted || this.#ended) return true;
     ex.responseBytes += chunk.length;
     if (ex.hashing) ex.hashChunk(chunk, ex.responseBytes === chunk.length && chunk.length === this.#length);
     else if (ex.agent!.logOutputs === 'full') this.#capture(chunk);
@@ -251,6 +288,9 @@ export class UpstreamResponse {
     if (take < chunk.length) ex.captureTruncated = true;
   }
 }
+
+/** Sent right after an event stream's head: an SSE comment line, ignored by clients. */
+const SSE_OPENING = ':\n';
 
 /** Connection failures that sent the upstream nothing: the next address may be tried. */
 const REFUSED_CODES = new Set(['ECONNREFUSED', 'EHOSTUNREACH', 'ENETUNREACH', 'EADDRNOTAVAIL']);

@@ -136,6 +136,7 @@ export async function startService(config: Readonly<Config>, log: Logger = creat
       store.changes.stop();
     },
     inFlight: () => pipeline?.inFlight ?? 0,
+    endInFlight: () => pipeline?.endInFlight(),
     stopAnswering: () => listener.stopAnswering(),
     flushAudit: async () => {
       const unwritten = await auditBatcher.close(AUDIT_FLUSH_DEADLINE_MS);

@@ -7,6 +7,8 @@ export interface StopSteps {
   beginRefusing(): void;
   /** Calls still in flight (the drain waits for 0 up to its deadline). */
   inFlight(): number;
+  /** Past the deadline: ends the calls still in flight (a stream as a complete response), each audited. */
+  endInFlight(): void;
   /**
    * After the drain: requests that still arrive on kept-alive connections get
    * no answer (the connection is closed), so no call is answered after the
@@ -29,6 +31,12 @@ export function stopInOrder(steps: StopSteps): (drainMs?: number) => Promise<voi
       steps.beginRefusing();
       const deadline = Date.now() + drainMs;
       while (steps.inFlight() > 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, DRAIN_POLL_MS));
+      if (steps.inFlight() > 0) {
+        steps.endInFlight();
+        // The ends are written on the event loop's next turns; they are over in well under a second.
+        const ended = Date.now() + 1000;
+        while (steps.inFlight() > 0 && Date.now() < ended) await new Promise((r) => setTimeout(r, DRAIN_POLL_MS));
+      }
       steps.stopAnswering();
       await steps.flushAudit();
       for (const close of steps.close) await close();

@@ -53,7 +53,7 @@ export async function runMain(role: Role): Promise<void> {
       }
       first = { signal, at: now };
       log.info('shutting down', { role, signal });
-      service.stop().then(
+      service.stop(config.shutdownDrainMs).then(
         () => process.exit(0),
         (err: unknown) => {
           log.error('shutdown failed', { err });

@@ -31,6 +31,8 @@ export interface Config {
   upstreamConnectTimeoutMs: number;
   upstreamHeadersTimeoutMs: number;
   upstreamBodyTimeoutMs: number;
+  upstreamStreamIdleMs: number;
+  shutdownDrainMs: number;
   upstreamConnections: number;
   upstreamConnectionsTotal: number;
   outputCaptureBytes: number;
@@ -144,6 +146,8 @@ export const CONFIG_SPECS: readonly Spec[] = [
   { env: 'UPSTREAM_CONNECT_TIMEOUT_MS', key: 'upstreamConnectTimeoutMs', doc: 'TCP+TLS connect deadline', parse: integer(1, 600_000), fallback: 5000 },
   { env: 'UPSTREAM_HEADERS_TIMEOUT_MS', key: 'upstreamHeadersTimeoutMs', doc: 'deadline for the upstream response head', parse: integer(1, 3_600_000), fallback: 30_000 },
   { env: 'UPSTREAM_BODY_TIMEOUT_MS', key: 'upstreamBodyTimeoutMs', doc: 'longest gap between upstream body chunks', parse: integer(1, 3_600_000), fallback: 30_000 },
+  { env: 'UPSTREAM_STREAM_IDLE_MS', key: 'upstreamStreamIdleMs', doc: 'longest gap between upstream body chunks when the agent accepts an event stream', parse: integer(1, 86_400_000), fallback: 300_000 },
+  { env: 'SHUTDOWN_DRAIN_MS', key: 'shutdownDrainMs', doc: 'on SIGTERM/SIGINT, how long calls in flight may go on before they are ended', parse: integer(0, 600_000), fallback: 10_000 },
   { env: 'UPSTREAM_CONNECTIONS', key: 'upstreamConnections', doc: 'keep-alive connections per upstream origin, at most', parse: integer(1, 10_000), fallback: 256 },
   { env: 'UPSTREAM_CONNECTIONS_TOTAL', key: 'upstreamConnectionsTotal', doc: 'upstream calls in flight (so connections in use) across all origins, at most; a call beyond waits for one to end', parse: integer(1, 1_000_000), fallback: 4096 },
   { env: 'OUTPUT_CAPTURE_BYTES', key: 'outputCaptureBytes', doc: 'cap of the response body stored for log_outputs: full', parse: integer(0, 16 * 1024 * 1024), fallback: 65536 },

@@ -26,7 +26,8 @@ t.test('SIGTERM lets an in-flight call finish, writes its audit record and exits
   service.child.kill('SIGTERM');
   const res = await inFlight;
   t.equal(res.status, 200);
-  t.equal(res.text, 'data: event 1\n\ndata: event 2\n\ndata: event 3\n\n', 'the call completed in full');
+  const EVENTS = 'data: event 1\n\ndata: event 2\n\ndata: event 3\n\n';
+  t.equal(res.text, `:\n${EVENTS}`, 'the call completed in full (after the head\'s SSE comment line)');
   t.equal(await service.exited, 0, 'exit code 0');
   // AUDIT_BATCH_MS is 5 s: the record was written by the shutdown flush, not the timer.
   const again = await spawnService('all-in-one', env);
@@ -34,7 +35,7 @@ t.test('SIGTERM lets an in-flight call finish, writes its audit record and exits
   const rows = (await api(again.url, { token: login.json.access_token, auth: { authorization: `Bearer ${login.json.access_token}` } }, 'GET', `/audit?agent_id=${agent.id}`)).json as any[];
   t.equal(rows.length, 1, 'the drained call is in the audit log after a restart');
   t.equal(rows[0].status_code, 200);
-  t.equal(rows[0].output, res.text);
+  t.equal(rows[0].output, EVENTS, 'the output is the upstream\'s bytes');
   t.equal(await again.stop(), 0);
 });
 
@@ -64,7 +65,7 @@ t.test('the same signal twice at once (the group\'s copy and npm\'s) is one requ
   await new Promise((r) => setTimeout(r, 10));
   service.child.kill('SIGTERM');
   const res = await inFlight;
-  t.equal(res.text, 'data: event 1\n\ndata: event 2\n\ndata: event 3\n\n', 'the in-flight call completed in full');
+  t.equal(res.text, ':\ndata: event 1\n\ndata: event 2\n\ndata: event 3\n\n', 'the in-flight call completed in full');
   t.equal(await service.exited, 0, 'exit code 0, not 130');
 });
 

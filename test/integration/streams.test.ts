@@ -1,0 +1,92 @@
+// Long-lived streams through the proxy: an event stream's head arrives before
+// its first event; an idle event stream outlives the ordinary body timeout; and
+// shutdown with a stream open ends it as a complete response, audits it and
+// exits 0 within the drain deadline plus a second. Real processes, real HTTPS upstream.
+import { mkdtempSync, rmSync } from 'node:fs';
+import type { ServerResponse } from 'node:http';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import t from 'tap';
+import { api, createAgent, signup, TLS_DIR } from '../support/service.js';
+import { spawnService } from '../support/spawn-service.js';
+import { startUpstream, type Route } from '../support/upstream.js';
+
+// Node sends a head only with the first body bytes unless flushed: an SSE server flushes it.
+const sse = (res: ServerResponse) => res.writeHead(200, { 'content-type': 'text/event-stream', 'cache-control': 'no-cache' }).flushHeaders();
+const routes: Record<string, Route> = {
+  // Head at once, first event after 1.5 s, then the end.
+  '/late': (_req, res) => {
+    sse(res);
+    setTimeout(() => res.end('data: late\n\n'), 1500);
+  },
+  // One event, then quiet forever (as an MCP GET stream between messages).
+  '/forever': (req, res) => {
+    sse(res);
+    res.write('data: hello\n\n');
+    req.socket.on('close', () => res.destroy());
+  },
+};
+const upstream = await startUpstream(routes);
+const dir = mkdtempSync(join(tmpdir(), 'tcg-streams-'));
+const env = {
+  DATA_DIR: dir,
+  PORT: '0',
+  GUARD_ALLOW_TARGETS: '127.0.0.1',
+  NODE_EXTRA_CA_CERTS: join(TLS_DIR, 'ca.crt'),
+  UPSTREAM_BODY_TIMEOUT_MS: '500',
+  UPSTREAM_STREAM_IDLE_MS: '5000',
+  SHUTDOWN_DRAIN_MS: '1000',
+};
+t.teardown(async () => {
+  await upstream.close();
+  rmSync(dir, { recursive: true, force: true });
+});
+
+const service = await spawnService('all-in-one', env);
+const owner = await signup(service.url);
+const agent = await createAgent(service.url, owner, 'streams', 'full');
+const url = (path: string) => `${service.url}/proxy/${agent.api_key}/${upstream.authority}${path}`;
+
+t.test('an event stream\'s head arrives before its first event, and the event after', async (t) => {
+  const started = performance.now();
+  const res = await fetch(url('/late'), { headers: { accept: 'text/event-stream' } });
+  const headAfter = performance.now() - started;
+  t.equal(res.status, 200);
+  t.ok(headAfter < 1000, `head after ${headAfter.toFixed(0)} ms, not with the event at 1,500 ms`);
+  t.equal(await res.text(), ':\ndata: late\n\n', 'an SSE comment line, then the upstream\'s bytes');
+});
+
+t.test('an idle event stream outlives UPSTREAM_BODY_TIMEOUT_MS; an ordinary body does not', async (t) => {
+  const stream = await fetch(url('/late'), { headers: { accept: 'text/event-stream' } });
+  t.equal(await stream.text(), ':\ndata: late\n\n', '1.5 s of silence is within UPSTREAM_STREAM_IDLE_MS (5 s): complete');
+  const ordinary = await fetch(url('/late')).then((r) => r.text()).then(() => 'complete', () => 'cut');
+  t.equal(ordinary, 'cut', 'without Accept: text/event-stream the 500 ms body timeout applies');
+});
+
+t.test('SIGTERM with an event stream open: the stream ends complete, the call is audited, exit 0 in time', async (t) => {
+  const res = await fetch(url('/forever'), { headers: { accept: 'text/event-stream' } });
+  const reader = res.body!.getReader();
+  let text = Buffer.from((await reader.read()).value!).toString();
+  const started = performance.now();
+  service.child.kill('SIGTERM');
+  for (;;) {
+    const { done, value } = await reader.read(); // throws if the stream is cut instead of ended
+    if (done) break;
+    text += Buffer.from(value).toString();
+  }
+  t.match(text, /data: hello\n\n$/, 'the client read the stream to a clean end');
+  t.equal(await service.exited, 0, 'exit 0');
+  const took = performance.now() - started;
+  t.ok(took < 1000 + 2000, `exited ${took.toFixed(0)} ms after SIGTERM (drain 1,000 ms)`);
+
+  const again = await spawnService('all-in-one', env);
+  const login = await api(again.url, null, 'POST', '/auth/login', { email: owner.email, password: 'correct horse battery' });
+  const session = { token: login.json.access_token, auth: { authorization: `Bearer ${login.json.access_token}` } };
+  const rows = (await api(again.url, session, 'GET', `/audit?agent_id=${agent.id}`)).json as any[];
+  const entry = rows.find((r) => r.tool_url.endsWith('/forever'));
+  t.ok(entry, 'the stream\'s entry is in the audit log after the restart');
+  t.equal(entry?.status_code, 200, 'with the upstream\'s status');
+  t.equal(entry?.response_bytes, 'data: hello\n\n'.length, 'and the bytes it carried');
+  t.ok(entry?.latency_ms >= 900, `its real lifetime (${entry?.latency_ms} ms)`);
+  t.equal(await again.stop(), 0);
+});
