@@ -38,6 +38,7 @@ export function auditJson(r: AuditRecord) {
     output: r.output,
     output_truncated: r.outputTruncated,
     request_id: r.requestId,
+    mcp_session_id: r.mcpSessionId,
   };
 }
 
@@ -90,6 +91,7 @@ export function auditHandlers(ctx: AdminContext) {
       output: null,
       outputTruncated: false,
       requestId: randomUUID(),
+      mcpSessionId: null,
     };
     try {
       await ctx.auditBatcher.enqueueDurable(record);
@@ -118,6 +120,8 @@ export function auditHandlers(ctx: AdminContext) {
     if (toolName !== null) filter.toolName = toolName;
     const taskId = q.get('task_id');
     if (taskId !== null) filter.taskId = taskId;
+    const mcpSessionId = q.get('mcp_session_id');
+    if (mcpSessionId !== null) filter.mcpSessionId = mcpSessionId;
     const since = isoParam(q, 'since');
     if (since !== undefined) filter.since = since;
     const until = isoParam(q, 'until');

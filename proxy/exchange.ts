@@ -18,6 +18,8 @@ import type { ParsedTarget } from '../shared/target.js';
 /** Agent annotations are cut to these lengths before they are audited. */
 export const MAX_REASONING_CHARS = 16 * 1024;
 const MAX_TASK_ID_CHARS = 1024;
+/** Longer session ids are forwarded but not recorded (the MCP spec has them visible ASCII; ours bounds the column). */
+const MAX_MCP_SESSION_ID_CHARS = 256;
 const MAX_REQUEST_ID_CHARS = 200;
 const PROXY_PREFIX_LENGTH = '/proxy/'.length;
 
@@ -133,6 +135,8 @@ export class ProxyExchange {
         if (value.length <= MAX_REQUEST_ID_CHARS) this.requestId = value;
       } else if (name === 'accept') {
         if (value.includes('text/event-stream')) this.acceptsEventStream = true;
+      } else if (name === 'mcp-session-id') {
+        if (value.length <= MAX_MCP_SESSION_ID_CHARS) this.mcpSessionId = value;
       }
       this.headers.push(name, value);
     } else if (name === 'x-agent-reasoning') {
@@ -190,6 +194,9 @@ export class ProxyExchange {
     if (this.aborted) this.statusCode = 499;
     this.onFinish?.(this);
   }
+
+  /** Mcp-Session-Id of the request, else of the response (stream-response.ts); recorded in the audit. */
+  mcpSessionId: string | null = null;
 
   /** The agent accepts an event stream (Accept: text/event-stream): the upstream body gets the stream idle timeout. */
   acceptsEventStream = false;
@@ -250,6 +257,7 @@ export class ProxyExchange {
       output,
       outputTruncated: this.captureTruncated,
       requestId: this.requestId || this.id,
+      mcpSessionId: this.mcpSessionId,
     };
   }
 }

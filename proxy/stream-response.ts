@@ -62,6 +62,9 @@ export class UpstreamResponse {
         this.#length = Number.isSafeInteger(length) && length >= 0 ? length : -1;
       } else if (name.length === 12 && name.toString('latin1').toLowerCase() === 'content-type') {
         eventStream = rawHeaders[i + 1]!.toString('latin1').trimStart().toLowerCase().startsWith('text/event-stream');
+      } else if (name.length === 14 && this.#ex.mcpSessionId === null && name.toString('latin1').toLowerCase() === 'mcp-session-id') {
+        const id = rawHeaders[i + 1]!.toString('latin1');
+        if (id.length <= 256) this.#ex.mcpSessionId = id; // the server's answer to initialize names the session
       }
     }
     this.#resume = resume;

@@ -71,10 +71,13 @@ export interface AuditRecord {
   output: string | null;
   outputTruncated: boolean;
   requestId: string;
+  /** Mcp-Session-Id of the request, else of the response; null when neither has one. */
+  mcpSessionId: string | null;
 }
 
 export interface AuditFilter {
   agentId?: string;
+  mcpSessionId?: string;
   decision?: AuditDecision;
   toolName?: string;
   taskId?: string;

@@ -51,6 +51,8 @@ export const AUDIT_COLUMNS = [
   { name: 'output_has', type: 'Bool', field: 'output', kind: 'presence' },
   { name: 'output_truncated', type: 'Bool', field: 'outputTruncated', kind: 'flag' },
   { name: 'request_id', type: 'String', field: 'requestId', kind: 'text' },
+  // Added later: a table made before gets it from auditTableMigrations (ADD COLUMN).
+  { name: 'mcp_session_id', type: 'String', field: 'mcpSessionId', kind: 'empty-is-null' },
 ] as const satisfies readonly AuditColumn[];
 
 export type AuditColumnName = (typeof AUDIT_COLUMNS)[number]['name'];
@@ -103,8 +105,12 @@ SETTINGS ${settingsList(Object.entries(TABLE_SETTINGS))}`;
  * `engine_full` from system.tables (empty when unknown); none when it has it.
  * Each is idempotent, so any number of processes may run them at once.
  */
-export function auditTableMigrations(engineFull: string, retentionDays: number): string[] {
+export function auditTableMigrations(engineFull: string, retentionDays: number, columns: readonly string[] = AUDIT_COLUMN_NAMES): string[] {
   const statements: string[] = [];
+  // Columns the table does not have yet (a table made by an earlier version), in table order.
+  for (const column of AUDIT_COLUMNS) {
+    if (!columns.includes(column.name)) statements.push(`ALTER TABLE ${AUDIT_TABLE} ADD COLUMN IF NOT EXISTS ${column.name} ${column.type}`);
+  }
   // The server prints the TTL as `toDateTime(timestamp) + toIntervalDay(N)`.
   const current = /TTL\s+toDateTime\(timestamp\)\s*\+\s*toIntervalDay\((\d+)\)/.exec(engineFull);
   if (current?.[1] !== String(retentionDays)) {

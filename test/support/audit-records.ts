@@ -25,6 +25,7 @@ export function auditRecord(orgId: string, overrides: Partial<AuditRecord> = {})
     output: null,
     outputTruncated: false,
     requestId: randomUUID(),
+    mcpSessionId: null,
     ...overrides,
   };
 }

@@ -72,6 +72,7 @@ function makeCalls(since: Date, dayIndexes: number[], count: number): AuditRecor
       output: null,
       outputTruncated: false,
       requestId: `req_${i}`,
+      mcpSessionId: null,
     });
   }
   return calls.sort((a, b) => (a.timestamp < b.timestamp ? 1 : a.timestamp > b.timestamp ? -1 : 0));

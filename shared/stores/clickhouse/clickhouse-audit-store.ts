@@ -299,7 +299,12 @@ async function migrate(client: ClickHouseClient, retentionDays: number): Promise
     query_params: { table: AUDIT_TABLE },
     format: 'JSONEachRow',
   })).json<{ engine_full: string }>();
-  for (const query of auditTableMigrations(tables[0]?.engine_full ?? '', retentionDays)) {
+  const columns = await (await client.query({
+    query: 'SELECT name FROM system.columns WHERE database = currentDatabase() AND table = {table:String}',
+    query_params: { table: AUDIT_TABLE },
+    format: 'JSONEachRow',
+  })).json<{ name: string }>();
+  for (const query of auditTableMigrations(tables[0]?.engine_full ?? '', retentionDays, columns.map((c) => c.name))) {
     // An ALTER ... MODIFY TTL runs as a background mutation; open does not wait for it.
     await client.command({ query });
   }
@@ -326,6 +331,10 @@ function listWhere(orgId: string, filter: AuditFilter): { where: string; params:
   if (filter.taskId !== undefined) {
     clauses.push('task_id = {taskId:String}');
     params.taskId = filter.taskId;
+  }
+  if (filter.mcpSessionId !== undefined) {
+    clauses.push('mcp_session_id = {mcpSessionId:String}');
+    params.mcpSessionId = filter.mcpSessionId;
   }
   // A half-open window [since, until): consecutive windows never share a row.
   if (filter.since !== undefined) {
