@@ -122,6 +122,8 @@ export class ProxyExchange {
     const key = keyEnd < 0 ? url.slice(PROXY_PREFIX_LENGTH) : url.slice(PROXY_PREFIX_LENGTH, keyEnd);
     this.rawTarget = keyEnd < 0 ? '' : url.slice(keyEnd + 1);
     if (!isApiKey(key)) return false;
+    this.proxyKeyEnd = keyEnd;
+    this.url = url;
     this.keyHash = hashApiKey(key);
     this.keyPrefix = key.slice(0, 12);
     return true;
@@ -193,6 +195,18 @@ export class ProxyExchange {
     this.finished = true;
     if (this.aborted) this.statusCode = 499;
     this.onFinish?.(this);
+  }
+
+  /** The request's path, and where its `/proxy/{key}` part ends (for proxyPrefix). */
+  url = '';
+  proxyKeyEnd = -1;
+
+  /** `/proxy/{key}/{host[:port]}` as the agent wrote it: what an absolute upstream path is resolved under. */
+  proxyPrefix(): string {
+    const target = this.rawTarget;
+    let end = target.indexOf('/');
+    if (end < 0) end = target.length;
+    return `${this.url.slice(0, this.proxyKeyEnd)}/${target.slice(0, end)}`;
   }
 
   /** Mcp-Session-Id of the request, else of the response (stream-response.ts); recorded in the audit. */

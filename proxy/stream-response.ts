@@ -5,6 +5,7 @@
 // to uWS. Status, headers and the first body chunk leave in one cork.
 import { RESPONSE_DROP, statusLine } from '../shared/http.js';
 import type { ProxyExchange } from './exchange.js';
+import { SseEndpointRewriter } from './sse-endpoint.js';
 
 type Resume = () => void;
 
@@ -36,6 +37,9 @@ export class UpstreamResponse {
 
   /** Frees the call's upstream slot (upstream-pools.ts), once. */
   #release: (() => void) | null;
+
+  /** An event stream's opening, watched for the older MCP transport's endpoint event (sse-endpoint.ts). */
+  #endpoint: SseEndpointRewriter | null = null;
 
   constructor(ex: ProxyExchange, captureCap: number, retry: (() => boolean) | null = null, release: (() => void) | null = null) {
     this.#ex = ex;
@@ -75,6 +79,7 @@ export class UpstreamResponse {
     else if (mode === 'full') this.#ex.capture = EMPTY; // '' unless a body arrives
     this.#ex.endEarly = this.#endEarlyBound;
     if (eventStream && !this.#headOnly && this.#length < 0 && !this.#ex.aborted) {
+      this.#endpoint = new SseEndpointRewriter(this.#ex.proxyPrefix());
       // An event stream's head goes out now, not with its first event (which may
       // be seconds away). uWS sends a head only together with body bytes, so it
       // goes with an SSE comment line (":"), which every event-stream parser
@@ -116,6 +121,11 @@ export class UpstreamResponse {
     ex.responseBytes += chunk.length;
     if (ex.hashing) ex.hashChunk(chunk, ex.responseBytes === chunk.length && chunk.length === this.#length);
     else if (ex.agent!.logOutputs === 'full') this.#capture(chunk);
+    if (this.#endpoint !== null) {
+      // The audit keeps the upstream's bytes; the client gets the endpoint event rewritten.
+      chunk = this.#endpoint.feed(chunk);
+      if (chunk.length === 0) return true;
+    }
     this.#chunk = chunk;
     ex.res.cork(this.#writeChunkCorked);
     return this.#pending === null && !this.#backpressured;
@@ -266,6 +276,8 @@ export class UpstreamResponse {
         this.#done();
       }
     } else {
+      const held = this.#endpoint?.flush();
+      if (held !== undefined && held.length > 0) res.write(held);
       res.end();
       this.#done();
     }

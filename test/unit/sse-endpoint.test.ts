@@ -1,0 +1,31 @@
+// The endpoint-event rewrite of the older MCP transport (proxy/sse-endpoint.ts):
+// only that event's absolute path changes, every other byte passes untouched.
+import t from 'tap';
+import { SseEndpointRewriter } from '../../proxy/sse-endpoint.js';
+
+const PREFIX = '/proxy/agk_KEY/api.example.com:8443';
+const run = (chunks: string[]) => {
+  const r = new SseEndpointRewriter(PREFIX);
+  return chunks.map((c) => r.feed(Buffer.from(c, 'latin1')).toString('latin1')).join('') + r.flush().toString('latin1');
+};
+
+t.test('the endpoint event, whole or split across chunks, gets the prefix', async (t) => {
+  const stream = 'event: endpoint\ndata: /messages?sessionId=abc\n\ndata: {"jsonrpc":"2.0"}\n\n';
+  const want = `event: endpoint\ndata: ${PREFIX}/messages?sessionId=abc\n\ndata: {"jsonrpc":"2.0"}\n\n`;
+  t.equal(run([stream]), want);
+  t.equal(run(['event: endp', 'oint\r\ndata:/messages?sessionId=abc\r\n', '\r\n', 'data: x\r\n\r\n']), `event: endpoint\r\ndata: ${PREFIX}/messages?sessionId=abc\r\n\r\ndata: x\r\n\r\n`);
+});
+
+t.test('everything else passes untouched', async (t) => {
+  for (const stream of [
+    'data: /not-an-endpoint\n\nevent: endpoint\ndata: /late\n\n', // the first event is another kind: nothing is rewritten
+    'event: endpoint\ndata: https://elsewhere.example/messages\n\n', // not an absolute path
+    'event: endpoint\ndata: //host/messages\n\n', // a network-path reference
+    ': comment\n\n',
+    `data: ${'x'.repeat(5000)}`, // no event end within 4 KiB: given up, sent as is
+    'partial without an end',
+    'héllo wörld in latin1 bytes \u00ff\n\n',
+  ]) {
+    t.equal(run([stream]), stream, JSON.stringify(stream.slice(0, 40)));
+  }
+});
