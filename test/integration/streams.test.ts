@@ -2,11 +2,14 @@
 // its first event; an idle event stream outlives the ordinary body timeout; and
 // shutdown with a stream open ends it as a complete response, audits it and
 // exits 0 within the drain deadline plus a second. Real processes, real HTTPS upstream.
+import { randomBytes } from 'node:crypto';
 import { mkdtempSync, rmSync } from 'node:fs';
 import type { ServerResponse } from 'node:http';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import t from 'tap';
+import { spawnClickHouseHttpServer } from '../support/clickhouse-http-server.js';
+import { eventually } from '../support/eventually.js';
 import { api, createAgent, signup, TLS_DIR } from '../support/service.js';
 import { spawnService } from '../support/spawn-service.js';
 import { startUpstream, type Route } from '../support/upstream.js';
@@ -89,4 +92,34 @@ t.test('SIGTERM with an event stream open: the stream ends complete, the call is
   t.equal(entry?.response_bytes, 'data: hello\n\n'.length, 'and the bytes it carried');
   t.ok(entry?.latency_ms >= 900, `its real lifetime (${entry?.latency_ms} ms)`);
   t.equal(await again.stop(), 0);
+});
+
+t.test('split mode: a proxy stopped with an event stream open ends it complete and its entry reaches ClickHouse', async (t) => {
+  const clickhouse = await spawnClickHouseHttpServer({ dataDir: join(dir, 'clickhouse') });
+  t.teardown(() => clickhouse.kill('SIGTERM'));
+  const common = {
+    ...env,
+    DATA_DIR: join(dir, 'split'),
+    JWT_SECRET: randomBytes(32).toString('base64url'),
+    SECRET_KEY: randomBytes(32).toString('hex'),
+    CLICKHOUSE_URL: `${clickhouse.url}/audit`,
+  };
+  const admin = await spawnService('admin', { ...common, SPOOL_DIR: join(dir, 'spool-admin') });
+  t.teardown(() => admin.stop());
+  const proxy = await spawnService('proxy', { ...common, ADMIN_URL: admin.url, SPOOL_DIR: join(dir, 'spool-proxy') });
+  const owner = await signup(proxy.url);
+  const agent = await createAgent(proxy.url, owner, 'split-stream', 'none');
+  const res = await fetch(`${proxy.url}/proxy/${agent.api_key}/${upstream.authority}/forever`, { headers: { accept: 'text/event-stream' } });
+  const reader = res.body!.getReader();
+  await reader.read();
+  const started = performance.now();
+  proxy.child.kill('SIGTERM');
+  while (!(await reader.read()).done); // throws if cut
+  t.equal(await proxy.exited, 0, 'the proxy exits 0');
+  t.ok(performance.now() - started < 3000, 'within the drain (1 s) and a second or so');
+  const rows = await eventually(async () => {
+    const page = (await api(admin.url, owner, 'GET', `/audit?agent_id=${agent.id}`)).json as any[];
+    return page.length > 0 ? page : undefined;
+  });
+  t.equal(rows[0].status_code, 200, 'its entry, with the upstream\'s status');
 });
