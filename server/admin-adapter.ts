@@ -6,7 +6,7 @@ import type { HttpRequest, HttpResponse } from 'uWebSockets.js';
 import type { AdminRequest, AdminResponse } from '../admin/http.js';
 import { MAX_ADMIN_BODY_BYTES } from '../admin/http.js';
 import { statusLine } from '../shared/http.js';
-import { answerAndClose, writeError } from './answers.js';
+import { answerAfterBody, answerAndClose, writeError } from './answers.js';
 import { readRequestHead, type HeadProblem, type RequestHeadTarget } from './request-head.js';
 
 export type AdminHandler = (req: AdminRequest) => Promise<AdminResponse>;
@@ -41,7 +41,10 @@ export function handleAdmin(res: HttpResponse, req: HttpRequest, admin: AdminHan
     head.headError = { code: 'payload_too_large', message: `The body must be at most ${MAX_ADMIN_BODY_BYTES} bytes.` };
   }
   if (head.headError !== null) {
-    answerAndClose(res, head.headError.code, head.headError.message);
+    // Framing that cannot be trusted, or chunked, is answered and closed at once; a
+    // Content-Length body refused with sound framing is read and dropped first.
+    if (head.headError.code !== 'invalid_request' && head.contentLength > 0 && !head.chunked) answerAfterBody(res, head.headError.code, head.headError.message);
+    else answerAndClose(res, head.headError.code, head.headError.message);
     return;
   }
   const { headers } = head;
@@ -77,6 +80,8 @@ export function handleAdmin(res: HttpResponse, req: HttpRequest, admin: AdminHan
     if (refused) return;
     size += chunk.byteLength;
     if (size > MAX_ADMIN_BODY_BYTES) {
+      // Found too large while chunked: answered and closed at once. Reading on to the
+      // last chunk would let bytes after it be parsed as a next request first.
       refused = true;
       if (!aborted) {
         res.cork(() => writeError(res, 'payload_too_large', `The body must be at most ${MAX_ADMIN_BODY_BYTES} bytes.`, true));

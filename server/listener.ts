@@ -11,7 +11,7 @@ import { ProxyExchange } from '../proxy/exchange.js';
 import type { ProxyPipeline } from '../proxy/pipeline.js';
 import { RequestBody } from '../proxy/request-body.js';
 import { handleAdmin, type AdminHandler } from './admin-adapter.js';
-import { answerAndClose, writeError } from './answers.js';
+import { answerAfterBody, answerAndClose, writeError } from './answers.js';
 import { readRequestHead } from './request-head.js';
 
 type Uws = typeof import('uWebSockets.js');
@@ -135,7 +135,8 @@ export function listen(uws: Uws, options: ListenOptions): Promise<Listener> {
       // Not a well-formed key: refused before any lookup, and not audited (no agent).
       ex.finished = true;
       if (ex.headError !== null) answerAndClose(res, ex.headError.code, ex.headError.message);
-      else if (ex.contentLength > 0 || ex.chunked) answerAndClose(res, 'invalid_api_key');
+      else if (ex.contentLength > 0 && !ex.chunked) answerAfterBody(res, 'invalid_api_key'); // read and dropped first (answers.ts)
+      else if (ex.chunked) answerAndClose(res, 'invalid_api_key');
       else writeError(res, 'invalid_api_key');
       return;
     }
