@@ -1,0 +1,87 @@
+// Micro-benchmarks of the proxy's per-call pieces that are ours (not uWS's,
+// undici's or TLS's): what each costs in ns per call, in this process, after a
+// warm-up. `npm run bench:micro`. Numbers vary with the machine: compare runs
+// side by side, and read docs/performance.md for the whole call.
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { AuditJournal } from '../../shared/audit/audit-journal.js';
+import { encodeAuditRow } from '../../shared/audit/audit-codec.js';
+import { evaluatePolicy, parsePolicy } from '../../shared/policy/index.js';
+import { normalizePolicyPath, parseTarget } from '../../shared/target.js';
+import type { AuditRecord } from '../../shared/types.js';
+import { classifyAddress } from '../../proxy/ssrf-rules.js';
+import { BENCH_POLICY } from '../policy.js';
+
+interface Result {
+  name: string;
+  nsPerOp: number;
+}
+
+/** Runs `op` in batches for about `ms` after a warm-up; ns per call, the best of 5 batches. */
+function measure(name: string, op: (i: number) => unknown, ms = 300): Result {
+  let sink: unknown;
+  for (let i = 0; i < 20_000; i++) sink = op(i);
+  let best = Infinity;
+  for (let round = 0; round < 5; round++) {
+    let n = 0;
+    const start = performance.now();
+    let now = start;
+    while (now - start < ms / 5) {
+      for (let i = 0; i < 1000; i++) sink = op(n + i);
+      n += 1000;
+      now = performance.now();
+    }
+    best = Math.min(best, ((now - start) * 1e6) / n);
+  }
+  if (sink === Symbol.for('never')) console.log(sink);
+  return { name, nsPerOp: best };
+}
+
+const policy = parsePolicy(BENCH_POLICY);
+const record: AuditRecord = {
+  id: '0b7c1d7e-3f0a-4c52-9a43-5b7f0e6f2a11',
+  timestamp: '2026-11-24T12:00:00.000Z',
+  orgId: '5d0c5a9e-8d6f-4b0b-a2a8-2d1f8e0c7b33',
+  agentId: '9a41c3e8-0b7c-4c52-9a43-5b7f0e6f2a11',
+  agentName: 'bench-agent',
+  toolName: '127.0.0.1',
+  action: 'GET',
+  toolUrl: 'https://127.0.0.1:8443/small',
+  decision: 'allowed',
+  reasoning: 'why this call',
+  taskId: 'task-1',
+  latencyMs: 3,
+  statusCode: 200,
+  ruleMatched: 'bench-upstream',
+  source: 'proxy',
+  requestBytes: 0,
+  responseBytes: 211,
+  outputHash: 'e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855',
+  output: null,
+  outputTruncated: false,
+  requestId: '7f1e0c52-2b7d-4f4c-8f8e-0f0b1f1d2c3a',
+  mcpSessionId: null,
+};
+
+const dir = mkdtempSync(join(tmpdir(), 'tcg-micro-'));
+const { journal } = AuditJournal.open(dir);
+const line = encodeAuditRow(record);
+
+const results = [
+  measure('parseTarget (authority cached)', () => parseTarget('127.0.0.1:8443/small?x=1')),
+  measure('normalizePolicyPath', () => normalizePolicyPath('/repos/a/b/issues')),
+  measure('evaluatePolicy (2 rules)', () => evaluatePolicy(policy, '127.0.0.1', 'GET', '/small')),
+  measure('classifyAddress (public IPv4)', () => classifyAddress('93.184.216.34')),
+  measure('encodeAuditRow', () => encodeAuditRow(record)),
+  measure('journal append (write amortised over 1,000 per turn)', (i) => {
+    journal.append(line);
+    if (i % 1000 === 999) journal.seal(`t${i}`); // the write, once per "turn" of 1,000
+  }),
+];
+journal.close();
+rmSync(dir, { recursive: true, force: true });
+
+console.log('| piece | ns per call |');
+console.log('|---|---:|');
+for (const r of results) console.log(`| ${r.name} | ${r.nsPerOp.toFixed(0)} |`);
