@@ -218,8 +218,8 @@ export class ProxyExchange {
   /** Set by the proxy: turns the finished exchange into an audit record. */
   onFinish: ((ex: ProxyExchange) => void) | null = null;
 
-  /** Set while a response streams from upstream (stream-response.ts): ends it now, as cleanly as its framing allows. */
-  endEarly: (() => void) | null = null;
+  /** The upstream response once its head arrived (stream-response.ts); shutdown ends it through it. */
+  upstream: { endEarly(): void } | null = null;
 
   /**
    * Shutdown's drain deadline has passed: a streaming response ends as a
@@ -228,8 +228,8 @@ export class ProxyExchange {
    */
   endForShutdown(): void {
     if (this.finished || this.aborted) return;
-    if (this.endEarly !== null) {
-      this.endEarly();
+    if (this.upstream !== null) {
+      this.upstream.endEarly();
       return;
     }
     this.answerError('unavailable', 'The service is shutting down; retry.', undefined, 'allowed', true);

@@ -1,6 +1,7 @@
 // Stage: the call goes upstream over undici, to the address the guard checked,
 // with TLS verified against the target hostname (upstream-pools.ts). A small
 // body is sent in one piece once it has all arrived; a large one streams.
+import type { Dispatcher } from 'undici';
 import type { Config } from '../shared/config.js';
 import type { ProxyExchange, Stage } from './exchange.js';
 import { UpstreamResponse } from './stream-response.js';
@@ -31,46 +32,56 @@ export function createForward(deps: { config: Readonly<Config>; pools: UpstreamP
     if (credential !== null && credential.credType === 'query') {
       path += (ex.query.length > 0 ? '&' : '?') + credential.value;
     }
-    const dispatchNow = (): void => {
-      if (ex.aborted) {
-        pools.budget.release();
-        return;
-      }
-      const handler = new UpstreamResponse(ex, config.outputCaptureBytes, retry, pools.budget.release);
-      ex.forwardedAt = performance.now();
-      try {
-        pools.poolFor(ex.address, target.port, target.hostname).dispatch(
-          { path, method: ex.method, headers, body: payload as never, blocking: false, ...(ex.acceptsEventStream ? { bodyTimeout: config.upstreamStreamIdleMs } : {}) },
-          handler as never,
-        );
-      } catch (err) {
-        pools.budget.release();
-        // undici refuses a path or header it would not put on the wire (its message names which, never a value).
-        ex.answerError('invalid_request', `The request cannot be forwarded: ${(err as Error).message}.`);
-      }
-    };
-    // Past UPSTREAM_CONNECTIONS_TOTAL calls in flight, a call waits for one to end, as long as a connect may take.
-    const send = (): void => {
-      pools.budget.acquire(dispatchNow, () => {
+    const request: Dispatcher.DispatchOptions = { path, method: ex.method as Dispatcher.HttpMethod, headers, body: payload as never, blocking: false };
+    if (ex.acceptsEventStream) request.bodyTimeout = config.upstreamStreamIdleMs;
+    // A refused connection sent nothing: the next address the guard checked may be
+    // tried, as a client connecting to a name does. Not with a streamed body,
+    // whose bytes cannot be sent twice.
+    const retry = ex.addresses.length > 1 && (payload === null || Buffer.isBuffer(payload)) ? (): boolean => retryNextAddress(ex, request) : null;
+    acquireThenSend(ex, request, retry);
+    return undefined;
+  }
+
+  /** Past UPSTREAM_CONNECTIONS_TOTAL calls in flight, a call waits for one to end, as long as a connect may take. */
+  function acquireThenSend(ex: ProxyExchange, request: Dispatcher.DispatchOptions, retry: (() => boolean) | null): void {
+    if (pools.budget.tryAcquire()) {
+      send(ex, request, retry);
+      return;
+    }
+    pools.budget.wait(
+      () => send(ex, request, retry),
+      () => {
         if (!ex.aborted && !ex.finished) {
           ex.answerError('upstream_unreachable', 'The target could not be reached (the proxy\'s upstream connection limit stayed full).', undefined, 'allowed');
         }
-      }, config.upstreamConnectTimeoutMs);
-    };
-    // A refused connection sent nothing: the next address the guard checked is
-    // tried, as a client connecting to a name does. Not with a streamed body,
-    // whose bytes cannot be sent twice.
-    const retry = payload === null || Buffer.isBuffer(payload)
-      ? (): boolean => {
-          const next = ex.addresses.indexOf(ex.address) + 1;
-          if (next === 0 || next >= ex.addresses.length) return false;
-          ex.address = ex.addresses[next]!;
-          send();
-          return true;
-        }
-      : null;
-    send();
-    return undefined;
+      },
+      config.upstreamConnectTimeoutMs,
+    );
+  }
+
+  /** Holding a slot of the budget: dispatches to the exchange's current address. */
+  function send(ex: ProxyExchange, request: Dispatcher.DispatchOptions, retry: (() => boolean) | null): void {
+    if (ex.aborted) {
+      pools.budget.release();
+      return;
+    }
+    const handler = new UpstreamResponse(ex, config.outputCaptureBytes, retry, pools.budget);
+    ex.forwardedAt = performance.now();
+    try {
+      pools.poolFor(ex.address, ex.target!.port, ex.target!.hostname).dispatch(request, handler as never);
+    } catch (err) {
+      pools.budget.release();
+      // undici refuses a path or header it would not put on the wire (its message names which, never a value).
+      ex.answerError('invalid_request', `The request cannot be forwarded: ${(err as Error).message}.`);
+    }
+  }
+
+  function retryNextAddress(ex: ProxyExchange, request: Dispatcher.DispatchOptions): boolean {
+    const next = ex.addresses.indexOf(ex.address) + 1;
+    if (next === 0 || next >= ex.addresses.length) return false;
+    ex.address = ex.addresses[next]!;
+    acquireThenSend(ex, request, () => retryNextAddress(ex, request));
+    return true;
   }
 
   return (ex) => {

@@ -50,7 +50,6 @@ export function createProxyPipeline(deps: {
   const { config, batcher, log, metrics } = deps;
   const caches = createProxyCaches(deps.store, deps.encryptionKey, { maxEntries: config.cacheMaxEntries, ttlMs: config.cacheTtlMs, stats: metrics.caches });
   const pools = createUpstreamPools(config);
-  let inFlight = 0;
   let audited = 0;
   let admitting = true;
 
@@ -74,10 +73,10 @@ export function createProxyPipeline(deps: {
     },
   });
 
+  /** Exchanges started and not yet finished (shutdown ends what is left of them). */
   const running = new Set<ProxyExchange>();
 
   function onFinish(ex: ProxyExchange): void {
-    inFlight--;
     running.delete(ex);
     record(ex);
   }
@@ -116,7 +115,7 @@ export function createProxyPipeline(deps: {
   return {
     caches,
     get inFlight() {
-      return inFlight;
+      return running.size;
     },
     get audited() {
       return audited;
@@ -128,7 +127,6 @@ export function createProxyPipeline(deps: {
       for (const ex of [...running]) ex.endForShutdown();
     },
     run(ex) {
-      inFlight++;
       running.add(ex);
       ex.onFinish = onFinish;
       runFrom(ex, 0);

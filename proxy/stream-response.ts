@@ -5,6 +5,7 @@
 // to uWS. Status, headers and the first body chunk leave in one cork.
 import { RESPONSE_DROP, statusLine } from '../shared/http.js';
 import type { ProxyExchange } from './exchange.js';
+import type { UpstreamBudget } from './upstream-pools.js';
 import { SseEndpointRewriter } from './sse-endpoint.js';
 
 type Resume = () => void;
@@ -35,16 +36,16 @@ export class UpstreamResponse {
   /** Tries the target's next checked address after a refused connection; false when none is left. */
   readonly #retry: (() => boolean) | null;
 
-  /** Frees the call's upstream slot (upstream-pools.ts), once. */
-  #release: (() => void) | null;
+  /** Holds the call's upstream slot (upstream-pools.ts) until released, once. */
+  #budget: UpstreamBudget | null;
 
   /** An event stream's opening, watched for the older MCP transport's endpoint event (sse-endpoint.ts). */
   #endpoint: SseEndpointRewriter | null = null;
 
-  constructor(ex: ProxyExchange, captureCap: number, retry: (() => boolean) | null = null, release: (() => void) | null = null) {
+  constructor(ex: ProxyExchange, captureCap: number, retry: (() => boolean) | null = null, budget: UpstreamBudget | null = null) {
     this.#ex = ex;
     this.#retry = retry;
-    this.#release = release;
+    this.#budget = budget;
     this.#headOnly = ex.method === 'HEAD';
     this.#captureCap = captureCap;
   }
@@ -77,27 +78,26 @@ export class UpstreamResponse {
     const mode = this.#ex.agent!.logOutputs;
     if (mode === 'hash') this.#ex.hashing = true;
     else if (mode === 'full') this.#ex.capture = EMPTY; // '' unless a body arrives
-    this.#ex.endEarly = this.#endEarlyBound;
+    this.#ex.upstream = this;
     if (eventStream && !this.#headOnly && this.#length < 0 && !this.#ex.aborted) {
       this.#endpoint = new SseEndpointRewriter(this.#ex.proxyPrefix());
       // An event stream's head goes out now, not with its first event (which may
       // be seconds away). uWS sends a head only together with body bytes, so it
       // goes with an SSE comment line (":"), which every event-stream parser
       // ignores (WHATWG HTML §9.2.6).
-      this.#ex.res.cork(this.#openStreamCorked);
+      this.#ex.res.cork(() => this.#openStream());
     }
     return true;
   }
 
-  readonly #openStreamCorked = (): void => {
+  /** Runs corked. */
+  #openStream(): void {
     this.#writeHead();
     this.#ex.res.write(SSE_OPENING);
-  };
-
-  readonly #endEarlyBound = (): void => this.#endEarly();
+  }
 
   /** Shutdown: end the response now, as a complete one when its framing allows (chunked), else cut. */
-  #endEarly(): void {
+  endEarly(): void {
     const ex = this.#ex;
     if (ex.aborted || ex.finished) return;
     // The client's response ends first: aborting upstream reports an error
@@ -132,11 +132,10 @@ export class UpstreamResponse {
   }
 
   #released(): void {
-    const release = this.#release;
-    if (release === null) return;
-    this.#release = null;
-    // After undici has marked the connection free, so a waiting call to the same origin reuses it.
-    setImmediate(release);
+    const budget = this.#budget;
+    if (budget === null) return;
+    this.#budget = null;
+    budget.release();
   }
 
   onComplete(): void {

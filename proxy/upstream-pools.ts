@@ -17,15 +17,22 @@ const MAX_POOLS = 1024;
 export interface UpstreamBudget {
   readonly inFlight: number;
   readonly waiting: number;
-  /** Runs `go` now, or once a slot frees; `timedOut` instead after `waitMs`. Returns a cancel for the wait. */
-  acquire(go: () => void, timedOut: () => void, waitMs: number): () => void;
-  /** Called once per `go` that ran, when its call upstream is over. */
+  /** Takes a slot when one is free (the common case: no closure, no timer). */
+  tryAcquire(): boolean;
+  /** Runs `go` holding a slot once one frees, or `timedOut` after `waitMs`. */
+  wait(go: () => void, timedOut: () => void, waitMs: number): void;
+  /** Frees a slot taken by tryAcquire or given to a `go`, once its call upstream is over. */
   release(): void;
 }
 
 export function createUpstreamBudget(max: number): UpstreamBudget {
   let inFlight = 0;
   const waiting: (() => void)[] = [];
+  // A freed slot goes to a waiting call a turn later, once undici has marked the
+  // connection free, so a waiting call to the same origin reuses it.
+  const wakeWaiting = (): void => {
+    while (inFlight < max && waiting.length > 0) waiting.shift()!();
+  };
   return {
     get inFlight() {
       return inFlight;
@@ -33,32 +40,26 @@ export function createUpstreamBudget(max: number): UpstreamBudget {
     get waiting() {
       return waiting.length;
     },
-    acquire(go, timedOut, waitMs) {
-      if (inFlight < max) {
-        inFlight++;
-        go();
-        return () => undefined;
-      }
-      const timer = setTimeout(() => {
-        cancel();
-        timedOut();
-      }, waitMs);
+    tryAcquire() {
+      if (inFlight >= max) return false;
+      inFlight++;
+      return true;
+    },
+    wait(go, timedOut, waitMs) {
       const start = (): void => {
         clearTimeout(timer);
         inFlight++;
         go();
       };
-      const cancel = (): void => {
-        clearTimeout(timer);
-        const i = waiting.indexOf(start);
-        if (i >= 0) waiting.splice(i, 1);
-      };
+      const timer = setTimeout(() => {
+        waiting.splice(waiting.indexOf(start), 1);
+        timedOut();
+      }, waitMs);
       waiting.push(start);
-      return cancel;
     },
     release() {
       inFlight--;
-      if (inFlight < max) waiting.shift()?.();
+      if (waiting.length > 0) setImmediate(wakeWaiting);
     },
   };
 }

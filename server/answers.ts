@@ -38,9 +38,9 @@ export const LINGER_MS = 5000;
 export const LINGER_STALL_MS = 200;
 
 /**
- * Refuses a request whose Content-Length body will not be read (413, an
- * unknown key) with framing that can be trusted, as nginx's lingering close does: the body is
- * read and dropped until it ends, the client pauses (LINGER_STALL_MS: it waits
+ * Refuses a request whose Content-Length body will not be read (413, a
+ * malformed key) with framing that can be trusted, as nginx's lingering close
+ * does: the body is read and dropped until it ends, the client pauses (LINGER_STALL_MS: it waits
  * for the answer, e.g. after a partial body or Expect: 100-continue), or the
  * bounds (LINGER_MAX_BYTES, LINGER_MS) are reached; then the answer goes and
  * the connection is closed. Closing while the client still sends leaves unread
@@ -51,36 +51,26 @@ export const LINGER_STALL_MS = 200;
  * its last chunk would let bytes after it be parsed as a request.)
  */
 export function answerAfterBody(res: HttpResponse, code: ErrorCode, message?: string): void {
-  const linger = lingerThenAnswer(res, code, message, 0);
-  res.onAborted(linger.aborted);
-  res.onData(linger.feed);
-}
-
-function lingerThenAnswer(res: HttpResponse, code: ErrorCode, message: string | undefined, received: number) {
   let done = false;
-  let dropped = received;
-  const answer = (): void => {
-    if (done) return;
+  let dropped = 0;
+  const stop = (): void => {
     done = true;
     clearTimeout(deadline);
     clearTimeout(stall);
+  };
+  const answer = (): void => {
+    if (done) return;
+    stop();
     res.cork(() => writeError(res, code, message, true));
   };
   const deadline = setTimeout(answer, LINGER_MS);
-  let stall = setTimeout(answer, LINGER_STALL_MS);
-  return {
-    feed(chunk: ArrayBuffer, isLast: boolean): void {
-      if (done) return;
-      dropped += chunk.byteLength;
-      clearTimeout(stall);
-      if (isLast) setImmediate(answer);
-      else if (dropped > LINGER_MAX_BYTES) answer();
-      else stall = setTimeout(answer, LINGER_STALL_MS);
-    },
-    aborted(): void {
-      done = true;
-      clearTimeout(deadline);
-      clearTimeout(stall);
-    },
-  };
+  const stall = setTimeout(answer, LINGER_STALL_MS);
+  res.onAborted(stop);
+  res.onData((chunk, isLast) => {
+    if (done) return;
+    dropped += chunk.byteLength;
+    if (isLast) setImmediate(answer);
+    else if (dropped > LINGER_MAX_BYTES) answer();
+    else stall.refresh();
+  });
 }

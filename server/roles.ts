@@ -1,8 +1,8 @@
 // The three roles a process can take, and what each refuses to start without.
 // Kept free of heavy imports: the entry points check this before the stores,
 // uWS or the embedded ClickHouse are loaded, so a refusal answers at once.
-import { isIP } from 'node:net';
 import type { Config } from '../shared/config.js';
+import { isLoopbackAddress } from '../shared/ip.js';
 
 export type Role = 'all-in-one' | 'proxy' | 'admin';
 
@@ -24,11 +24,5 @@ export function startProblems(config: Readonly<Config>, role: Role): string[] {
 /** A listener address only this machine can reach: 127.0.0.0/8, ::1, or the name localhost. */
 export function isLoopbackHost(host: string): boolean {
   const bare = host.startsWith('[') && host.endsWith(']') ? host.slice(1, -1) : host;
-  if (bare.toLowerCase() === 'localhost') return true;
-  if (isIP(bare) === 4) return bare.startsWith('127.');
-  if (isIP(bare) === 6) {
-    const lower = bare.toLowerCase();
-    return lower === '::1' || lower === '0:0:0:0:0:0:0:1' || /^::ffff:127\./.test(lower);
-  }
-  return false;
+  return bare.toLowerCase() === 'localhost' || isLoopbackAddress(bare);
 }

@@ -58,9 +58,21 @@ function writeIPv4(ip: string, into: Uint8Array, at: number): void {
 export function clientNetwork(address: string): string {
   const bytes = ipBytes(address);
   if (bytes === null) return address;
-  const mapped = bytes.subarray(0, 10).every((b) => b === 0) && bytes[10] === 0xff && bytes[11] === 0xff;
-  if (mapped) return `${bytes[12]}.${bytes[13]}.${bytes[14]}.${bytes[15]}`;
+  if (isIPv4Mapped(bytes)) return `${bytes[12]}.${bytes[13]}.${bytes[14]}.${bytes[15]}`;
   const groups: string[] = [];
   for (let i = 0; i < 8; i += 2) groups.push(((bytes[i]! << 8) | bytes[i + 1]!).toString(16));
   return `${groups.join(':')}::/64`;
+}
+
+/** 127.0.0.0/8 (also written IPv4-mapped) or ::1: an address only this machine reaches. */
+export function isLoopbackAddress(address: string): boolean {
+  const bytes = ipBytes(address);
+  if (bytes === null) return false;
+  if (isIPv4Mapped(bytes)) return bytes[12] === 127;
+  return bytes.subarray(0, 15).every((b) => b === 0) && bytes[15] === 1;
+}
+
+/** ::ffff:a.b.c.d: how ipBytes holds an IPv4 address. */
+function isIPv4Mapped(bytes: Uint8Array): boolean {
+  return bytes.subarray(0, 10).every((b) => b === 0) && bytes[10] === 0xff && bytes[11] === 0xff;
 }

@@ -3,16 +3,15 @@
 // next start replays what the killed process left, with its deduplication tokens.
 // All-in-one on embedded chDB, and a split-mode proxy writing to a ClickHouse
 // HTTP server in another process.
-import { randomBytes } from 'node:crypto';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import t from 'tap';
-import { spawnClickHouseHttpServer } from '../support/clickhouse-http-server.js';
+import t, { type Test } from 'tap';
 import { eventually } from '../support/eventually.js';
-import { auditRequestIds, startLoad } from '../support/load.js';
-import { api, createAgent, signup, TLS_DIR, type Session } from '../support/service.js';
-import { spawnService } from '../support/spawn-service.js';
+import { assertAuditedOnce, auditRequestIds, startLoad } from '../support/load.js';
+import { auditTotal, createAgent, login, signup, TLS_DIR, type Session } from '../support/service.js';
+import { spawnService, type SpawnedService } from '../support/spawn-service.js';
+import { splitModeEnv } from '../support/split-mode.js';
 import { startUpstream } from '../support/upstream.js';
 
 const root = mkdtempSync(join(tmpdir(), 'tcg-kill9-'));
@@ -23,16 +22,6 @@ t.teardown(async () => {
 });
 const base = { GUARD_ALLOW_TARGETS: '127.0.0.1', NODE_EXTRA_CA_CERTS: join(TLS_DIR, 'ca.crt'), PORT: '0' };
 
-async function loginAgain(url: string, email: string): Promise<Session> {
-  const login = await api(url, null, 'POST', '/auth/login', { email, password: 'correct horse battery' });
-  return { token: login.json.access_token, auth: { authorization: `Bearer ${login.json.access_token}` } };
-}
-
-/** The agent's audit rows (X-Total-Count). */
-async function total(url: string, session: Session, agentId: string): Promise<number> {
-  return Number((await api(url, session, 'GET', `/audit?agent_id=${agentId}&limit=1`)).headers.get('x-total-count'));
-}
-
 /**
  * The agent's request ids once the replay that runs in the background after a
  * start has settled: the count reached `expected` and stayed for half a second
@@ -40,13 +29,23 @@ async function total(url: string, session: Session, agentId: string): Promise<nu
  */
 async function settledIds(url: string, session: Session, agentId: string, expected: number): Promise<string[]> {
   // A cold machine replays slowly: up to a minute, returning as soon as all are there.
-  await eventually(async () => ((await total(url, session, agentId)) >= expected ? true : undefined), 60_000).catch(() => undefined);
+  await eventually(async () => ((await auditTotal(url, session, agentId)) >= expected ? true : undefined), 60_000).catch(() => undefined);
   for (;;) {
-    const before = await total(url, session, agentId);
+    const before = await auditTotal(url, session, agentId);
     await new Promise((r) => setTimeout(r, 500));
     const ids = await auditRequestIds(url, session, agentId);
-    if (ids.length === before && (await total(url, session, agentId)) === before) return ids;
+    if (ids.length === before && (await auditTotal(url, session, agentId)) === before) return ids;
   }
+}
+
+/** 1.5 s of load on the agent through `service`, then kill -9: the request ids the clients saw answered. */
+async function answeredBeforeKill(t: Test, service: SpawnedService, apiKey: string): Promise<string[]> {
+  const load = startLoad(`${service.url}/proxy/${apiKey}/${upstream.authority}/json`);
+  await new Promise((r) => setTimeout(r, 1500));
+  await service.kill9();
+  await load.stop();
+  t.ok(load.answered.length > 50, `${load.answered.length} calls answered before the kill`);
+  return load.answered;
 }
 
 t.test('all-in-one: kill -9 under load, restart on the same data: every answered call in the audit log once', async (t) => {
@@ -55,46 +54,24 @@ t.test('all-in-one: kill -9 under load, restart on the same data: every answered
   const service = await spawnService('all-in-one', env);
   const owner = await signup(service.url);
   const agent = await createAgent(service.url, owner, 'killed', 'none');
-  const load = startLoad(`${service.url}/proxy/${agent.api_key}/${upstream.authority}/json`);
-  await new Promise((r) => setTimeout(r, 1500));
-  await service.kill9();
-  await load.stop();
-  t.ok(load.answered.length > 50, `${load.answered.length} calls answered before the kill`);
+  const answered = await answeredBeforeKill(t, service, agent.api_key);
 
   const again = await spawnService('all-in-one', env);
-  const ids = await settledIds(again.url, await loginAgain(again.url, owner.email), agent.id, load.answered.length);
-  t.equal(ids.length, load.answered.length, `audit rows (${ids.length}) equal calls answered (${load.answered.length})`);
-  t.equal(new Set(ids).size, ids.length, 'none twice');
-  t.strictSame([...ids].sort(), [...load.answered].sort(), 'the rows are the answered calls');
+  assertAuditedOnce(t, await settledIds(again.url, await login(again.url, owner.email), agent.id, answered.length), answered);
   t.equal(await again.stop(), 0);
 });
 
 t.test('split mode: a proxy killed with -9 under load replays its journal on restart, into ClickHouse once', async (t) => {
-  const clickhouse = await spawnClickHouseHttpServer({ dataDir: join(root, 'clickhouse') });
-  t.teardown(() => clickhouse.kill('SIGTERM'));
-  const common = {
-    ...base,
-    JWT_SECRET: randomBytes(32).toString('base64url'),
-    SECRET_KEY: randomBytes(32).toString('hex'),
-    CLICKHOUSE_URL: `${clickhouse.url}/audit`,
-    DATA_DIR: join(root, 'split'),
-  };
+  const common = await splitModeEnv(t, root, base);
   const admin = await spawnService('admin', { ...common, SPOOL_DIR: join(root, 'spool-admin') });
   t.teardown(() => admin.stop());
   const proxyEnv = { ...common, ADMIN_URL: admin.url, SPOOL_DIR: join(root, 'spool-proxy') };
   const proxy = await spawnService('proxy', proxyEnv);
   const owner = await signup(proxy.url);
   const agent = await createAgent(proxy.url, owner, 'killed-proxy', 'none');
-  const load = startLoad(`${proxy.url}/proxy/${agent.api_key}/${upstream.authority}/json`);
-  await new Promise((r) => setTimeout(r, 1500));
-  await proxy.kill9();
-  await load.stop();
-  t.ok(load.answered.length > 50, `${load.answered.length} calls answered before the kill`);
+  const answered = await answeredBeforeKill(t, proxy, agent.api_key);
 
   const again = await spawnService('proxy', proxyEnv);
   t.teardown(() => again.stop());
-  const ids = await settledIds(admin.url, owner, agent.id, load.answered.length);
-  t.equal(ids.length, load.answered.length, `audit rows (${ids.length}) equal calls answered (${load.answered.length})`);
-  t.equal(new Set(ids).size, ids.length, 'none twice');
-  t.strictSame([...ids].sort(), [...load.answered].sort(), 'the rows are the answered calls');
+  assertAuditedOnce(t, await settledIds(admin.url, owner, agent.id, answered.length), answered);
 });

@@ -3,15 +3,14 @@
 // SIGTERM sent to the group (a terminal's Ctrl-C, a supervisor) or to npm alone,
 // and the harsh supervisor's rule: once npm has exited, the rest of the group is
 // SIGKILLed. Every answered call must be in the audit log exactly once.
-import { randomBytes } from 'node:crypto';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import t from 'tap';
-import { spawnClickHouseHttpServer } from '../support/clickhouse-http-server.js';
-import { startLoad, auditRequestIds } from '../support/load.js';
-import { api, createAgent, signup, TLS_DIR } from '../support/service.js';
+import { assertAuditedOnce, auditRequestIds, startLoad } from '../support/load.js';
+import { createAgent, login, signup, TLS_DIR } from '../support/service.js';
 import { spawnNpmStart, spawnService, type SpawnedService } from '../support/spawn-service.js';
+import { splitModeEnv } from '../support/split-mode.js';
 import { startUpstream } from '../support/upstream.js';
 
 const root = mkdtempSync(join(tmpdir(), 'tcg-npm-start-'));
@@ -41,11 +40,6 @@ async function stopLikeSupervisor(npm: SpawnedService, signal: NodeJS.Signals, t
   return { code, leftBehind };
 }
 
-async function loginAgain(url: string, email: string) {
-  const login = await api(url, null, 'POST', '/auth/login', { email, password: 'correct horse battery' });
-  return { token: login.json.access_token as string, auth: { authorization: `Bearer ${login.json.access_token}` } };
-}
-
 for (const [signal, to] of [['SIGTERM', 'group'], ['SIGINT', 'group'], ['SIGTERM', 'npm']] as const) {
   t.test(`npm start, ${signal} to ${to === 'group' ? 'the process group' : 'npm alone'} under load: every answered call audited once`, async (t) => {
     const env = { ...base, DATA_DIR: join(root, `all-in-one-${signal}-${to}`) };
@@ -61,24 +55,13 @@ for (const [signal, to] of [['SIGTERM', 'group'], ['SIGINT', 'group'], ['SIGTERM
     t.ok(load.answered.length > 50, `${load.answered.length} calls answered (${load.refused()} of them 503 while shutting down)`);
 
     const again = await spawnService('all-in-one', env);
-    const recorded = await auditRequestIds(again.url, await loginAgain(again.url, owner.email), agent.id);
-    t.equal(recorded.length, load.answered.length, 'audit rows equal calls answered');
-    t.equal(new Set(recorded).size, recorded.length, 'no call recorded twice');
-    t.strictSame([...new Set(recorded)].sort(), [...load.answered].sort(), 'the rows are the answered calls');
+    assertAuditedOnce(t, await auditRequestIds(again.url, await login(again.url, owner.email), agent.id), load.answered);
     t.equal(await again.stop(), 0);
   });
 }
 
 t.test('split mode through npm run start:admin and start:proxy, each stopped with SIGTERM to its group', async (t) => {
-  const clickhouse = await spawnClickHouseHttpServer({ dataDir: join(root, 'clickhouse') });
-  t.teardown(() => clickhouse.kill('SIGTERM'));
-  const common = {
-    ...base,
-    JWT_SECRET: randomBytes(32).toString('base64url'),
-    SECRET_KEY: randomBytes(32).toString('hex'),
-    CLICKHOUSE_URL: `${clickhouse.url}/audit`,
-    DATA_DIR: join(root, 'split'),
-  };
+  const common = await splitModeEnv(t, root, base);
   // One after the other: each npm script builds into the same dist/.
   const admin = await spawnNpmStart('admin', { ...common, SPOOL_DIR: join(root, 'spool-admin') });
   const proxy = await spawnNpmStart('proxy', { ...common, ADMIN_URL: admin.url, SPOOL_DIR: join(root, 'spool-proxy') });
@@ -91,9 +74,8 @@ t.test('split mode through npm run start:admin and start:proxy, each stopped wit
   t.equal(proxyStop.code, 0, 'the proxy drained, flushed and exited 0');
   t.notOk(proxyStop.leftBehind, 'npm exited only after the proxy had');
   t.ok(load.answered.length > 50, `${load.answered.length} calls answered`);
-  const recorded = await auditRequestIds(admin.url, owner, agent.id);
-  t.equal(recorded.length, load.answered.length, 'audit rows (in ClickHouse, read through the admin) equal calls answered');
-  t.equal(new Set(recorded).size, recorded.length, 'no call recorded twice');
+  // In ClickHouse, read through the admin process.
+  assertAuditedOnce(t, await auditRequestIds(admin.url, owner, agent.id), load.answered);
 
   const adminStop = await stopLikeSupervisor(admin, 'SIGTERM', 'group');
   t.equal(adminStop.code, 0, 'the admin process exited 0');

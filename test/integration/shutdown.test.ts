@@ -4,7 +4,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import t from 'tap';
-import { api, createAgent, signup, TLS_DIR } from '../support/service.js';
+import { api, auditTotal, createAgent, login, signup, TLS_DIR } from '../support/service.js';
 import { startLoad } from '../support/load.js';
 import { spawnService } from '../support/spawn-service.js';
 import { startUpstream } from '../support/upstream.js';
@@ -31,8 +31,7 @@ t.test('SIGTERM lets an in-flight call finish, writes its audit record and exits
   t.equal(await service.exited, 0, 'exit code 0');
   // AUDIT_BATCH_MS is 5 s: the record was written by the shutdown flush, not the timer.
   const again = await spawnService('all-in-one', env);
-  const login = await api(again.url, null, 'POST', '/auth/login', { email: owner.email, password: 'correct horse battery' });
-  const rows = (await api(again.url, { token: login.json.access_token, auth: { authorization: `Bearer ${login.json.access_token}` } }, 'GET', `/audit?agent_id=${agent.id}`)).json as any[];
+  const rows = (await api(again.url, await login(again.url, owner.email), 'GET', `/audit?agent_id=${agent.id}`)).json as any[];
   t.equal(rows.length, 1, 'the drained call is in the audit log after a restart');
   t.equal(rows[0].status_code, 200);
   t.equal(rows[0].output, EVENTS, 'the output is the upstream\'s bytes');
@@ -83,10 +82,7 @@ t.test('SIGTERM under load: every call answered is audited, none twice', async (
   const answered = load.answered.length;
   t.ok(answered > 100, `${answered} calls answered (${load.refused()} of them 503 while shutting down)`);
   const again = await spawnService('all-in-one', loadEnv);
-  const login = await api(again.url, null, 'POST', '/auth/login', { email: owner.email, password: 'correct horse battery' });
-  const session = { token: login.json.access_token, auth: { authorization: `Bearer ${login.json.access_token}` } };
-  const res = await api(again.url, session, 'GET', `/audit?agent_id=${agent.id}&limit=1`);
-  t.equal(Number(res.headers.get('x-total-count')), answered, 'audit rows equal calls answered');
+  t.equal(await auditTotal(again.url, await login(again.url, owner.email), agent.id), answered, 'audit rows equal calls answered');
   t.equal(await again.stop(), 0);
   rmSync(dir, { recursive: true, force: true });
 });

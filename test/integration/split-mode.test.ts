@@ -9,7 +9,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import t from 'tap';
 import { spawnClickHouseHttpServer, type SpawnedClickHouseHttpServer } from '../support/clickhouse-http-server.js';
-import { api, createAgent, eventually, signup, TLS_DIR, type Session } from '../support/service.js';
+import { api, auditTotal, createAgent, eventually, signup, TLS_DIR, type Session } from '../support/service.js';
 import { spawnService, type SpawnedService } from '../support/spawn-service.js';
 import { startUpstream } from '../support/upstream.js';
 
@@ -41,10 +41,7 @@ t.teardown(async () => {
 
 const owner: Session = await signup(proxyA.url);
 
-async function auditCount(session: Session, agentId: string): Promise<number> {
-  const res = await api(proxyA.url, session, 'GET', `/audit?agent_id=${agentId}&limit=1`);
-  return Number(res.headers.get('x-total-count') ?? -1);
-}
+const auditCount = (session: Session, agentId: string) => auditTotal(proxyA.url, session, agentId);
 
 t.test('split mode refuses to start without shared secrets, CLICKHOUSE_URL and ADMIN_URL', async (t) => {
   for (const [missing, env] of [

@@ -2,16 +2,15 @@
 // its first event; an idle event stream outlives the ordinary body timeout; and
 // shutdown with a stream open ends it as a complete response, audits it and
 // exits 0 within the drain deadline plus a second. Real processes, real HTTPS upstream.
-import { randomBytes } from 'node:crypto';
 import { mkdtempSync, rmSync } from 'node:fs';
 import type { ServerResponse } from 'node:http';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import t from 'tap';
-import { spawnClickHouseHttpServer } from '../support/clickhouse-http-server.js';
 import { eventually } from '../support/eventually.js';
-import { api, createAgent, signup, TLS_DIR } from '../support/service.js';
+import { api, createAgent, login, signup, TLS_DIR } from '../support/service.js';
 import { spawnService } from '../support/spawn-service.js';
+import { splitModeEnv } from '../support/split-mode.js';
 import { startUpstream, type Route } from '../support/upstream.js';
 
 // Node sends a head only with the first body bytes unless flushed: an SSE server flushes it.
@@ -83,9 +82,7 @@ t.test('SIGTERM with an event stream open: the stream ends complete, the call is
   t.ok(took < 1000 + 2000, `exited ${took.toFixed(0)} ms after SIGTERM (drain 1,000 ms)`);
 
   const again = await spawnService('all-in-one', env);
-  const login = await api(again.url, null, 'POST', '/auth/login', { email: owner.email, password: 'correct horse battery' });
-  const session = { token: login.json.access_token, auth: { authorization: `Bearer ${login.json.access_token}` } };
-  const rows = (await api(again.url, session, 'GET', `/audit?agent_id=${agent.id}`)).json as any[];
+  const rows = (await api(again.url, await login(again.url, owner.email), 'GET', `/audit?agent_id=${agent.id}`)).json as any[];
   const entry = rows.find((r) => r.tool_url.endsWith('/forever'));
   t.ok(entry, 'the stream\'s entry is in the audit log after the restart');
   t.equal(entry?.status_code, 200, 'with the upstream\'s status');
@@ -95,15 +92,7 @@ t.test('SIGTERM with an event stream open: the stream ends complete, the call is
 });
 
 t.test('split mode: a proxy stopped with an event stream open ends it complete and its entry reaches ClickHouse', async (t) => {
-  const clickhouse = await spawnClickHouseHttpServer({ dataDir: join(dir, 'clickhouse') });
-  t.teardown(() => clickhouse.kill('SIGTERM'));
-  const common = {
-    ...env,
-    DATA_DIR: join(dir, 'split'),
-    JWT_SECRET: randomBytes(32).toString('base64url'),
-    SECRET_KEY: randomBytes(32).toString('hex'),
-    CLICKHOUSE_URL: `${clickhouse.url}/audit`,
-  };
+  const common = await splitModeEnv(t, dir, env);
   const admin = await spawnService('admin', { ...common, SPOOL_DIR: join(dir, 'spool-admin') });
   t.teardown(() => admin.stop());
   const proxy = await spawnService('proxy', { ...common, ADMIN_URL: admin.url, SPOOL_DIR: join(dir, 'spool-proxy') });

@@ -1,6 +1,7 @@
 // Steady proxied load for lifecycle tests: `clients` loops each sending one call
 // after another with its own X-Request-Id, counting what was answered. A call
 // whose connection failed was not answered (and must not be audited).
+import type { Test } from 'tap';
 import { api, type Session } from './service.js';
 
 export interface Load {
@@ -49,4 +50,11 @@ export async function auditRequestIds(base: string, session: Session, agentId: s
     ids.push(...page.map((entry) => entry.request_id));
     if (page.length < 1000) return ids;
   }
+}
+
+/** Every answered call is in the audit exactly once, and nothing else is: `recorded` are the rows' request ids. */
+export function assertAuditedOnce(t: Test, recorded: readonly string[], answered: readonly string[]): void {
+  t.equal(recorded.length, answered.length, `audit rows (${recorded.length}) equal calls answered (${answered.length})`);
+  t.equal(new Set(recorded).size, recorded.length, 'no call recorded twice');
+  t.strictSame([...recorded].sort(), [...answered].sort(), 'the rows are the answered calls');
 }

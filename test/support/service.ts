@@ -65,6 +65,18 @@ export async function signup(base: string, email = `user${++emailCounter}-${Date
   return { email, token: body.access_token, auth: { authorization: `Bearer ${body.access_token}` } };
 }
 
+/** Logs a user signed up by `signup` in again (e.g. on a restarted process). */
+export async function login(base: string, email: string): Promise<Session> {
+  const res = await api(base, null, 'POST', '/auth/login', { email, password: 'correct horse battery' });
+  if (res.status !== 200) throw new Error(`login failed: ${res.status} ${res.text}`);
+  return { token: res.json.access_token, auth: { authorization: `Bearer ${res.json.access_token}` } };
+}
+
+/** The agent's audit rows (X-Total-Count). */
+export async function auditTotal(base: string, session: Session, agentId: string): Promise<number> {
+  return Number((await api(base, session, 'GET', `/audit?agent_id=${agentId}&limit=1`)).headers.get('x-total-count') ?? -1);
+}
+
 export async function api(base: string, session: Session | null, method: string, path: string, body?: unknown, headers: Record<string, string> = {}) {
   const res = await fetch(`${base}${path}`, {
     method,
