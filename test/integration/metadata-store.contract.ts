@@ -29,7 +29,7 @@ function newAgent(orgId: string, name: string, overrides: Partial<NewAgent> = {}
   return { orgId, name, logOutputs: 'hash', keyHash: keyHash(), apiKeyPrefix: 'agk_AbCdEfGh...', ...overrides };
 }
 
-function newCredential(orgId: string, hostname: string, overrides: Partial<NewCredential> = {}): NewCredential {
+export function newCredential(orgId: string, hostname: string, overrides: Partial<NewCredential> = {}): NewCredential {
   return {
     orgId,
     name: 'token',

@@ -16,7 +16,7 @@ import { createMetadataStore, type MetadataStore } from '../../shared/stores/met
 import { databaseNameOf, DEFAULT_DATABASE, MongoMetadataDriver } from '../../shared/stores/mongo/mongo-metadata-driver.js';
 import { SCHEMA_VERSION, SqliteMetadataDriver, type SqliteDriverOptions } from '../../shared/stores/sqlite/sqlite-metadata-driver.js';
 import type { MetadataChange } from '../../shared/types.js';
-import { metadataStoreContract } from './metadata-store.contract.js';
+import { metadataStoreContract, newCredential } from './metadata-store.contract.js';
 
 const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'guard-metadata-store-'));
 t.teardown(() => fs.rmSync(dir, { recursive: true, force: true }));
@@ -158,15 +158,7 @@ if (mongodbUrl === undefined) {
     t.equal(await reader.driver.lastChangeSeq(), base, 'signup and agent creation invalidate no cache');
 
     await writer.setPolicy(agent.id, 'version: "1"\nrules: []\n');
-    const credential = await writer.createCredential({
-      orgId: user.orgId,
-      name: 'k',
-      hostname: 'api.example.com',
-      credType: 'bearer',
-      headerName: null,
-      queryParam: null,
-      sealedValue: 'sealed',
-    });
+    const credential = await writer.createCredential(newCredential(user.orgId, 'api.example.com'));
     await writer.deleteCredential(user.orgId, credential.id);
     await writer.deleteAgent(user.orgId, agent.id);
 
@@ -426,15 +418,7 @@ t.test('sqlite: changesSince returns the committed changes in order, from any pr
   t.equal(reader.driver.lastChangeSeq(), 0, 'signup and agent creation invalidate no cache');
 
   await writer.setPolicy(agent.id, 'version: "1"\nrules: []\n');
-  const credential = await writer.createCredential({
-    orgId: user.orgId,
-    name: 'k',
-    hostname: 'api.example.com',
-    credType: 'bearer',
-    headerName: null,
-    queryParam: null,
-    sealedValue: 'sealed',
-  });
+  const credential = await writer.createCredential(newCredential(user.orgId, 'api.example.com'));
   await writer.deleteCredential(user.orgId, credential.id);
   await writer.deleteAgent(user.orgId, agent.id);
 
@@ -476,15 +460,7 @@ t.test('sqlite: change rows older than an hour are pruned on a later insert', as
   );
 
   const user = await store.createUserWithOrg('prune@example.test', 'hash');
-  await store.createCredential({
-    orgId: user.orgId,
-    name: 'k',
-    hostname: 'api.example.com',
-    credType: 'bearer',
-    headerName: null,
-    queryParam: null,
-    sealedValue: 'sealed',
-  });
+  await store.createCredential(newCredential(user.orgId, 'api.example.com'));
   t.same(store.driver.changesSince(0, 10), [
     { seq: 2, change: { kind: 'policy', agentId: 'recent' } },
     { seq: 3, change: { kind: 'credential', orgId: user.orgId, hostname: 'api.example.com' } },
@@ -515,15 +491,7 @@ t.test('sqlite: a follower whose place in the log was pruned clears everything, 
     insert.run('policy', 'missed-2', twoHoursAgo);
   });
   const user = await writer.createUserWithOrg('pruned@example.test', 'hash');
-  await writer.createCredential({
-    orgId: user.orgId,
-    name: 'k',
-    hostname: 'api.example.com',
-    credType: 'bearer',
-    headerName: null,
-    queryParam: null,
-    sealedValue: 'sealed',
-  });
+  await writer.createCredential(newCredential(user.orgId, 'api.example.com'));
   t.same(writer.driver.changesSince(0, 10).map((entry) => entry.seq), [3], 'the rows the follower missed are gone');
 
   for (const deadline = Date.now() + 5000; events.length < 2 && Date.now() < deadline; ) {
@@ -587,15 +555,7 @@ t.test('sqlite: a throwing change listener is reported as a process warning', as
     clear() {},
   });
   const user = await store.createUserWithOrg('warned@example.test', 'hash');
-  await store.createCredential({
-    orgId: user.orgId,
-    name: 'k',
-    hostname: 'api.example.com',
-    credType: 'bearer',
-    headerName: null,
-    queryParam: null,
-    sealedValue: 'sealed',
-  });
+  await store.createCredential(newCredential(user.orgId, 'api.example.com'));
   // process.emitWarning delivers on the next tick.
   await new Promise((resolve) => setImmediate(resolve));
   // Earlier tests' warnings may still be arriving: look only at this listener's.
