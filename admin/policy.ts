@@ -1,6 +1,6 @@
 // Policies: get and set an agent's YAML policy, and the policy check.
 import { GuardError } from '../shared/errors.js';
-import { evaluatePolicy, parsePolicy } from '../shared/policy/index.js';
+import { evaluatePolicy, matchingLimits, parsePolicy } from '../shared/policy/index.js';
 import { policyInputs } from '../shared/target.js';
 import type { AdminContext, Handler } from './context.js';
 import { json, readJsonObject, stringField } from './http.js';
@@ -48,8 +48,17 @@ export function policyHandlers(ctx: AdminContext) {
     }
     const agent = await requireAgent(ctx, caller.orgId, agentId);
     const policy = await ctx.store.getPolicy(agent.id);
-    const result = evaluatePolicy(policy ? parsePolicy(policy.rulesYaml) : null, inputs.tool, action.toUpperCase(), inputs.path);
-    return json(200, { decision: result.decision, message: result.message, rule_matched: result.ruleMatched });
+    const compiled = policy ? parsePolicy(policy.rulesYaml) : null;
+    const result = evaluatePolicy(compiled, inputs.tool, action.toUpperCase(), inputs.path);
+    // The limits that would count the call if the rules allow it; nothing is counted here.
+    const limits = result.decision === 'deny' ? [] : matchingLimits(compiled, inputs.tool, action.toUpperCase(), inputs.path).map((limit) => ({
+      name: limit.name,
+      rate: limit.rate,
+      burst: limit.burst,
+      quota: limit.quota,
+      window_seconds: limit.windowMs / 1000,
+    }));
+    return json(200, { decision: result.decision, message: result.message, rule_matched: result.ruleMatched, limits });
   };
 
   return { get, set, check };

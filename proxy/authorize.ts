@@ -9,7 +9,9 @@ export function createAuthorize(caches: ProxyCaches): Stage {
 }
 
 function decide(ex: ProxyExchange, policy: CompiledPolicy | typeof NONE): undefined | false {
-  const decision = evaluatePolicy(policy === NONE ? null : policy, ex.target!.hostname, ex.method, ex.policyPath);
+  const compiled = policy === NONE ? null : policy;
+  ex.policy = compiled;
+  const decision = evaluatePolicy(compiled, ex.target!.hostname, ex.method, ex.policyPath);
   ex.decision = decision;
   ex.ruleMatched = decision.ruleMatched;
   if (decision.decision === 'deny') {

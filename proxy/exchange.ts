@@ -9,7 +9,7 @@ import type { HttpResponse } from 'uWebSockets.js';
 import { ERRORS, errorBody, type ErrorCode } from '../shared/errors.js';
 import { PROXY_ALLOW, REQUEST_DROP, isApiKey, statusLine } from '../shared/http.js';
 import { hashApiKey } from '../shared/secrets.js';
-import type { PolicyDecision } from '../shared/policy/index.js';
+import type { CompiledPolicy, PolicyDecision } from '../shared/policy/index.js';
 import type { Agent, AuditDecision, AuditRecord } from '../shared/types.js';
 import type { InjectedCredential } from './caches.js';
 import type { RequestBody } from './request-body.js';
@@ -67,6 +67,10 @@ export class ProxyExchange {
   /** The target path as the policy sees it (see normalizePolicyPath). */
   policyPath = '';
   decision: PolicyDecision | null = null;
+  /** The agent's compiled policy (null: none set), for the limit stage. */
+  policy: CompiledPolicy | null = null;
+  /** Fields the answer carries besides its own, [name, value, ...]: the RateLimit fields of a limited call. */
+  answerHeaders: string[] | null = null;
   address = '';
   /** Every address the guard checked for the target, `address` first. */
   addresses: readonly string[] = [];
@@ -182,6 +186,8 @@ export class ProxyExchange {
       this.res.cork(() => {
         this.res.writeStatus(statusLine(status)).writeHeader('content-type', 'application/json');
         if (status === 405) this.res.writeHeader('allow', PROXY_ALLOW);
+        const extraHeaders = this.answerHeaders;
+        if (extraHeaders !== null) for (let i = 0; i < extraHeaders.length; i += 2) this.res.writeHeader(extraHeaders[i]!, extraHeaders[i + 1]!);
         this.res.end(body, closeConnection);
       });
     }

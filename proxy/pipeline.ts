@@ -6,7 +6,7 @@ import type { AuditBatcher } from '../shared/audit/audit-batcher.js';
 import type { Config } from '../shared/config.js';
 import { isStoreUnavailable } from '../shared/errors.js';
 import { FIELD, type Logger } from '../shared/log.js';
-import type { Metrics } from '../shared/metrics.js';
+import type { Metrics, RateLimitStats } from '../shared/metrics.js';
 import type { MetadataStore } from '../shared/stores/metadata-store.js';
 import { createAdmit } from './admit.js';
 import { createAuthorize } from './authorize.js';
@@ -15,10 +15,16 @@ import type { ProxyExchange, Stage, StageResult } from './exchange.js';
 import { createForward } from './forward.js';
 import { createGuardTarget } from './guard-target.js';
 import { createInjectCredential } from './inject-credential.js';
+import { createLimit } from './limit.js';
+import { startRateLimitSync, type RateLimitSync } from './rate-limit-sync.js';
+import { RateLimiter } from './rate-limiter.js';
 import { createParseTarget } from './parse-target.js';
 import { createRecordAudit } from './record-audit.js';
 import { createResolveAgent } from './resolve-agent.js';
 import { createUpstreamPools } from './upstream-pools.js';
+
+/** How often idle rate-limit counters are dropped. */
+const RATE_SWEEP_MS = 10_000;
 
 export interface ProxyPipeline {
   /** Runs a call whose head has been read (and whose key is well-formed). */
@@ -36,6 +42,8 @@ export interface ProxyPipeline {
   stopAdmitting(): void;
   /** Past the drain deadline: ends every call still in flight (ProxyExchange.endForShutdown). */
   endInFlight(): void;
+  /** The rate limiter's state, for /metrics. */
+  rateLimits(): RateLimitStats;
   close(): Promise<void>;
 }
 
@@ -46,12 +54,21 @@ export function createProxyPipeline(deps: {
   batcher: AuditBatcher;
   log: Logger;
   metrics: Metrics;
+  /** Share rate-limit counts with other proxies through the store (split mode, MongoDB). */
+  shareRateLimits: boolean;
 }): ProxyPipeline {
   const { config, batcher, log, metrics } = deps;
   const caches = createProxyCaches(deps.store, deps.encryptionKey, { maxEntries: config.cacheMaxEntries, ttlMs: config.cacheTtlMs, stats: metrics.caches });
   const pools = createUpstreamPools(config);
   let audited = 0;
   let admitting = true;
+  const limiter = new RateLimiter({ maxCounters: config.rateLimitMaxCounters });
+  const rateSync: RateLimitSync | null = deps.shareRateLimits && config.rateLimitSyncMs > 0
+    ? startRateLimitSync({ limiter, store: deps.store, syncMs: config.rateLimitSyncMs, log })
+    : null;
+  // Idle counters (every slot out of the window) are dropped in the background.
+  const sweeper = setInterval(() => limiter.sweep(), RATE_SWEEP_MS);
+  sweeper.unref();
 
   // The agent is resolved first, so that every refusal after it is audited.
   const stages: readonly Stage[] = [
@@ -61,6 +78,7 @@ export function createProxyPipeline(deps: {
     createAuthorize(caches),
     createGuardTarget({ allowTargets: config.allowTargets, dnsServer: config.dnsServer, dnsCacheTtlMs: config.dnsCacheTtlMs }),
     createInjectCredential(caches),
+    createLimit({ limiter, metrics: config.metricsEnabled ? metrics : null }),
     createForward({ config, pools }),
   ];
   const record = createRecordAudit({
@@ -126,12 +144,17 @@ export function createProxyPipeline(deps: {
     endInFlight() {
       for (const ex of [...running]) ex.endForShutdown();
     },
+    rateLimits() {
+      return rateSync?.stats() ?? { counters: limiter.size, storeReachable: 1, syncFailures: 0, proxies: 1 };
+    },
     run(ex) {
       running.add(ex);
       ex.onFinish = onFinish;
       runFrom(ex, 0);
     },
     async close() {
+      clearInterval(sweeper);
+      await rateSync?.stop();
       caches.close();
       await pools.close();
     },

@@ -198,6 +198,8 @@ export class UpstreamResponse {
       if (RESPONSE_DROP.has(name) || (connectionTokens !== null && connectionTokens.includes(name))) continue;
       res.writeHeader(raw[i]!, raw[i + 1]!);
     }
+    const extra = this.#ex.answerHeaders;
+    if (extra !== null) for (let i = 0; i < extra.length; i += 2) res.writeHeader(extra[i]!, extra[i + 1]!);
   }
 
   /** Runs corked. */

@@ -86,10 +86,20 @@ export async function startService(config: Readonly<Config>, log: Logger = creat
   let publicUrl = config.publicUrl ?? '';
   const admin = role === 'proxy' ? null : createAdminApp({ config, publicUrl: () => publicUrl, secrets, store, auditStore, auditBatcher, metrics }, log);
   const passThrough = role === 'proxy' ? createAdminPassThrough(config.adminUrl!) : null;
-  const pipeline = role === 'admin' ? null : createProxyPipeline({ config, store, encryptionKey: secrets.encryptionKey, batcher: auditBatcher, log, metrics });
+  const pipeline = role === 'admin' ? null : createProxyPipeline({
+    config,
+    store,
+    encryptionKey: secrets.encryptionKey,
+    batcher: auditBatcher,
+    log,
+    metrics,
+    // One all-in-one process on SQLite is the only proxy: its counts are the whole count.
+    shareRateLimits: role === 'proxy' || config.mongodbUrl !== null,
+  });
   metrics.setSources({
     auditStats: () => ({ ...auditBatcher.stats, pending: auditBatcher.pending, spooledBatches: auditBatcher.spooledBatches }),
     inFlight: () => pipeline?.inFlight ?? 0,
+    rateLimits: () => pipeline?.rateLimits() ?? { counters: 0, storeReachable: 1, syncFailures: 0, proxies: 1 },
   });
   if (role === 'proxy' && pipeline !== null) {
     // The caches subscribe to store.changes; following adds other processes' commits.

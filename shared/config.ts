@@ -49,6 +49,8 @@ export interface Config {
   spoolDir: string | null;
   spoolMaxBytes: number;
   changePollMs: number;
+  rateLimitSyncMs: number;
+  rateLimitMaxCounters: number;
   /** PEM text of NODE_EXTRA_CA_CERTS, trusted for upstream TLS besides Node's roots. */
   extraCa: string | null;
 }
@@ -143,6 +145,8 @@ export const CONFIG_SPECS: readonly Spec[] = [
   { env: 'CACHE_MAX_ENTRIES', key: 'cacheMaxEntries', doc: 'entries per proxy cache (keys, policies, credentials)', parse: integer(1, 10_000_000), fallback: 100_000 },
   { env: 'CACHE_TTL_MS', key: 'cacheTtlMs', doc: 'how long a proxy cache entry lives', parse: integer(1, 86_400_000), fallback: 60_000 },
   { env: 'CHANGE_POLL_MS', key: 'changePollMs', doc: 'split mode: how often a proxy polls the metadata change log', parse: integer(10, 60_000), fallback: 250 },
+  { env: 'RATE_LIMIT_SYNC_MS', key: 'rateLimitSyncMs', doc: 'split mode and MongoDB: how often a proxy shares its rate-limit counts through the metadata store (0: each proxy counts alone)', parse: integer(0, 60_000), fallback: 250 },
+  { env: 'RATE_LIMIT_MAX_COUNTERS', key: 'rateLimitMaxCounters', doc: 'rate-limit counters (agent × limit in use) a proxy keeps, at most; beyond, new ones are refused 429', parse: integer(1000, 100_000_000), fallback: 2_000_000 },
   { env: 'UPSTREAM_CONNECT_TIMEOUT_MS', key: 'upstreamConnectTimeoutMs', doc: 'TCP+TLS connect deadline', parse: integer(1, 600_000), fallback: 5000 },
   { env: 'UPSTREAM_HEADERS_TIMEOUT_MS', key: 'upstreamHeadersTimeoutMs', doc: 'deadline for the upstream response head', parse: integer(1, 3_600_000), fallback: 30_000 },
   { env: 'UPSTREAM_BODY_TIMEOUT_MS', key: 'upstreamBodyTimeoutMs', doc: 'longest gap between upstream body chunks', parse: integer(1, 3_600_000), fallback: 30_000 },

@@ -24,6 +24,17 @@ export interface CacheCounters {
 export interface MetricSources {
   auditStats(): { queued: number; written: number; spooled: number; replayed: number; failedAttempts: number; pending: number; spooledBatches: number };
   inFlight(): number;
+  /** The rate limiter's state (absent where no proxy runs). */
+  rateLimits?(): RateLimitStats;
+}
+
+export interface RateLimitStats {
+  counters: number;
+  /** 1 while the last sync reached the store (or none is needed), 0 while proxies go on with local counts. */
+  storeReachable: number;
+  syncFailures: number;
+  /** Live proxies sharing the limits (1 when not syncing). */
+  proxies: number;
 }
 
 export class Metrics {
@@ -39,6 +50,8 @@ export class Metrics {
     credentials: { hits: 0, misses: 0, evictions: 0 },
   };
   readonly #byAgent: Map<string, number> | null;
+  /** Calls refused 429 per limit name, or per limit name and agent ("name\0agent") with METRICS_AGENT_LABEL. */
+  readonly #rateLimited = new Map<string, number>();
   readonly upstreamLatency: Histogram;
   readonly totalLatency: Histogram;
   readonly batchRows: Histogram;
@@ -81,6 +94,21 @@ export class Metrics {
         },
       });
     }
+    const rateLimited = this.#rateLimited;
+    const agentLabel = this.#byAgent !== null;
+    new Counter({
+      name: 'tcg_rate_limited_total',
+      help: 'Calls refused 429 by a rate limit, per limit name (and agent with METRICS_AGENT_LABEL).',
+      labelNames: agentLabel ? ['limit', 'agent_id'] : ['limit'],
+      registers: [registry],
+      collect() {
+        this.reset();
+        for (const [key, value] of rateLimited) {
+          const cut = key.indexOf('\0');
+          this.inc(cut < 0 ? { limit: key } : { limit: key.slice(0, cut), agent_id: key.slice(cut + 1) }, value);
+        }
+      },
+    });
     const counter = (name: string, help: string, read: () => number) =>
       new Counter({ name, help, registers: [registry], collect() { this.reset(); this.inc(read()); } });
     const gauge = (name: string, help: string, read: () => number) =>
@@ -108,6 +136,11 @@ export class Metrics {
     counter('tcg_audit_insert_failures_total', 'Audit inserts the store refused.', () => audit().failedAttempts);
     gauge('tcg_audit_rows_pending', 'Audit rows held in memory.', () => audit().pending);
     gauge('tcg_audit_spool_batches', 'Audit batches waiting in the spool.', () => audit().spooledBatches);
+    const limits = () => self.#sources?.rateLimits?.() ?? { counters: 0, storeReachable: 1, syncFailures: 0, proxies: 1 };
+    gauge('tcg_rate_limit_counters', 'Rate-limit counters in use (one per agent and limit).', () => limits().counters);
+    gauge('tcg_rate_limit_store_reachable', '1 while rate limits are shared through the store; 0 while this proxy counts alone.', () => limits().storeReachable);
+    counter('tcg_rate_limit_sync_failures_total', 'Rate-limit syncs that could not reach the store.', () => limits().syncFailures);
+    gauge('tcg_rate_limit_proxies', 'Live proxies sharing the rate limits.', () => limits().proxies);
     gauge('tcg_proxy_in_flight', 'Proxied calls under way (one per open proxied connection).', () => self.#sources?.inFlight() ?? 0);
     this.upstreamLatency = new Histogram({
       name: 'tcg_proxy_upstream_latency_seconds',
@@ -148,6 +181,12 @@ export class Metrics {
     const i = (d * METHODS.length + m) * STATUS_CLASSES.length + s;
     this.#proxied[i] = this.#proxied[i]! + 1;
     if (this.#byAgent !== null && agentId !== null) this.#byAgent.set(agentId, (this.#byAgent.get(agentId) ?? 0) + 1);
+  }
+
+  /** One call refused by the limit `name`. */
+  recordRateLimited(name: string, agentId: string): void {
+    const key = this.#byAgent !== null ? `${name}\0${agentId}` : name;
+    this.#rateLimited.set(key, (this.#rateLimited.get(key) ?? 0) + 1);
   }
 
   text(): Promise<string> {

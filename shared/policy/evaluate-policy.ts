@@ -4,7 +4,7 @@
 // result object); only a `Pattern` glob runs a RegExp (`test`, no match array).
 
 import { PathMatch, ToolMatch } from './types.js';
-import type { CompiledPolicy, CompiledRule, PolicyDecision } from './types.js';
+import type { CallMatcher, CompiledLimit, CompiledPolicy, PolicyDecision } from './types.js';
 
 /** The answer when an agent has no policy: everything is allowed (the contract). */
 export const NO_POLICY_DECISION: PolicyDecision = Object.freeze({
@@ -24,15 +24,24 @@ export function evaluatePolicy(policy: CompiledPolicy | null, tool: string, acti
   const rules = policy.rules;
   for (let i = 0; i < rules.length; i++) {
     const rule = rules[i]!;
-    if (rule.action !== null && !equalsUpperCased(action, rule.action)) continue;
-    if (!matchesTool(rule, tool)) continue;
-    if (!matchesPath(rule, path)) continue;
-    return rule.result;
+    if (matchesCall(rule, tool, action, path)) return rule.result;
   }
   return policy.defaultResult;
 }
 
-function matchesTool(rule: CompiledRule, tool: string): boolean {
+/** The policy's limits that count a call (tool, action and path as for evaluatePolicy), in document order. */
+export function matchingLimits(policy: CompiledPolicy | null, tool: string, action: string, path: string): CompiledLimit[] {
+  if (policy === null) return [];
+  return policy.limits.filter((limit) => matchesCall(limit, tool, action, path));
+}
+
+/** A rule or limit matches the call. */
+export function matchesCall(m: CallMatcher, tool: string, action: string, path: string): boolean {
+  if (m.action !== null && !equalsUpperCased(action, m.action)) return false;
+  return matchesTool(m, tool) && matchesPath(m, path);
+}
+
+function matchesTool(rule: CallMatcher, tool: string): boolean {
   switch (rule.toolMatch) {
     case ToolMatch.Any:
       return true;
@@ -45,7 +54,7 @@ function matchesTool(rule: CompiledRule, tool: string): boolean {
   }
 }
 
-function matchesPath(rule: CompiledRule, path: string): boolean {
+function matchesPath(rule: CallMatcher, path: string): boolean {
   switch (rule.pathMatch) {
     case PathMatch.Any:
       return true;

@@ -12,13 +12,21 @@
 //       path: /repos/*/**     optional glob over the target path (no query string)
 //       decision: deny        required: allow | deny
 //       message: ...          optional string, reported instead of the generated one
+//   limits:                   optional list of rate limits
+//     - name: writes          required, unique, printable ASCII (it is sent in headers)
+//       tool: "*.github.com"  required glob, as in rules
+//       action: POST          optional, as in rules (default "*")
+//       path: /repos/**       optional, as in rules
+//       rate: 100/hour        required: N/second, N/minute, N/hour or N/day, N >= 1
+//       burst: 10             optional whole number >= 0 (default 0)
 // Unknown keys are errors (a misspelt `decison` must not silently drop a rule).
 
 import { isAlias, isMap, isPair, isScalar, isSeq, LineCounter, parseDocument, visit } from 'yaml';
 import type { Alias, Document, Node, Pair, YAMLMap } from 'yaml';
 import { GuardError } from '../errors.js';
 import { PathMatch, ToolMatch } from './types.js';
-import type { CompiledPolicy, CompiledRule, PolicyDecision, PolicyVerdict } from './types.js';
+import { RATE_PERIODS } from './types.js';
+import type { CompiledLimit, CompiledPolicy, CompiledRule, PolicyDecision, PolicyVerdict, RatePeriod } from './types.js';
 
 /** The largest policy text accepted, in UTF-8 bytes (256 KiB). Checked before parsing. */
 export const MAX_POLICY_BYTES = 256 * 1024;
@@ -52,7 +60,17 @@ export const POLICY_LIMITS: PolicyLimits = Object.freeze({
   maxAliases: MAX_POLICY_ALIASES,
 });
 
-const TOP_LEVEL_KEYS = ['version', 'default', 'rules'] as const;
+/** The most limits one policy may hold: every proxied call of the agent is tested against each. */
+export const MAX_POLICY_LIMITS = 100;
+/** The largest N of a rate and the largest burst: counts stay exact in 32-bit slots. */
+const MAX_RATE_COUNT = 1_000_000_000;
+
+const TOP_LEVEL_KEYS = ['version', 'default', 'rules', 'limits'] as const;
+const LIMIT_KEYS = ['name', 'tool', 'action', 'path', 'rate', 'burst'] as const;
+type LimitKey = (typeof LIMIT_KEYS)[number];
+const RATE = /^([1-9][0-9]{0,9})\/(second|minute|hour|day)$/;
+/** A limit's name goes into the RateLimit headers as a structured-field string: printable ASCII. */
+const LIMIT_NAME = /^[\x20-\x7e]{1,100}$/;
 const RULE_KEYS = ['name', 'tool', 'action', 'path', 'decision', 'message'] as const;
 type RuleKey = (typeof RULE_KEYS)[number];
 
@@ -99,6 +117,7 @@ export function parsePolicy(yamlText: string, limits: PolicyLimits = POLICY_LIMI
   let version: '1' | undefined;
   let defaultDecision: PolicyVerdict = 'allow';
   let rules: CompiledRule[] | undefined;
+  let compiledLimits: CompiledLimit[] = [];
   const seenKeys = new Set<string>();
 
   for (const pair of (contents as YAMLMap).items) {
@@ -117,6 +136,9 @@ export function parsePolicy(yamlText: string, limits: PolicyLimits = POLICY_LIMI
       case 'rules':
         rules = compileRules(value, aliasTargets, limits, at, where);
         break;
+      case 'limits':
+        compiledLimits = compileLimits(value, aliasTargets, at, where);
+        break;
       default:
         fail(`${where}: unknown key ${quoted(key)} at the top level${suggest(key, TOP_LEVEL_KEYS)}; expected ${TOP_LEVEL_KEYS.join(', ')}`);
     }
@@ -134,6 +156,115 @@ export function parsePolicy(yamlText: string, limits: PolicyLimits = POLICY_LIMI
       ruleMatched: 'default',
       message: `No rule matched; the default is ${defaultDecision}.`,
     }) satisfies PolicyDecision,
+    limits: Object.freeze(compiledLimits),
+  });
+}
+
+function compileLimits(
+  node: Node | null,
+  aliasTargets: ReadonlyMap<Alias, Node>,
+  at: (node: Node | null | undefined) => number,
+  where: string,
+): CompiledLimit[] {
+  const list = node === null ? null : deref(node, aliasTargets);
+  if (!isSeq(list)) fail(`${where}: 'limits' must be a list of limits, not ${describeNode(list)}`);
+  if (list.items.length > MAX_POLICY_LIMITS) {
+    fail(`${where}: the policy has ${formatCount(list.items.length)} limits; at most ${MAX_POLICY_LIMITS} are allowed`);
+  }
+  const compiled: CompiledLimit[] = [];
+  const positionByName = new Map<string, number>();
+  list.items.forEach((item, index) => {
+    const n = index + 1;
+    const limitNode = item as Node | null;
+    const limitWhere = `limit ${n} (line ${at(limitNode ?? list)})`;
+    const limit = limitNode === null ? null : deref(limitNode, aliasTargets);
+    if (!isMap(limit)) fail(`${limitWhere}: a limit must be a mapping with name, tool and rate, not ${describeNode(limit)}`);
+    compiled.push(compileLimit(limit, n, limitWhere, aliasTargets, at, positionByName));
+  });
+  return compiled;
+}
+
+function compileLimit(
+  limit: YAMLMap,
+  n: number,
+  where: string,
+  aliasTargets: ReadonlyMap<Alias, Node>,
+  at: (node: Node | null | undefined) => number,
+  positionByName: Map<string, number>,
+): CompiledLimit {
+  const fields: Partial<Record<Exclude<LimitKey, 'burst'>, string>> = {};
+  const fieldWhere: Partial<Record<LimitKey, string>> = {};
+  let burst = 0;
+  const seenKeys = new Set<string>();
+  for (const pair of limit.items) {
+    const keyWhere = `limit ${n} (line ${at(pair.key as Node)})`;
+    const key = keyOf(pair, keyWhere);
+    if (seenKeys.has(key)) fail(`${keyWhere}: the key ${quoted(key)} appears twice in this limit`);
+    seenKeys.add(key);
+    const value = pair.value as Node | null;
+    switch (key) {
+      case 'burst':
+        burst = readWholeNumber(value, aliasTargets, keyWhere, 'burst');
+        fieldWhere.burst = keyWhere;
+        break;
+      case 'name':
+      case 'tool':
+      case 'action':
+      case 'path':
+      case 'rate':
+        fields[key] = readString(value, aliasTargets, keyWhere, key);
+        fieldWhere[key] = keyWhere;
+        break;
+      default:
+        fail(`${keyWhere}: unknown key ${quoted(key)}${suggest(key, LIMIT_KEYS)}; a limit has ${LIMIT_KEYS.join(', ')}`);
+    }
+  }
+  if (fields.name === undefined) fail(`${where}: missing key 'name' (limits are reported by name)`);
+  if (fields.tool === undefined) fail(`${where}: missing key 'tool' (a hostname glob such as "*" or "*.github.com")`);
+  if (fields.rate === undefined) fail(`${where}: missing key 'rate' (such as 100/hour)`);
+
+  const name = fields.name;
+  const nameWhere = fieldWhere.name ?? where;
+  if (!LIMIT_NAME.test(name)) {
+    fail(`${nameWhere}: a limit's name must be 1 to 100 printable ASCII characters (it is sent in the RateLimit headers), not ${quoted(name)}`);
+  }
+  const earlier = positionByName.get(name);
+  if (earlier !== undefined) fail(`${nameWhere}: duplicate limit name ${quoted(name)} (limit ${earlier} has it); limit names must be unique`);
+  positionByName.set(name, n);
+
+  const rate = RATE.exec(fields.rate);
+  const rateWhere = fieldWhere.rate ?? where;
+  if (rate === null) {
+    fail(`${rateWhere}: 'rate' must be N/second, N/minute, N/hour or N/day with N a whole number of at least 1, not ${quoted(fields.rate)}`);
+  }
+  const perWindow = Number(rate[1]);
+  if (perWindow > MAX_RATE_COUNT) fail(`${rateWhere}: 'rate' allows at most ${formatCount(MAX_RATE_COUNT)} calls per period`);
+  if (burst > MAX_RATE_COUNT) fail(`${fieldWhere.burst ?? where}: 'burst' must be at most ${formatCount(MAX_RATE_COUNT)}`);
+  const windowMs = RATE_PERIODS[rate[2] as RatePeriod];
+
+  const action = fields.action === undefined ? null : compileAction(fields.action, fieldWhere.action ?? where);
+  const tool = compileToolGlob(fields.tool, fieldWhere.tool ?? where);
+  const path = fields.path === undefined ? ANY_PATH : compilePathGlob(fields.path, fieldWhere.path ?? where);
+  const headerName = `"${name.replace(/[\\"]/g, '\\$&')}"`;
+  const quota = perWindow + burst;
+  return Object.freeze({
+    name,
+    action,
+    toolMatch: tool.match,
+    toolText: tool.text,
+    toolRegExp: tool.regExp,
+    pathMatch: path.match,
+    pathText: path.text,
+    pathPrefix: path.prefix,
+    pathRegExp: path.regExp,
+    rate: fields.rate,
+    perWindow,
+    burst,
+    quota,
+    windowMs,
+    key: `${name}\u0000${perWindow}/${windowMs}+${burst}`,
+    policyHeader: `${headerName};q=${quota};w=${windowMs / 1000}`,
+    headerName,
   });
 }
 
@@ -267,6 +398,12 @@ function readVerdict(node: Node | null, aliasTargets: ReadonlyMap<Alias, Node>, 
     ? quoted(String(value.value))
     : describeNode(value);
   fail(`${where}: '${field}' must be allow or deny, not ${shown}`);
+}
+
+function readWholeNumber(node: Node | null, aliasTargets: ReadonlyMap<Alias, Node>, where: string, field: string): number {
+  const value = node === null ? null : deref(node, aliasTargets);
+  if (isScalar(value) && typeof value.value === 'number' && Number.isSafeInteger(value.value) && value.value >= 0) return value.value;
+  fail(`${where}: '${field}' must be a whole number of at least 0, not ${describeNode(value)}`);
 }
 
 function readString(node: Node | null, aliasTargets: ReadonlyMap<Alias, Node>, where: string, field: string): string {

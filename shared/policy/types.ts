@@ -40,12 +40,11 @@ export const PathMatch = {
 export type PathMatch = (typeof PathMatch)[keyof typeof PathMatch];
 
 /**
- * One rule, flattened so every rule object has the same shape (one hidden class,
- * monomorphic property access on the hot path) and matching needs no closure.
+ * What a rule or a limit matches (tool, action, path), flattened so every such
+ * object has the same fields (monomorphic property access on the hot path) and
+ * matching needs no closure.
  */
-export interface CompiledRule {
-  /** The reported name: the rule's `name`, else `rule-<n>` (1-based position). */
-  readonly name: string;
+export interface CallMatcher {
   /** Upper-cased HTTP method token, or null for `*` (any method). */
   readonly action: string | null;
   readonly toolMatch: ToolMatch;
@@ -58,8 +57,42 @@ export interface CompiledRule {
   /** The subtree root with its trailing slash (Subtree); '' otherwise. */
   readonly pathPrefix: string;
   readonly pathRegExp: RegExp | null;
+}
+
+export interface CompiledRule extends CallMatcher {
+  /** The reported name: the rule's `name`, else `rule-<n>` (1-based position). */
+  readonly name: string;
   /** The frozen answer returned when this rule matches. */
   readonly result: PolicyDecision;
+}
+
+/** The units of a limit's `rate`, and the window each stands for. */
+export const RATE_PERIODS = { second: 1_000, minute: 60_000, hour: 3_600_000, day: 86_400_000 } as const;
+export type RatePeriod = keyof typeof RATE_PERIODS;
+
+/**
+ * One entry of the policy's `limits`: at most `quota` (= rate + burst) of the
+ * agent's allowed calls that it matches in any window of `windowMs`.
+ */
+export interface CompiledLimit extends CallMatcher {
+  readonly name: string;
+  /** The rate as written, e.g. `5/minute`. */
+  readonly rate: string;
+  /** N of `N/period`. */
+  readonly perWindow: number;
+  readonly burst: number;
+  /** perWindow + burst: what the limit admits at once from rest, and in any window. */
+  readonly quota: number;
+  readonly windowMs: number;
+  /**
+   * Identifies the counter across policy versions and processes: the name with
+   * the rate and burst, so that changing either starts a fresh count.
+   */
+  readonly key: string;
+  /** The `RateLimit-Policy` list member: `"<name>";q=<quota>;w=<seconds>`. */
+  readonly policyHeader: string;
+  /** The name as a structured-field string (`"<name>"`), for the `RateLimit` member. */
+  readonly headerName: string;
 }
 
 export interface CompiledPolicy {
@@ -69,4 +102,6 @@ export interface CompiledPolicy {
   readonly rules: readonly CompiledRule[];
   /** The frozen answer when no rule matches (ruleMatched 'default'). */
   readonly defaultResult: PolicyDecision;
+  /** In document order; empty when the policy has none (then limiting costs nothing). */
+  readonly limits: readonly CompiledLimit[];
 }

@@ -71,6 +71,36 @@ export interface ChangeRow {
   hostname: string | null;
 }
 
+/** A rate-limit counter's count in one slot: added up across proxies by the store. */
+export interface RateCountRow {
+  limit_key: string;
+  agent_id: string;
+  slot: number;
+  count: number;
+  /** Epoch ms after which the row counts nowhere and may be deleted. */
+  expires_at: number;
+}
+
+/** One proxy's rate-limit sync: its heartbeat, the counts it adds, and what it reads back. */
+export interface RateSync {
+  node_id: string;
+  /** Epoch ms (the heartbeat and the expiry cut-off). */
+  now: number;
+  /** Nodes whose heartbeat is older than this (epoch ms) are not live. */
+  live_after: number;
+  /** Added to the rows' counts (a row is created at its first count). */
+  add: RateCountRow[];
+  /** Rows changed at or after this (epoch ms) are read back, with their totals. */
+  changed_since: number;
+}
+
+export interface RateSyncResult {
+  /** Live node ids, sorted. */
+  nodes: string[];
+  /** Totals of the rows changed since `changed_since` and not expired. */
+  rows: RateCountRow[];
+}
+
 /** The refusals the contract answers with its own errors; anything else is thrown. */
 export type Refusal = 'unique_violation' | 'missing_parent';
 
@@ -103,6 +133,13 @@ export interface MetadataDriver extends ChangeLog {
   policyByAgent(agentId: string): Awaitable<PolicyRow | undefined>;
   /** Inserts or replaces the policy and appends `change`, in one transaction; 'missing_parent' when the agent does not exist. */
   upsertPolicy(row: PolicyRow, change: MetadataChange): Awaitable<'written' | 'missing_parent'>;
+
+  /**
+   * Rate limits across proxies: renews the node's heartbeat, adds its counts and
+   * reads back the changed totals, in one transaction (SQLite) or in order
+   * (MongoDB: each add is atomic); drops expired rows now and then.
+   */
+  syncRateCounts(sync: RateSync): Awaitable<RateSyncResult>;
 
   /** One cheap round-trip. */
   ping(): Awaitable<void>;

@@ -19,7 +19,7 @@ import {
   type User,
 } from '../types.js';
 import { MetadataChangeFeed, type ChangeFeed } from './change-feed.js';
-import type { AgentRow, CredentialRow, MetadataDriver, PolicyRow, UserRow } from './metadata-driver.js';
+import type { AgentRow, CredentialRow, MetadataDriver, PolicyRow, RateSync, RateSyncResult, UserRow } from './metadata-driver.js';
 
 export interface NewAgent {
   orgId: string;
@@ -73,6 +73,9 @@ export interface MetadataStore {
 
   /** Changes that invalidate cached agents, policies or credentials. */
   readonly changes: ChangeFeed;
+
+  /** Rate limits across proxies (MetadataDriver.syncRateCounts); StoreUnavailableError when the store cannot be reached. */
+  syncRateCounts(sync: RateSync): Promise<RateSyncResult>;
 
   /** Cheap round-trip used by readiness checks; GuardError('unavailable') when it fails. */
   ping(): Promise<void>;
@@ -190,6 +193,8 @@ export function createMetadataStore(driver: MetadataDriver): MetadataStore {
       changes.publish(change);
       return policy;
     },
+
+    syncRateCounts: async (sync) => driver.syncRateCounts(sync),
 
     async ping() {
       try {

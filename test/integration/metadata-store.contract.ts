@@ -409,6 +409,33 @@ export function metadataStoreContract(t: TapTest, name: string, stores: Contract
     t.equal(subscriber.heard.length, heardBefore, 'a stopped feed follows no more');
   });
 
+  t.test(`${name}: rate-limit syncs add up two processes' counts, list the live ones, and skip expired counts`, async (t) => {
+    const [a, b] = await stores.openTwo();
+    t.teardown(async () => {
+      await a.close();
+      await b.close();
+    });
+    // Unique keys and node ids: stores may share one database with other tests.
+    const key = `limit-${randomUUID()}\u00005/60000+0`;
+    const nodeA = `node-a-${randomUUID()}`;
+    const nodeB = `node-b-${randomUUID()}`;
+    const now = Date.now();
+    const row = (agent: string, slot: number, count: number, expiresAt = now + 60_000) => ({ limit_key: key, agent_id: agent, slot, count, expires_at: expiresAt });
+    const first = await a.syncRateCounts({ node_id: nodeA, now, live_after: now - 2000, add: [row('agent-1', 7, 2), row('agent-2', 7, 1)], changed_since: now - 1 });
+    t.ok(first.nodes.includes(nodeA), 'the syncing node is live');
+    t.notOk(first.nodes.includes(nodeB), 'a node that never synced is not');
+    const second = await b.syncRateCounts({ node_id: nodeB, now: now + 10, live_after: now - 2000, add: [row('agent-1', 7, 3), row('agent-1', 8, 1), row('agent-3', 7, 1, now - 1)], changed_since: now - 1 });
+    const ours = (rows: { limit_key: string; agent_id: string; slot: number; count: number }[]) =>
+      rows.filter((r) => r.limit_key === key).map((r) => `${r.agent_id}@${r.slot}=${r.count}`).sort();
+    t.strictSame(ours(second.rows), ['agent-1@7=5', 'agent-1@8=1', 'agent-2@7=1'], "both processes' counts added up; the expired count is not read");
+    t.strictSame(second.nodes.filter((n) => n === nodeA || n === nodeB), [nodeA, nodeB].sort(), 'both nodes live, sorted');
+    const later = await a.syncRateCounts({ node_id: nodeA, now: now + 20, live_after: now + 5, add: [], changed_since: now + 5 });
+    t.strictSame(ours(later.rows), ['agent-1@7=5', 'agent-1@8=1'], 'only rows changed since then are read back');
+    t.ok(later.nodes.includes(nodeA) && later.nodes.includes(nodeB), 'B synced after live_after, so it is live');
+    const stale = await a.syncRateCounts({ node_id: nodeA, now: now + 30, live_after: now + 25, add: [], changed_since: now + 25 });
+    t.notOk(stale.nodes.includes(nodeB), 'a node silent since live_after is not live');
+  });
+
   t.test(`${name}: a store that cannot be reached rejects with StoreUnavailableError, not the driver's error`, async (t) => {
     const err = await rejectionOf(
       (async () => {

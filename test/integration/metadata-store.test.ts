@@ -315,6 +315,22 @@ t.test('sqlite: open creates the parent directory and a file only its owner can 
   if (process.platform !== 'win32') t.equal(fs.statSync(file).mode & 0o777, 0o600);
 });
 
+t.test('sqlite: a file of schema version 1 (before rate limits) gains the rate-limit tables on open, its data kept', async (t) => {
+  const file = freshFile();
+  const store = openSqlite(file);
+  const user = await store.createUserWithOrg('v1@example.test', 'hash');
+  await store.close();
+  // Back to what version 1 wrote.
+  inspect(file, (db) => db.exec('DROP TABLE rate_counts; DROP TABLE rate_nodes; PRAGMA user_version = 1;'));
+  const reopened = openSqlite(file);
+  t.teardown(() => reopened.close());
+  t.same(await reopened.findUserById(user.id), user, 'the data is untouched');
+  t.equal(inspect(file, (db) => db.pragma('user_version', { simple: true })), SCHEMA_VERSION);
+  const now = Date.now();
+  const synced = await reopened.syncRateCounts({ node_id: 'n', now, live_after: now - 1000, add: [{ limit_key: 'k', agent_id: 'a', slot: 1, count: 2, expires_at: now + 1000 }], changed_since: 0 });
+  t.strictSame(synced.rows.map((r) => r.count), [2], 'and rate limits are shared through it');
+});
+
 t.test('sqlite: migrations set user_version and are not applied twice on reopen', async (t) => {
   const file = freshFile();
   const store = openSqlite(file);
@@ -342,7 +358,7 @@ t.test('sqlite: migrations set user_version and are not applied twice on reopen'
         .all()
         .map((row) => row.name),
     ),
-    ['agents', 'changes', 'credentials', 'orgs', 'policies', 'users'],
+    ['agents', 'changes', 'credentials', 'orgs', 'policies', 'rate_counts', 'rate_nodes', 'users'],
   );
 });
 

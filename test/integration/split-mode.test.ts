@@ -137,6 +137,43 @@ t.test('a delete or replace reaches every proxy within 1 s', async (t) => {
   t.ok(Date.now() - started <= 1000, `key revoked at proxy B after ${Date.now() - started} ms`);
 });
 
+t.test('a rate limit holds across two proxies under load: together they pass at most N', async (t) => {
+  const agent = await createAgent(proxyA.url, owner, 'limited-split');
+  const set = await api(proxyA.url, owner, 'POST', `/agents/${agent.id}/policy`, {
+    rules_yaml: 'version: "1"\nrules: []\nlimits:\n  - name: shared\n    tool: "*"\n    rate: 20/minute\n',
+  });
+  t.equal(set.status, 200);
+  // The policy reaches both proxies within a second (the change feed); then 8
+  // clients per proxy call as fast as they can for 3 s.
+  await new Promise((r) => setTimeout(r, 1000));
+  const counts = { 200: 0, 429: 0, other: 0 };
+  const retryAfters = new Set<string>();
+  const deadline = Date.now() + 3000;
+  await Promise.all(
+    [proxyA, proxyB].flatMap((proxy) =>
+      Array.from({ length: 8 }, async () => {
+        while (Date.now() < deadline) {
+          const res = await fetch(`${proxy.url}/proxy/${agent.api_key}/${upstream.authority}/json`);
+          await res.arrayBuffer();
+          if (res.status === 200) counts[200]++;
+          else if (res.status === 429) {
+            counts[429]++;
+            retryAfters.add(res.headers.get('retry-after') ?? 'none');
+          } else counts.other++;
+        }
+      }),
+    ),
+  );
+  t.ok(counts[200] <= 21, `${counts[200]} passed of N = 20 (over-admission at most 1 call)`);
+  t.ok(counts[200] >= 18, `${counts[200]}: each proxy used its part`);
+  t.ok(counts[429] > 100, `${counts[429]} refused`);
+  t.equal(counts.other, 0, 'nothing else');
+  t.notOk(retryAfters.has('none'), 'every 429 carries Retry-After');
+  const metrics = await (await fetch(`${proxyA.url}/metrics`)).text();
+  t.match(metrics, /tcg_rate_limit_proxies 2/, 'the proxy knows of two live proxies');
+  t.match(metrics, /tcg_rate_limit_store_reachable 1/);
+});
+
 t.test('ClickHouse down for seconds under a steady stream: every call is audited once', async (t) => {
   const agent = await createAgent(proxyA.url, owner, 'steady');
   let calls = 0;

@@ -47,6 +47,8 @@ import {
   type NewAgentRow,
   type OrgRow,
   type PolicyRow,
+  type RateSync,
+  type RateSyncResult,
   type Refusal,
   type SealedCredentialRow,
   type UserRow,
@@ -146,6 +148,19 @@ interface CounterDoc {
   seq: number;
 }
 
+/** One rate-limit count: `_id` is the (limit, agent, slot) it counts; dates let a TTL index drop it. */
+interface RateCountDoc {
+  _id: { k: string; a: string; s: number };
+  count: number;
+  expires_at: Date;
+  updated_at: Date;
+}
+
+interface RateNodeDoc {
+  _id: string;
+  seen_at: Date;
+}
+
 const CHANGES_COUNTER = 'changes';
 
 const AGENT_PROJECTION = { key_hash: 0 } as const;
@@ -177,6 +192,8 @@ export class MongoMetadataDriver implements MetadataDriver {
   readonly #policies: Collection<PolicyDoc>;
   readonly #changes: Collection<ChangeDoc>;
   readonly #counters: Collection<CounterDoc>;
+  readonly #rateCounts: Collection<RateCountDoc>;
+  readonly #rateNodes: Collection<RateNodeDoc>;
   /** A replica set or sharded cluster: transactions and change streams work. */
   readonly #replicated: boolean;
   readonly #streams = new Set<ChangeStream<ChangeDoc, ChangeStreamInsertDocument<ChangeDoc>>>();
@@ -192,6 +209,8 @@ export class MongoMetadataDriver implements MetadataDriver {
     this.#policies = db.collection('policies');
     this.#changes = db.collection('changes');
     this.#counters = db.collection('counters');
+    this.#rateCounts = db.collection('rate_counts');
+    this.#rateNodes = db.collection('rate_nodes');
     this.#replicated = replicated;
   }
 
@@ -411,6 +430,36 @@ export class MongoMetadataDriver implements MetadataDriver {
     return stop;
   }
 
+  /**
+   * Each count is one atomic $inc (no transaction: a count added twice by a
+   * retried write over-counts, which only refuses early); the totals are read
+   * after the adds, so they include this node's.
+   */
+  async syncRateCounts(sync: RateSync): Promise<RateSyncResult> {
+    const now = new Date(sync.now);
+    await this.#rateNodes.updateOne({ _id: sync.node_id }, { $set: { seen_at: now } }, { upsert: true });
+    if (sync.add.length > 0) {
+      await this.#rateCounts.bulkWrite(
+        sync.add.map((row) => ({
+          updateOne: {
+            filter: { _id: { k: row.limit_key, a: row.agent_id, s: row.slot } },
+            update: { $inc: { count: row.count }, $set: { expires_at: new Date(row.expires_at), updated_at: now } },
+            upsert: true,
+          },
+        })),
+        { ordered: false },
+      );
+    }
+    const [nodes, rows] = await Promise.all([
+      this.#rateNodes.find({ seen_at: { $gt: new Date(sync.live_after) } }, { projection: { _id: 1 } }).sort({ _id: 1 }).toArray(),
+      this.#rateCounts.find({ updated_at: { $gte: new Date(sync.changed_since) }, expires_at: { $gt: now } }).toArray(),
+    ]);
+    return {
+      nodes: nodes.map((doc) => doc._id),
+      rows: rows.map((doc) => ({ limit_key: doc._id.k, agent_id: doc._id.a, slot: doc._id.s, count: doc.count, expires_at: doc.expires_at.getTime() })),
+    };
+  }
+
   async ping(): Promise<void> {
     await this.#db.command({ ping: 1 });
   }
@@ -570,6 +619,12 @@ async function createIndexes(db: Db): Promise<void> {
     // refuses the same index with other options.
     { key: { at: 1 }, name: 'changes_expire', expireAfterSeconds: CHANGE_RETENTION_SECONDS },
   ]);
+  // Rate-limit counts go when their slot leaves every window; readers skip expired ones meanwhile.
+  await db.collection('rate_counts').createIndexes([
+    { key: { expires_at: 1 }, name: 'rate_counts_expire', expireAfterSeconds: 0 },
+    { key: { updated_at: 1 }, name: 'rate_counts_by_updated' },
+  ]);
+  await db.collection('rate_nodes').createIndexes([{ key: { seen_at: 1 }, name: 'rate_nodes_expire', expireAfterSeconds: 3600 }]);
 }
 
 function isDuplicateKey(err: unknown): boolean {

@@ -21,6 +21,9 @@ import {
   type NewAgentRow,
   type OrgRow,
   type PolicyRow,
+  type RateCountRow,
+  type RateSync,
+  type RateSyncResult,
   type SealedCredentialRow,
   type UserRow,
 } from '../metadata-driver.js';
@@ -94,6 +97,26 @@ const MIGRATIONS: readonly string[] = [
   ) STRICT;
   CREATE INDEX changes_by_at ON changes (at);
   `,
+  `
+  -- Rate-limit counts of every proxy added up, per (limit, agent, slot).
+  CREATE TABLE rate_counts (
+    limit_key  TEXT NOT NULL,
+    agent_id   TEXT NOT NULL,
+    slot       INTEGER NOT NULL,
+    count      INTEGER NOT NULL,
+    expires_at INTEGER NOT NULL,
+    updated_at INTEGER NOT NULL,
+    PRIMARY KEY (limit_key, agent_id, slot)
+  ) STRICT, WITHOUT ROWID;
+  CREATE INDEX rate_counts_by_updated ON rate_counts (updated_at);
+  CREATE INDEX rate_counts_by_expiry ON rate_counts (expires_at);
+
+  -- Proxies that share rate limits, and when each last synced.
+  CREATE TABLE rate_nodes (
+    node_id TEXT PRIMARY KEY,
+    seen_at INTEGER NOT NULL
+  ) STRICT;
+  `,
 ];
 
 /** The schema version this code writes; a file with a higher one is refused. */
@@ -103,6 +126,9 @@ export const SCHEMA_VERSION = MIGRATIONS.length;
 const CHANGE_RETENTION_MS = 60 * 60 * 1000;
 /** Pruning runs inside a write transaction, at most this often per process. */
 const CHANGE_PRUNE_INTERVAL_MS = 60 * 1000;
+/** Expired rate counts and long-gone nodes are deleted at most this often per process. */
+const RATE_PRUNE_INTERVAL_MS = 10 * 1000;
+const RATE_NODE_RETENTION_MS = 60 * 60 * 1000;
 /** How long a statement waits for another process's write lock before SQLITE_BUSY. */
 const BUSY_TIMEOUT_MS = 5000;
 
@@ -174,6 +200,21 @@ function prepareStatements(db: Database.Database) {
     // sqlite_sequence keeps the highest seq ever issued, even once its row is pruned.
     lastChangeSeq: db.prepare<[], { seq: number }>("SELECT seq FROM sqlite_sequence WHERE name = 'changes'"),
 
+    heartbeat: db.prepare<[nodeId: string, now: number]>(
+      'INSERT INTO rate_nodes (node_id, seen_at) VALUES (?, ?) ON CONFLICT (node_id) DO UPDATE SET seen_at = excluded.seen_at',
+    ),
+    liveNodes: db.prepare<[after: number], { node_id: string }>('SELECT node_id FROM rate_nodes WHERE seen_at > ? ORDER BY node_id'),
+    pruneNodes: db.prepare<[before: number]>('DELETE FROM rate_nodes WHERE seen_at < ?'),
+    addRateCount: db.prepare<[RateCountRow & { now: number }]>(
+      `INSERT INTO rate_counts (limit_key, agent_id, slot, count, expires_at, updated_at)
+       VALUES (@limit_key, @agent_id, @slot, @count, @expires_at, @now)
+       ON CONFLICT (limit_key, agent_id, slot) DO UPDATE SET count = count + excluded.count, updated_at = excluded.updated_at`,
+    ),
+    rateCountsSince: db.prepare<[since: number, now: number], RateCountRow>(
+      'SELECT limit_key, agent_id, slot, count, expires_at FROM rate_counts WHERE updated_at >= ? AND expires_at > ?',
+    ),
+    pruneRateCounts: db.prepare<[now: number]>('DELETE FROM rate_counts WHERE expires_at <= ?'),
+
     ping: db.prepare<[], { ok: number }>('SELECT 1 AS ok'),
   };
 }
@@ -200,6 +241,7 @@ export class SqliteMetadataDriver implements MetadataDriver {
   readonly #db: Database.Database;
   readonly #sql: Statements;
   #lastPruneAt = 0;
+  #lastRatePruneAt = 0;
 
   // Write transactions, built once. Each runs BEGIN IMMEDIATE: a deferred transaction
   // that reads and then writes gets SQLITE_BUSY at once when another process holds the
@@ -209,6 +251,7 @@ export class SqliteMetadataDriver implements MetadataDriver {
   readonly #insertCredential;
   readonly #deleteCredentialInOrg;
   readonly #upsertPolicy;
+  readonly #syncRateCounts;
 
   private constructor(db: Database.Database) {
     this.#db = db;
@@ -249,6 +292,20 @@ export class SqliteMetadataDriver implements MetadataDriver {
     this.#upsertPolicy = db.transaction((row: PolicyRow, change: MetadataChange) => {
       sql.upsertPolicy.run(row);
       this.#recordChange(change);
+    }).immediate;
+
+    this.#syncRateCounts = db.transaction((sync: RateSync): RateSyncResult => {
+      sql.heartbeat.run(sync.node_id, sync.now);
+      for (const row of sync.add) sql.addRateCount.run({ ...row, now: sync.now });
+      if (sync.now - this.#lastRatePruneAt >= RATE_PRUNE_INTERVAL_MS) {
+        this.#lastRatePruneAt = sync.now;
+        sql.pruneRateCounts.run(sync.now);
+        sql.pruneNodes.run(sync.now - RATE_NODE_RETENTION_MS);
+      }
+      return {
+        nodes: sql.liveNodes.all(sync.live_after).map((row) => row.node_id),
+        rows: sql.rateCountsSince.all(sync.changed_since, sync.now),
+      };
     }).immediate;
   }
 
@@ -353,6 +410,10 @@ export class SqliteMetadataDriver implements MetadataDriver {
 
   lastChangeSeq(): number {
     return this.#sql.lastChangeSeq.get()?.seq ?? 0;
+  }
+
+  syncRateCounts(sync: RateSync): RateSyncResult {
+    return this.#syncRateCounts(sync);
   }
 
   ping(): void {

@@ -1,0 +1,32 @@
+// Stage: the policy's rate limits, checked when the call is about to be
+// forwarded (after the rules allowed it and the target passed the guard), so
+// that only calls that would reach the upstream are counted. A policy without
+// `limits` costs one property read.
+import type { Metrics } from '../shared/metrics.js';
+import type { ProxyExchange, Stage } from './exchange.js';
+import type { RateLimiter } from './rate-limiter.js';
+
+export function createLimit(deps: { limiter: RateLimiter; metrics: Metrics | null }): Stage {
+  const { limiter, metrics } = deps;
+  return (ex: ProxyExchange) => {
+    const policy = ex.policy;
+    if (policy === null || policy.limits.length === 0) return undefined;
+    const agentId = ex.agent!.id;
+    const verdict = limiter.decide(agentId, policy.limits, ex.target!.hostname, ex.method, ex.policyPath);
+    if (verdict === null) return undefined;
+    const refused = verdict.refused;
+    if (refused === null) {
+      ex.answerHeaders = ['ratelimit-policy', verdict.policyHeader, 'ratelimit', verdict.stateHeader];
+      return undefined;
+    }
+    const retryAfter = verdict.retryAfter;
+    ex.ruleMatched = `limit:${refused.name}`;
+    ex.answerHeaders = ['retry-after', String(retryAfter), 'ratelimit-policy', verdict.policyHeader, 'ratelimit', verdict.stateHeader];
+    metrics?.recordRateLimited(refused.name, agentId);
+    const burst = refused.burst > 0 ? ` with a burst of ${refused.burst}` : '';
+    return ex.answerError('rate_limited', `Rate limit '${refused.name}' (${refused.rate}${burst}) is used up; retry in ${retryAfter} s.`, {
+      limit: refused.name,
+      retry_after: retryAfter,
+    });
+  };
+}

@@ -1,0 +1,445 @@
+// The rate limiter: one counter per (agent, limit) in use, deciding on the hot
+// path from memory alone, and (in split mode) shared with the other proxies
+// through the metadata store by a background sync.
+//
+// The algorithm is a sliding window counted in sub-windows: each limit's window
+// W is cut into SLOTS slots of W/SLOTS, aligned on the Unix epoch (so every
+// process numbers them alike), and a counter keeps how many calls it admitted
+// in each of the last SLOTS + 1 slots. A call at time t is admitted when the
+// calls counted in the slots that overlap (t - W, t] leave room for one more.
+// The oldest of those slots lies partly before t - W and is counted whole, so
+// the window is never under-counted: in any window of W at most N + burst calls
+// pass (the contract's promise, exactly), from rest N + burst pass at once, and
+// a refused call is refused at most W/SLOTS earlier than an exact log of every
+// call would refuse it. A token bucket or GCRA cannot keep that promise: any
+// refill during W admits more than N + burst in some window after a full
+// burst. An exact log needs memory per call; this needs SLOTS + 1 counts per
+// counter, kept in typed arrays (no object per counter).
+//
+// Split mode: each of the P live proxies may hold at most its part of the
+// quota, floor((N + burst) / P) (the remainder to the lowest-ranked ones), in
+// any window of its own calls; so all together never pass more than N + burst.
+// Each proxy also adds its counts to the store every RATE_LIMIT_SYNC_MS and
+// reads back everyone's, and a call passes only while all the counts it knows
+// of leave room: what a proxy that stopped or left still holds in the window
+// keeps counting. A proxy that starts admits no limited call for its first
+// two syncs, so that the others know it is there (and it knows their counts)
+// before it takes its part. Parts split the quota evenly, so an agent whose
+// calls all reach one proxy of P gets 1/P of it there: docs/api.md "Rate
+// limits" says so, and why (a split that follows the load needs a store round
+// trip per grant, or admits more than the quota while views are stale).
+import { matchesCall, type CompiledLimit } from '../shared/policy/index.js';
+import type { RateCountRow } from '../shared/stores/metadata-driver.js';
+
+/** Sub-windows per window: a refusal comes at most W/SLOTS early. */
+export const SLOTS = 16;
+const RING = SLOTS + 1;
+const INITIAL_CAPACITY = 1024;
+
+/** Counts per (limit, agent, slot) as the store adds them up across proxies; slot = floor(epoch ms / slot length). */
+type RateCount = RateCountRow;
+
+/** What a limit's decision says: the refused limit, or the RateLimit field of an admitted call. */
+export interface RateVerdict {
+  /** Null when admitted. */
+  refused: CompiledLimit | null;
+  /** Whole seconds (≥ 1) until the refused call could pass. */
+  retryAfter: number;
+  /** `RateLimit-Policy` of the matched limits (all of them, or the refusing one). */
+  policyHeader: string;
+  /** `RateLimit` of the matched limits (all of them, or the refusing one). */
+  stateHeader: string;
+}
+
+/** A limit as the counters know it: its window, its quota, and the agents counted under it. */
+interface LimitTable {
+  readonly key: string;
+  readonly quota: number;
+  readonly windowMs: number;
+  readonly slotMs: number;
+  readonly byAgent: Map<string, number>;
+}
+
+export interface RateLimiterOptions {
+  /** The most counters kept; when full after dropping idle ones, new counters are refused. */
+  maxCounters: number;
+  /** Epoch milliseconds (tests move it). */
+  now?: () => number;
+}
+
+export class RateLimiter {
+  readonly #tables = new Map<string, LimitTable>();
+  readonly #maxCounters: number;
+  readonly #now: () => number;
+
+  // Counter i: its slots' counts at [i * RING, (i + 1) * RING), own and others'.
+  #own = new Uint32Array(INITIAL_CAPACITY * RING);
+  /** Other proxies' counts, allocated once a sync reports any. */
+  #remote: Uint32Array | null = null;
+  /** The newest slot the counter has been moved to. */
+  #newest = new Float64Array(INITIAL_CAPACITY);
+  #tableOf: (LimitTable | undefined)[] = [];
+  #agentOf: (string | undefined)[] = [];
+  #free: number[] = [];
+  #used = 0;
+  #size = 0;
+  #sweptAt = Number.NEGATIVE_INFINITY;
+
+  // Split mode: the calls admitted since the last sync (counter, slot), the live
+  // proxies and this one's rank among them.
+  #syncing = false;
+  #logCounter: number[] = [];
+  #logSlot: number[] = [];
+  #nodes = 1;
+  #rank = 0;
+  #syncMs = 0;
+  /** Before this (epoch ms) a syncing proxy admits no limited call (startSyncing). */
+  #activeAt = 0;
+
+  /** Scratch for one decision (decisions are synchronous). */
+  readonly #matched: CompiledLimit[] = [];
+  readonly #counters: number[] = [];
+
+  constructor(options: RateLimiterOptions) {
+    this.#maxCounters = options.maxCounters;
+    this.#now = options.now ?? Date.now;
+  }
+
+  /** Counters in use. */
+  get size(): number {
+    return this.#size;
+  }
+
+  /**
+   * Decides a call the rules allowed against the policy's `limits`: null when
+   * none matches (nothing is counted); else admitted (every matching limit had
+   * room, and each now counts the call) or refused (none counts it), with the
+   * RateLimit fields to send.
+   */
+  decide(agentId: string, limits: readonly CompiledLimit[], tool: string, action: string, path: string): RateVerdict | null {
+    const matched = this.#matched;
+    const counters = this.#counters;
+    matched.length = 0;
+    counters.length = 0;
+    for (let i = 0; i < limits.length; i++) {
+      if (matchesCall(limits[i]!, tool, action, path)) matched.push(limits[i]!);
+    }
+    if (matched.length === 0) return null;
+
+    const now = this.#now();
+    let refused: CompiledLimit | null = null;
+    let refusedAt = 0;
+    let refusedCounter = -1;
+    for (let i = 0; i < matched.length; i++) {
+      const limit = matched[i]!;
+      const table = this.#table(limit.key, limit.quota, limit.windowMs);
+      const counter = this.#counter(table, agentId);
+      counters.push(counter);
+      if (counter < 0) {
+        // The table is full of live counters: refuse rather than count nothing.
+        if (refused === null || now + table.windowMs > refusedAt) {
+          refused = limit;
+          refusedAt = now + table.windowMs;
+          refusedCounter = -1;
+        }
+        continue;
+      }
+      const slot = Math.floor(now / table.slotMs);
+      this.#advance(counter, slot);
+      const counted = this.#counted(counter);
+      let freeAt = -1;
+      if (counted + 1 > table.quota) freeAt = this.#roomAt(counter, table, slot, counted);
+      else if (now < this.#activeAt) freeAt = this.#activeAt;
+      else if (this.#nodes > 1) {
+        const part = this.#partOf(table.quota);
+        const own = this.#ownCounted(counter);
+        if (own + 1 > part) freeAt = part === 0 ? now + Math.max(this.#syncMs, 1000) : this.#ownRoomAt(counter, table, slot, own, part);
+      }
+      if (freeAt >= 0 && (refused === null || freeAt > refusedAt)) {
+        refused = limit;
+        refusedAt = freeAt;
+        refusedCounter = counter;
+      }
+    }
+
+    if (refused !== null) {
+      const retryAfter = Math.max(1, Math.ceil((refusedAt - now) / 1000));
+      const remaining = refusedCounter < 0 ? 0 : Math.max(0, refused.quota - this.#counted(refusedCounter));
+      return {
+        refused,
+        retryAfter,
+        policyHeader: refused.policyHeader,
+        stateHeader: `${refused.headerName};r=${remaining};t=${retryAfter}`,
+      };
+    }
+
+    let policyHeader = '';
+    let stateHeader = '';
+    for (let i = 0; i < matched.length; i++) {
+      const limit = matched[i]!;
+      const counter = counters[i]!;
+      const table = this.#tableOf[counter]!;
+      const slot = Math.floor(now / table.slotMs);
+      const at = counter * RING + (slot % RING);
+      this.#own[at] = this.#own[at]! + 1;
+      if (this.#syncing) {
+        this.#logCounter.push(counter);
+        this.#logSlot.push(slot);
+      }
+      const remaining = Math.max(0, limit.quota - this.#counted(counter));
+      // Until every call counted now has left the window: the whole quota is back.
+      const reset = Math.max(1, Math.ceil(((slot + RING) * table.slotMs - now) / 1000));
+      const sep = i === 0 ? '' : ', ';
+      policyHeader += sep + limit.policyHeader;
+      stateHeader += `${sep}${limit.headerName};r=${remaining};t=${reset}`;
+    }
+    return { refused: null, retryAfter: 0, policyHeader, stateHeader };
+  }
+
+  /** Drops counters whose every slot has left the window (their count is 0). */
+  sweep(): number {
+    const now = this.#now();
+    let dropped = 0;
+    for (let counter = 0; counter < this.#used; counter++) {
+      const table = this.#tableOf[counter];
+      if (table === undefined) continue;
+      if (this.#newest[counter]! + SLOTS < Math.floor(now / table.slotMs)) {
+        this.#release(counter);
+        dropped++;
+      }
+    }
+    for (const [key, table] of this.#tables) if (table.byAgent.size === 0) this.#tables.delete(key);
+    return dropped;
+  }
+
+  // --- split mode -------------------------------------------------------------
+
+  /**
+   * Turns on the admission log the sync reads (`syncMs` apart). For the first
+   * two syncs the proxy admits no limited call: the others learn that it is
+   * live at their next sync (until then each holds a larger part), and it
+   * learns their counts.
+   */
+  startSyncing(syncMs: number): void {
+    this.#syncing = true;
+    this.#syncMs = syncMs;
+    this.#activeAt = this.#now() + 2 * syncMs;
+    this.#remote ??= new Uint32Array(this.#own.length);
+  }
+
+  /**
+   * The calls admitted since the last call of takeAdmitted, summed per counter
+   * and slot, as the store adds them. A failed sync gives them back with
+   * `returnAdmitted`.
+   */
+  takeAdmitted(): RateCount[] {
+    const sums = new Map<number, Map<number, number>>();
+    const log = this.#logCounter;
+    const slots = this.#logSlot;
+    for (let i = 0; i < log.length; i++) {
+      let bySlot = sums.get(log[i]!);
+      if (bySlot === undefined) sums.set(log[i]!, (bySlot = new Map()));
+      bySlot.set(slots[i]!, (bySlot.get(slots[i]!) ?? 0) + 1);
+    }
+    log.length = 0;
+    slots.length = 0;
+    const counts: RateCount[] = [];
+    for (const [counter, bySlot] of sums) {
+      const table = this.#tableOf[counter];
+      const agentId = this.#agentOf[counter];
+      if (table === undefined || agentId === undefined) continue;
+      for (const [slot, count] of bySlot) {
+        counts.push({ limit_key: table.key, agent_id: agentId, slot, count, expires_at: (slot + RING) * table.slotMs });
+      }
+    }
+    return counts;
+  }
+
+  /** Counts a failed sync could not add: they are sent again next time (those still in a window). */
+  returnAdmitted(counts: readonly RateCount[]): void {
+    const now = this.#now();
+    for (const c of counts) {
+      if (c.expires_at <= now) continue;
+      const table = this.#tables.get(c.limit_key);
+      const counter = table?.byAgent.get(c.agent_id);
+      if (counter === undefined) continue;
+      for (let i = 0; i < c.count; i++) {
+        this.#logCounter.push(counter);
+        this.#logSlot.push(c.slot);
+      }
+    }
+  }
+
+  /**
+   * A sync's answer: the live proxies (sorted ids) and the store's totals of
+   * counters that changed. `unsent` is what was admitted here and is not yet in
+   * those totals (the log since takeAdmitted, for a store answered
+   * asynchronously).
+   */
+  applySync(nodes: readonly string[], self: string, totals: readonly RateCount[]): void {
+    this.#nodes = Math.max(1, nodes.length);
+    this.#rank = Math.max(0, nodes.indexOf(self));
+    const remote = this.#remote!;
+    const unsent = this.#unsentCounts();
+    for (const total of totals) {
+      const table = this.#tableFromKey(total.limit_key);
+      if (table === null) continue;
+      const counter = this.#counter(table, total.agent_id);
+      if (counter < 0) continue;
+      const current = Math.floor(this.#now() / table.slotMs);
+      if (total.slot > current || total.slot < current - SLOTS) continue;
+      this.#advance(counter, current);
+      if (this.#newest[counter]! < total.slot) continue;
+      const at = counter * RING + (total.slot % RING);
+      const pushed = this.#own[at]! - (unsent.get(counter)?.get(total.slot) ?? 0);
+      remote[at] = Math.max(0, total.count - pushed);
+    }
+  }
+
+  // --- counters -------------------------------------------------------------
+
+  #table(key: string, quota: number, windowMs: number): LimitTable {
+    let table = this.#tables.get(key);
+    if (table === undefined) {
+      table = { key, quota, windowMs, slotMs: windowMs / SLOTS, byAgent: new Map() };
+      this.#tables.set(key, table);
+    }
+    return table;
+  }
+
+  /** A key other proxies wrote: `<name>\0<N>/<windowMs>+<burst>` (CompiledLimit.key). */
+  #tableFromKey(key: string): LimitTable | null {
+    const known = this.#tables.get(key);
+    if (known !== undefined) return known;
+    const match = /\u0000(\d+)\/(\d+)\+(\d+)$/.exec(key);
+    if (match === null) return null;
+    return this.#table(key, Number(match[1]) + Number(match[3]), Number(match[2]));
+  }
+
+  /** The agent's counter under the table, created on first use; -1 when the table is full. */
+  #counter(table: LimitTable, agentId: string): number {
+    const known = table.byAgent.get(agentId);
+    if (known !== undefined) return known;
+    if (this.#size >= this.#maxCounters) {
+      // Sweeping walks every counter: at most once a second while the table is full.
+      const now = this.#now();
+      if (now - this.#sweptAt >= 1000) {
+        this.#sweptAt = now;
+        this.sweep();
+      }
+      if (this.#size >= this.#maxCounters) return -1;
+    }
+    const counter = this.#free.pop() ?? this.#grow();
+    this.#own.fill(0, counter * RING, (counter + 1) * RING);
+    this.#remote?.fill(0, counter * RING, (counter + 1) * RING);
+    this.#newest[counter] = Math.floor(this.#now() / table.slotMs);
+    this.#tableOf[counter] = table;
+    this.#agentOf[counter] = agentId;
+    table.byAgent.set(agentId, counter);
+    this.#size++;
+    return counter;
+  }
+
+  #grow(): number {
+    const counter = this.#used++;
+    const capacity = this.#newest.length;
+    if (counter >= capacity) {
+      const next = capacity * 2;
+      const own = new Uint32Array(next * RING);
+      own.set(this.#own);
+      this.#own = own;
+      if (this.#remote !== null) {
+        const remote = new Uint32Array(next * RING);
+        remote.set(this.#remote);
+        this.#remote = remote;
+      }
+      const newest = new Float64Array(next);
+      newest.set(this.#newest);
+      this.#newest = newest;
+    }
+    return counter;
+  }
+
+  #release(counter: number): void {
+    const table = this.#tableOf[counter]!;
+    table.byAgent.delete(this.#agentOf[counter]!);
+    this.#tableOf[counter] = undefined;
+    this.#agentOf[counter] = undefined;
+    this.#free.push(counter);
+    this.#size--;
+  }
+
+  /** Moves the counter to `slot`, clearing the slots that left the window. */
+  #advance(counter: number, slot: number): void {
+    const newest = this.#newest[counter]!;
+    if (slot <= newest) return;
+    const base = counter * RING;
+    const steps = Math.min(slot - newest, RING);
+    for (let s = 1; s <= steps; s++) {
+      const at = base + ((newest + s) % RING);
+      this.#own[at] = 0;
+      if (this.#remote !== null) this.#remote[at] = 0;
+    }
+    this.#newest[counter] = slot;
+  }
+
+  /** Calls counted in the window (own and others'). */
+  #counted(counter: number): number {
+    let sum = this.#ownCounted(counter);
+    const remote = this.#remote;
+    if (remote !== null) {
+      const base = counter * RING;
+      for (let i = 0; i < RING; i++) sum += remote[base + i]!;
+    }
+    return sum;
+  }
+
+  #ownCounted(counter: number): number {
+    const own = this.#own;
+    const base = counter * RING;
+    let sum = 0;
+    for (let i = 0; i < RING; i++) sum += own[base + i]!;
+    return sum;
+  }
+
+  /** When, dropping the oldest slots, one more call fits: the epoch ms the last needed slot leaves. */
+  #roomAt(counter: number, table: LimitTable, slot: number, counted: number): number {
+    const base = counter * RING;
+    let left = counted;
+    for (let oldest = slot - SLOTS; oldest <= slot; oldest++) {
+      const at = base + (oldest % RING);
+      left -= this.#own[at]! + (this.#remote?.[at] ?? 0);
+      // A call in slot `oldest` stops counting once slot oldest + RING begins.
+      if (left + 1 <= table.quota) return (oldest + RING) * table.slotMs;
+    }
+    return (slot + RING) * table.slotMs;
+  }
+
+  /** This proxy's part of `quota` while P proxies are live: an even split, the remainder to the lowest ranks. */
+  #partOf(quota: number): number {
+    return Math.floor(quota / this.#nodes) + (this.#rank < quota % this.#nodes ? 1 : 0);
+  }
+
+  /** As #roomAt, for this proxy's own calls against its part. */
+  #ownRoomAt(counter: number, table: LimitTable, slot: number, own: number, part: number): number {
+    const base = counter * RING;
+    let left = own;
+    for (let oldest = slot - SLOTS; oldest <= slot; oldest++) {
+      left -= this.#own[base + (oldest % RING)]!;
+      if (left + 1 <= part) return (oldest + RING) * table.slotMs;
+    }
+    return (slot + RING) * table.slotMs;
+  }
+
+  /** The admission log, summed per counter and slot. */
+  #unsentCounts(): Map<number, Map<number, number>> {
+    const sums = new Map<number, Map<number, number>>();
+    for (let i = 0; i < this.#logCounter.length; i++) {
+      const counter = this.#logCounter[i]!;
+      let bySlot = sums.get(counter);
+      if (bySlot === undefined) sums.set(counter, (bySlot = new Map()));
+      bySlot.set(this.#logSlot[i]!, (bySlot.get(this.#logSlot[i]!) ?? 0) + 1);
+    }
+    return sums;
+  }
+}

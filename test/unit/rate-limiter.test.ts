@@ -1,0 +1,138 @@
+// The rate limiter's arithmetic with a clock the test moves: the contract's
+// promise (at most N + burst in any window of the rate's length, N + burst at
+// once from rest), how early a refusal may come (one slot, W/16), Retry-After,
+// idle counters dropped, a full table refusing; and two proxies sharing limits
+// through a real SQLite metadata store, with the over-admission bound that
+// docs/api.md states.
+import fc from 'fast-check';
+import t from 'tap';
+import { parsePolicy, type CompiledLimit } from '../../shared/policy/index.js';
+import { createMetadataStore } from '../../shared/stores/metadata-store.js';
+import { SqliteMetadataDriver } from '../../shared/stores/sqlite/sqlite-metadata-driver.js';
+import { RateLimiter, SLOTS } from '../../proxy/rate-limiter.js';
+
+function limitsOf(limits: string): readonly CompiledLimit[] {
+  return parsePolicy(`version: "1"\nrules: []\nlimits:\n${limits}`).limits;
+}
+
+function limiterAt(clock: { now: number }, maxCounters = 1000): RateLimiter {
+  return new RateLimiter({ maxCounters, now: () => clock.now });
+}
+
+t.test('in any window of the rate, at most N + burst pass; a refusal comes at most one slot early (property)', async (t) => {
+  const units = { second: 1000, minute: 60_000 } as const;
+  fc.assert(
+    fc.property(
+      fc.integer({ min: 1, max: 20 }),
+      fc.integer({ min: 0, max: 5 }),
+      fc.constantFrom<keyof typeof units>('second', 'minute'),
+      fc.array(fc.double({ min: 0, max: 1, noNaN: true }), { minLength: 1, maxLength: 400 }),
+      fc.integer({ min: 0, max: 2 ** 40 }),
+      (n, burst, unit, gaps, start) => {
+        const windowMs = units[unit];
+        const [limit] = limitsOf(`  - name: l\n    tool: "*"\n    rate: ${n}/${unit}\n    burst: ${burst}\n`);
+        const clock = { now: start };
+        const limiter = limiterAt(clock);
+        const passed: number[] = [];
+        for (const gap of gaps) {
+          // Arrivals from bursts (gap 0) to a quarter window apart, on whole milliseconds.
+          clock.now += Math.floor(gap * gap * windowMs * 0.25);
+          const verdict = limiter.decide('agent', [limit!], 'api.example', 'GET', '/');
+          if (verdict!.refused === null) {
+            passed.push(clock.now);
+            // The window ending now holds at most N + burst calls.
+            const inWindow = passed.filter((at) => at > clock.now - windowMs).length;
+            if (inWindow > n + burst) return false;
+          } else {
+            // An exact log would refuse too once one slot earlier is counted.
+            const inWiderWindow = passed.filter((at) => at > clock.now - windowMs - windowMs / SLOTS).length;
+            if (inWiderWindow < n + burst) return false;
+            const retryAt = clock.now + verdict!.retryAfter * 1000;
+            // Retry-After is honest: by then the window ending at retryAt holds room.
+            if (passed.filter((at) => at > retryAt - windowMs).length >= n + burst) return false;
+          }
+        }
+        return true;
+      },
+    ),
+    { numRuns: 300 },
+  );
+  t.pass('no window over-admitted, no refusal more than a slot early, every Retry-After honest');
+});
+
+t.test('from rest N + burst pass at once; the next is refused until the first leaves the window', async (t) => {
+  const clock = { now: 1_700_000_000_000 };
+  const limiter = limiterAt(clock);
+  const limits = limitsOf('  - name: m\n    tool: "*"\n    rate: 5/minute\n    burst: 2\n');
+  const verdicts = Array.from({ length: 8 }, () => limiter.decide('a', limits, 'h', 'GET', '/')!);
+  t.strictSame(verdicts.map((v) => v.refused === null), [true, true, true, true, true, true, true, false]);
+  t.equal(verdicts[0]!.stateHeader.replace(/;t=\d+$/, ''), '"m";r=6');
+  t.equal(verdicts[0]!.policyHeader, '"m";q=7;w=60');
+  const wait = verdicts[7]!.retryAfter;
+  t.ok(wait >= 60 && wait <= 64, `Retry-After ${wait} s`);
+  clock.now += (wait - 1) * 1000;
+  t.not(limiter.decide('a', limits, 'h', 'GET', '/')!.refused, null, 'still refused a second before');
+  clock.now += 1000;
+  t.equal(limiter.decide('a', limits, 'h', 'GET', '/')!.refused, null, 'admitted at Retry-After');
+  t.equal(limiter.decide('b', limits, 'h', 'GET', '/')!.refused, null, 'another agent has its own counter');
+  t.equal(limiter.decide('a', limitsOf('  - name: other\n    tool: "x"\n    rate: 1/day\n'), 'h', 'GET', '/'), null, 'no matching limit: nothing counted, no verdict');
+});
+
+t.test('idle counters are swept; a table full of live counters refuses new ones', async (t) => {
+  const clock = { now: 5_000_000 };
+  const limiter = limiterAt(clock, 1000);
+  const limits = limitsOf('  - name: s\n    tool: "*"\n    rate: 10/second\n');
+  for (let i = 0; i < 1000; i++) limiter.decide(`agent-${i}`, limits, 'h', 'GET', '/');
+  t.equal(limiter.size, 1000);
+  const full = limiter.decide('one-too-many', limits, 'h', 'GET', '/')!;
+  t.ok(full.refused !== null, 'refused: no room for a counter, and none idle');
+  clock.now += 1100;
+  t.equal(limiter.decide('one-too-many', limits, 'h', 'GET', '/')!.refused, null, 'once the others are idle, they are swept and it fits');
+  t.equal(limiter.sweep(), 0, 'the sweep already ran');
+  clock.now += 2000;
+  t.equal(limiter.sweep(), 1);
+  t.equal(limiter.size, 0);
+});
+
+t.test('two proxies sharing a limit through one SQLite store never pass more than N + burst together', async (t) => {
+  const store = createMetadataStore(SqliteMetadataDriver.open(':memory:'));
+  t.teardown(() => store.close());
+  const clock = { now: 1_800_000_000_000 };
+  const limits = limitsOf('  - name: shared\n    tool: "*"\n    rate: 100/minute\n');
+  const syncMs = 1000;
+  const proxies = ['node-a', 'node-b'].map((id) => ({ id, limiter: limiterAt(clock), readSince: 0, passed: 0 }));
+  for (const p of proxies) p.limiter.startSyncing(syncMs);
+  async function sync(p: (typeof proxies)[number]) {
+    const add = p.limiter.takeAdmitted();
+    const result = await store.syncRateCounts({ node_id: p.id, now: clock.now, live_after: clock.now - 5 * syncMs, add, changed_since: p.readSince });
+    p.limiter.applySync(result.nodes, p.id, result.rows);
+    p.readSince = clock.now - 5000;
+  }
+  for (const p of proxies) await sync(p);
+  // 40 s: each proxy gets a call every 5 ms (A's and B's interleaved), and syncs
+  // once a second, B half a second after A.
+  for (let ms = 0; ms < 40_000; ms += 5) {
+    clock.now += 5;
+    for (const p of proxies) if (p.limiter.decide('agent', limits, 'h', 'GET', '/')!.refused === null) p.passed++;
+    if (ms % 1000 === 0) await sync(proxies[0]!);
+    if (ms % 1000 === 500) await sync(proxies[1]!);
+  }
+  t.equal(proxies[0]!.passed + proxies[1]!.passed, 100, 'together exactly N = 100 in 40 s of one minute\'s window: the quota, no more');
+  t.strictSame(proxies.map((p) => p.passed), [50, 50], 'each its part');
+
+  // B stops syncing (it stopped or lost the store): once it is no longer live, A
+  // holds the whole quota, and B's calls still in the window keep counting.
+  for (let ms = 0; ms < 10_000; ms += 5) {
+    clock.now += 5;
+    if (proxies[0]!.limiter.decide('agent', limits, 'h', 'GET', '/')!.refused === null) proxies[0]!.passed++;
+    if (ms % 1000 === 0) await sync(proxies[0]!);
+  }
+  t.equal(proxies[0]!.passed, 50, "alone now, A still counts B's 50 in the window: no room");
+  clock.now += 20_000; // the first calls leave the minute
+  for (let ms = 0; ms < 2000; ms += 5) {
+    clock.now += 5;
+    if (proxies[0]!.limiter.decide('agent', limits, 'h', 'GET', '/')!.refused === null) proxies[0]!.passed++;
+    if (ms % 1000 === 0) await sync(proxies[0]!);
+  }
+  t.equal(proxies[0]!.passed, 150, 'a minute on, A takes the whole quota again');
+});
