@@ -4,12 +4,17 @@
 // idle counters dropped, a full table refusing; and two proxies sharing limits
 // through a real SQLite metadata store, with the over-admission bound that
 // docs/api.md states.
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import fc from 'fast-check';
 import t from 'tap';
 import { parsePolicy, type CompiledLimit } from '../../shared/policy/index.js';
 import { createMetadataStore } from '../../shared/stores/metadata-store.js';
 import { SqliteMetadataDriver } from '../../shared/stores/sqlite/sqlite-metadata-driver.js';
+import { startRateLimitSync } from '../../proxy/rate-limit-sync.js';
 import { RateLimiter, SLOTS } from '../../proxy/rate-limiter.js';
+import { createLogger } from '../../shared/log.js';
 
 function limitsOf(limits: string): readonly CompiledLimit[] {
   return parsePolicy(`version: "1"\nrules: []\nlimits:\n${limits}`).limits;
@@ -135,4 +140,32 @@ t.test('two proxies sharing a limit through one SQLite store never pass more tha
     if (ms % 1000 === 0) await sync(proxies[0]!);
   }
   t.equal(proxies[0]!.passed, 150, 'a minute on, A takes the whole quota again');
+});
+
+t.test('when the store cannot be reached, the proxy goes on deciding and /metrics shows it; the counts wait for the store', async (t) => {
+  const dir = mkdtempSync(join(tmpdir(), 'tcg-rate-sync-'));
+  t.teardown(() => rmSync(dir, { recursive: true, force: true }));
+  const file = join(dir, 'metadata.db');
+  const store = createMetadataStore(SqliteMetadataDriver.open(file));
+  const limiter = new RateLimiter({ maxCounters: 1000 });
+  const log = createLogger('error', () => {});
+  const sync = startRateLimitSync({ limiter, store, syncMs: 20, log });
+  const limits = limitsOf('  - name: l\n    tool: "*"\n    rate: 1000/minute\n');
+  await new Promise((r) => setTimeout(r, 100)); // past the first two syncs
+  t.equal(sync.stats().storeReachable, 1);
+  for (let i = 0; i < 3; i++) t.equal(limiter.decide('agent', limits, 'h', 'GET', '/')!.refused, null);
+  await new Promise((r) => setTimeout(r, 60));
+  await store.close(); // every later sync fails
+  for (let i = 0; i < 2; i++) t.equal(limiter.decide('agent', limits, 'h', 'GET', '/')!.refused, null, 'decided from memory while the store is gone');
+  await new Promise((r) => setTimeout(r, 100));
+  const stats = sync.stats();
+  t.equal(stats.storeReachable, 0, 'the store is shown unreachable');
+  t.ok(stats.syncFailures >= 2, `${stats.syncFailures} failed syncs counted`);
+  t.equal(limiter.takeAdmitted().reduce((sum, row) => sum + row.count, 0), 2, 'the two counts made meanwhile wait for the next sync');
+  await sync.stop();
+  const reopened = createMetadataStore(SqliteMetadataDriver.open(file));
+  t.teardown(() => reopened.close());
+  const now = Date.now();
+  const rows = (await reopened.syncRateCounts({ node_id: 'reader', now, live_after: now - 60_000, add: [], changed_since: 0 })).rows;
+  t.equal(rows.reduce((sum, row) => sum + row.count, 0), 3, 'what was synced before the outage is in the store');
 });
