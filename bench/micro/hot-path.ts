@@ -2,6 +2,7 @@
 // undici's or TLS's): what each costs in ns per call, in this process, after a
 // warm-up. `npm run bench:micro`. Numbers vary with the machine: compare runs
 // side by side, and read docs/performance.md for the whole call.
+import { randomUUID } from 'node:crypto';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -10,6 +11,7 @@ import { encodeAuditRow } from '../../shared/audit/audit-codec.js';
 import { evaluatePolicy, parsePolicy } from '../../shared/policy/index.js';
 import { normalizePolicyPath, parseTarget } from '../../shared/target.js';
 import type { AuditRecord } from '../../shared/types.js';
+import { RateLimiter } from '../../proxy/rate-limiter.js';
 import { classifyAddress } from '../../proxy/ssrf-rules.js';
 import { BENCH_POLICY } from '../policy.js';
 
@@ -64,6 +66,26 @@ const record: AuditRecord = {
   mcpSessionId: null,
 };
 
+/** The compiled `limits` of a rule-less policy, one per [name, tool glob, rate]. */
+function limitsOf(...limits: [string, string, string][]) {
+  const yaml = limits.map(([name, tool, rate]) => `  - name: ${name}\n    tool: "${tool}"\n    rate: ${rate}\n`).join('');
+  return parsePolicy(`version: "1"\nrules: []\nlimits:\n${yaml}`).limits;
+}
+// Rates the run cannot use up, so that every call is admitted (and counted), except under used-up.
+const warmLimits = limitsOf(['warm', '*', '1000000000/second']);
+const usedUpLimits = limitsOf(['used-up', '*', '1/hour']);
+const fiveLimits = limitsOf(
+  ...['a', 'b', 'c', 'd'].map((h): [string, string, string] => [h, `${h}.example.com`, '1000000000/second']),
+  ['bench', '127.0.0.1', '1000000000/second'],
+);
+const manyLimits = limitsOf(['many', '*', '1000000/minute']);
+const warmLimiter = new RateLimiter({ maxCounters: 10 });
+const usedUpLimiter = new RateLimiter({ maxCounters: 10 });
+usedUpLimiter.decide(record.agentId, usedUpLimits, '127.0.0.1', 'GET', '/small'); // the hour's one call
+const fiveLimiter = new RateLimiter({ maxCounters: 10 });
+const manyLimiter = new RateLimiter({ maxCounters: 200_000 });
+const agentIds = Array.from({ length: 100_000 }, () => randomUUID());
+
 const dir = mkdtempSync(join(tmpdir(), 'tcg-micro-'));
 const { journal } = AuditJournal.open(dir);
 const line = encodeAuditRow(record);
@@ -74,6 +96,18 @@ const results = [
   measure('evaluatePolicy (2 rules)', () => evaluatePolicy(policy, '127.0.0.1', 'GET', '/small')),
   measure('classifyAddress (public IPv4)', () => classifyAddress('93.184.216.34')),
   measure('encodeAuditRow', () => encodeAuditRow(record)),
+  measure('RateLimiter.decide (warm counter, admitted)', () =>
+    warmLimiter.decide(record.agentId, warmLimits, '127.0.0.1', 'GET', '/small'),
+  ),
+  measure('RateLimiter.decide (refused: 1/hour used up)', () =>
+    usedUpLimiter.decide(record.agentId, usedUpLimits, '127.0.0.1', 'GET', '/small'),
+  ),
+  measure('RateLimiter.decide (5 limits, 1 matches)', () =>
+    fiveLimiter.decide(record.agentId, fiveLimits, '127.0.0.1', 'GET', '/small'),
+  ),
+  measure('RateLimiter.decide (next of 100,000 agents each call)', (i) =>
+    manyLimiter.decide(agentIds[i % agentIds.length]!, manyLimits, '127.0.0.1', 'GET', '/small'),
+  ),
   measure('journal append (write amortised over 1,000 per turn)', (i) => {
     journal.append(line);
     if (i % 1000 === 999) journal.seal(`t${i}`); // the write, once per "turn" of 1,000
