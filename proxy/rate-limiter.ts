@@ -153,7 +153,7 @@ export class RateLimiter {
       else if (this.#nodes > 1) {
         const part = this.#partOf(table.quota);
         const own = this.#ownCounted(counter);
-        if (own + 1 > part) freeAt = part === 0 ? now + Math.max(this.#syncMs, 1000) : this.#ownRoomAt(counter, table, slot, own, part);
+        if (own + 1 > part) freeAt = part === 0 ? now + table.windowMs : this.#ownRoomAt(counter, table, slot, own, part);
       }
       if (freeAt >= 0 && (refused === null || freeAt > refusedAt)) {
         refused = limit;
