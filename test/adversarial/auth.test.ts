@@ -176,13 +176,20 @@ t.test('a password over the maximum is 400 before any hashing: much faster than 
     long.push(await time(() => login('127.0.9.2', user.email, tooLong), 400));
     huge.push(await time(() => login('127.0.9.2', user.email, hugePassword), 400));
   }
-  const signupLong = await time(() => api(base, null, 'POST', '/auth/signup', { email: `long-${Date.now()}@example.com`, password: hugePassword }), 400);
+  const signups: number[] = [];
+  for (let i = 0; i < 3; i++) {
+    signups.push(await time(() => api(base, null, 'POST', '/auth/signup', { email: `long-${i}-${Date.now()}@example.com`, password: hugePassword }), 400));
+  }
   const medReal = percentile(real, 50);
   const medLong = percentile(long, 50);
   const medHuge = percentile(huge, 50);
+  const medSignup = percentile(signups, 50);
   t.ok(medLong * 4 < medReal, `257 characters: median ${medLong.toFixed(1)} ms vs a real login ${medReal.toFixed(1)} ms`);
-  t.ok(medHuge * 2 < medReal, `1,000,000 characters: median ${medHuge.toFixed(1)} ms vs ${medReal.toFixed(1)} ms`);
-  t.ok(signupLong * 2 < medReal, `signup with 1,000,000 characters: ${signupLong.toFixed(1)} ms`);
+  // A megabyte takes a while to read and parse, but a hash on top would cost a
+  // whole real login more: below one real login means no hash ran (loaded
+  // machines stretch both alike).
+  t.ok(medHuge < medReal, `1,000,000 characters: median ${medHuge.toFixed(1)} ms vs ${medReal.toFixed(1)} ms`);
+  t.ok(medSignup < medReal, `signup with 1,000,000 characters: median ${medSignup.toFixed(1)} ms vs ${medReal.toFixed(1)} ms`);
   const refused = await login('127.0.9.2', user.email, tooLong);
   assertError(t, refused, 400, 'invalid_request');
   t.equal(refused.json.field, 'password');

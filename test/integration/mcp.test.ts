@@ -87,7 +87,8 @@ t.test('Streamable HTTP: a session end to end, progress spaced out, each request
 
   const rows = await eventually(async () => {
     const page = (await api(service.url, owner, 'GET', `/audit?agent_id=${agent.id}&mcp_session_id=${sessionId}`)).json as any[];
-    return page.length >= 4 ? page : undefined;
+    // The session's end (DELETE) is its last request: wait for it, not only for a count.
+    return page.length >= 4 && page.some((r) => r.action === 'DELETE') ? page : undefined;
   });
   t.ok(rows.every((r) => r.mcp_session_id === sessionId), `${rows.length} requests of the session listed together`);
   t.ok(rows.some((r) => r.action === 'DELETE'), 'the session\'s end too');
