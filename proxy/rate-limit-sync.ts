@@ -11,6 +11,8 @@ import type { RateLimiter } from './rate-limiter.js';
 
 /** Rows changed this long before the last read are read again: clocks of several machines differ a little. */
 const READ_OVERLAP_MS = 5_000;
+/** How long stop() waits for the last sync. */
+const STOP_DEADLINE_MS = 2_000;
 /** Failures are logged at most this often. */
 const LOG_EVERY_MS = 30_000;
 
@@ -33,7 +35,7 @@ export function startRateLimitSync(deps: { limiter: RateLimiter; store: Metadata
   let timer: NodeJS.Timeout | null = null;
   let running: Promise<void> | null = null;
   let stopped = false;
-  limiter.startSyncing(syncMs);
+  limiter.startSyncing(syncMs, liveMs);
 
   async function syncOnce(): Promise<void> {
     const now = Date.now();
@@ -75,8 +77,10 @@ export function startRateLimitSync(deps: { limiter: RateLimiter; store: Metadata
     async stop() {
       stopped = true;
       if (timer !== null) clearTimeout(timer);
-      await running;
-      await syncOnce();
+      // A store that hangs must not hold shutdown: the last counts are given at most this long.
+      const deadline = new Promise<void>((resolve) => setTimeout(resolve, STOP_DEADLINE_MS).unref());
+      await Promise.race([running ?? Promise.resolve(), deadline]);
+      await Promise.race([syncOnce(), deadline]);
     },
   };
 }

@@ -88,13 +88,16 @@ export class RateLimiter {
   // Split mode: the calls admitted since the last sync (counter, slot), the live
   // proxies and this one's rank among them.
   #syncing = false;
-  #logCounter: number[] = [];
-  #logSlot: number[] = [];
+  /** Calls admitted and not yet added to the store: counter → slot → count (bounded by counters × slots). */
+  #pending = new Map<number, Map<number, number>>();
   #nodes = 1;
   #rank = 0;
   #syncMs = 0;
   /** Before this (epoch ms) a syncing proxy admits no limited call (startSyncing). */
   #activeAt = 0;
+  /** From this (epoch ms) on, a proxy whose syncs never succeeded counts alone (startSyncing). */
+  #aloneAt = 0;
+  #syncsDone = 0;
 
   /** Scratch for one decision (decisions are synchronous). */
   readonly #matched: CompiledLimit[] = [];
@@ -149,7 +152,7 @@ export class RateLimiter {
       const counted = this.#counted(counter);
       let freeAt = -1;
       if (counted + 1 > table.quota) freeAt = this.#roomAt(counter, table, slot, counted);
-      else if (now < this.#activeAt) freeAt = this.#activeAt;
+      else if (this.#syncing && !this.#active(now)) freeAt = Math.max(this.#activeAt, now + this.#syncMs);
       else if (this.#nodes > 1) {
         const part = this.#partOf(table.quota);
         const own = this.#ownCounted(counter);
@@ -164,7 +167,7 @@ export class RateLimiter {
 
     if (refused !== null) {
       const retryAfter = Math.max(1, Math.ceil((refusedAt - now) / 1000));
-      const remaining = refusedCounter < 0 ? 0 : Math.max(0, refused.quota - this.#counted(refusedCounter));
+      const remaining = refusedCounter < 0 ? 0 : this.#remaining(refusedCounter, refused.quota, now);
       return {
         refused,
         retryAfter,
@@ -182,11 +185,8 @@ export class RateLimiter {
       const slot = Math.floor(now / table.slotMs);
       const at = counter * RING + (slot % RING);
       this.#own[at] = this.#own[at]! + 1;
-      if (this.#syncing) {
-        this.#logCounter.push(counter);
-        this.#logSlot.push(slot);
-      }
-      const remaining = Math.max(0, limit.quota - this.#counted(counter));
+      if (this.#syncing) this.#addPending(counter, slot, 1);
+      const remaining = this.#remaining(counter, limit.quota, now);
       // Until every call counted now has left the window: the whole quota is back.
       const reset = Math.max(1, Math.ceil(((slot + RING) * table.slotMs - now) / 1000));
       const sep = i === 0 ? '' : ', ';
@@ -212,6 +212,29 @@ export class RateLimiter {
     return dropped;
   }
 
+  /** Calls left before a refusal: the window's room, and in split mode this proxy's part too. */
+  #remaining(counter: number, quota: number, now: number): number {
+    let left = quota - this.#counted(counter);
+    if (this.#syncing && !this.#active(now)) return 0;
+    if (this.#nodes > 1) left = Math.min(left, this.#partOf(quota) - this.#ownCounted(counter));
+    return Math.max(0, left);
+  }
+
+  /**
+   * A syncing proxy admits limited calls once two syncs succeeded and two sync
+   * intervals passed (the others have seen its heartbeat); or, when the store
+   * never answered, after a grace period, counting alone.
+   */
+  #active(now: number): boolean {
+    return (this.#syncsDone >= 2 && now >= this.#activeAt) || (this.#syncsDone === 0 && now >= this.#aloneAt);
+  }
+
+  #addPending(counter: number, slot: number, count: number): void {
+    let bySlot = this.#pending.get(counter);
+    if (bySlot === undefined) this.#pending.set(counter, (bySlot = new Map()));
+    bySlot.set(slot, (bySlot.get(slot) ?? 0) + count);
+  }
+
   // --- split mode -------------------------------------------------------------
 
   /**
@@ -220,10 +243,11 @@ export class RateLimiter {
    * live at their next sync (until then each holds a larger part), and it
    * learns their counts.
    */
-  startSyncing(syncMs: number): void {
+  startSyncing(syncMs: number, graceMs: number): void {
     this.#syncing = true;
     this.#syncMs = syncMs;
     this.#activeAt = this.#now() + 2 * syncMs;
+    this.#aloneAt = this.#now() + graceMs;
     this.#remote ??= new Uint32Array(this.#own.length);
   }
 
@@ -233,23 +257,16 @@ export class RateLimiter {
    * `returnAdmitted`.
    */
   takeAdmitted(): RateCount[] {
-    const sums = new Map<number, Map<number, number>>();
-    const log = this.#logCounter;
-    const slots = this.#logSlot;
-    for (let i = 0; i < log.length; i++) {
-      let bySlot = sums.get(log[i]!);
-      if (bySlot === undefined) sums.set(log[i]!, (bySlot = new Map()));
-      bySlot.set(slots[i]!, (bySlot.get(slots[i]!) ?? 0) + 1);
-    }
-    log.length = 0;
-    slots.length = 0;
+    const pending = this.#pending;
+    this.#pending = new Map();
     const counts: RateCount[] = [];
-    for (const [counter, bySlot] of sums) {
+    for (const [counter, bySlot] of pending) {
       const table = this.#tableOf[counter];
       const agentId = this.#agentOf[counter];
       if (table === undefined || agentId === undefined) continue;
       for (const [slot, count] of bySlot) {
-        counts.push({ limit_key: table.key, agent_id: agentId, slot, count, expires_at: (slot + RING) * table.slotMs });
+        // Whole milliseconds: a slot of a per-second limit is 62.5 ms long.
+        counts.push({ limit_key: table.key, agent_id: agentId, slot, count, expires_at: Math.ceil((slot + RING) * table.slotMs) });
       }
     }
     return counts;
@@ -260,13 +277,8 @@ export class RateLimiter {
     const now = this.#now();
     for (const c of counts) {
       if (c.expires_at <= now) continue;
-      const table = this.#tables.get(c.limit_key);
-      const counter = table?.byAgent.get(c.agent_id);
-      if (counter === undefined) continue;
-      for (let i = 0; i < c.count; i++) {
-        this.#logCounter.push(counter);
-        this.#logSlot.push(c.slot);
-      }
+      const counter = this.#tables.get(c.limit_key)?.byAgent.get(c.agent_id);
+      if (counter !== undefined) this.#addPending(counter, c.slot, c.count);
     }
   }
 
@@ -279,8 +291,9 @@ export class RateLimiter {
   applySync(nodes: readonly string[], self: string, totals: readonly RateCount[]): void {
     this.#nodes = Math.max(1, nodes.length);
     this.#rank = Math.max(0, nodes.indexOf(self));
+    this.#syncsDone++;
     const remote = this.#remote!;
-    const unsent = this.#unsentCounts();
+    const unsent = this.#pending;
     for (const total of totals) {
       const table = this.#tableFromKey(total.limit_key);
       if (table === null) continue;
@@ -328,6 +341,8 @@ export class RateLimiter {
         this.sweep();
       }
       if (this.#size >= this.#maxCounters) return -1;
+      // The sweep drops empty tables, and this one may have had no counter yet.
+      if (!this.#tables.has(table.key)) this.#tables.set(table.key, table);
     }
     const counter = this.#free.pop() ?? this.#grow();
     this.#own.fill(0, counter * RING, (counter + 1) * RING);
@@ -365,6 +380,8 @@ export class RateLimiter {
     table.byAgent.delete(this.#agentOf[counter]!);
     this.#tableOf[counter] = undefined;
     this.#agentOf[counter] = undefined;
+    // Its calls have all left the window: nothing of them is owed to the store.
+    this.#pending.delete(counter);
     this.#free.push(counter);
     this.#size--;
   }
@@ -431,15 +448,4 @@ export class RateLimiter {
     return (slot + RING) * table.slotMs;
   }
 
-  /** The admission log, summed per counter and slot. */
-  #unsentCounts(): Map<number, Map<number, number>> {
-    const sums = new Map<number, Map<number, number>>();
-    for (let i = 0; i < this.#logCounter.length; i++) {
-      const counter = this.#logCounter[i]!;
-      let bySlot = sums.get(counter);
-      if (bySlot === undefined) sums.set(counter, (bySlot = new Map()));
-      bySlot.set(this.#logSlot[i]!, (bySlot.get(this.#logSlot[i]!) ?? 0) + 1);
-    }
-    return sums;
-  }
 }

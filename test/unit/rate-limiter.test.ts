@@ -106,7 +106,7 @@ t.test('two proxies sharing a limit through one SQLite store never pass more tha
   const limits = limitsOf('  - name: shared\n    tool: "*"\n    rate: 100/minute\n');
   const syncMs = 1000;
   const proxies = ['node-a', 'node-b'].map((id) => ({ id, limiter: limiterAt(clock), readSince: 0, passed: 0 }));
-  for (const p of proxies) p.limiter.startSyncing(syncMs);
+  for (const p of proxies) p.limiter.startSyncing(syncMs, 5 * syncMs);
   async function sync(p: (typeof proxies)[number]) {
     const add = p.limiter.takeAdmitted();
     const result = await store.syncRateCounts({ node_id: p.id, now: clock.now, live_after: clock.now - 5 * syncMs, add, changed_since: p.readSince });
@@ -140,6 +140,47 @@ t.test('two proxies sharing a limit through one SQLite store never pass more tha
     if (ms % 1000 === 0) await sync(proxies[0]!);
   }
   t.equal(proxies[0]!.passed, 150, 'a minute on, A takes the whole quota again');
+});
+
+t.test('a per-second limit syncs through SQLite (its 62.5 ms slots end on half milliseconds)', async (t) => {
+  const store = createMetadataStore(SqliteMetadataDriver.open(':memory:'));
+  t.teardown(() => store.close());
+  const clock = { now: 1_800_000_000_001 };
+  const limiter = limiterAt(clock);
+  limiter.startSyncing(250, 2000);
+  const limits = limitsOf('  - name: s\n    tool: "*"\n    rate: 10/second\n');
+  const sync = async () => {
+    const result = await store.syncRateCounts({ node_id: 'n', now: clock.now, live_after: clock.now - 2000, add: limiter.takeAdmitted(), changed_since: 0 });
+    limiter.applySync(result.nodes, 'n', result.rows);
+    return result;
+  };
+  await sync();
+  clock.now += 250;
+  await sync();
+  clock.now += 250;
+  let passed = 0;
+  for (let i = 0; i < 20; i++) {
+    clock.now += 31; // odd steps: slots of both parities, all within the second
+    if (limiter.decide('a', limits, 'h', 'GET', '/')!.refused === null) passed++;
+  }
+  const result = await sync();
+  t.ok(passed > 0, `${passed} passed`);
+  t.equal(result.rows.reduce((sum, row) => sum + row.count, 0), passed, 'every admitted call reached the store');
+  t.ok(result.rows.every((row) => Number.isInteger(row.expires_at)), 'expiries are whole milliseconds');
+});
+
+t.test('a proxy whose store never answered counts alone after the grace period; before it, refuses with an honest wait', async (t) => {
+  const clock = { now: 1_900_000_000_000 };
+  const limiter = limiterAt(clock);
+  limiter.startSyncing(250, 2000);
+  const limits = limitsOf('  - name: m\n    tool: "*"\n    rate: 3/minute\n');
+  const early = limiter.decide('a', limits, 'h', 'GET', '/')!;
+  t.not(early.refused, null, 'not yet: the others may not know it');
+  t.equal(early.retryAfter, 1);
+  t.match(early.stateHeader, /;r=0;/, 'and says no call is left');
+  clock.now += 2000;
+  const verdicts = Array.from({ length: 4 }, () => limiter.decide('a', limits, 'h', 'GET', '/')!.refused === null);
+  t.strictSame(verdicts, [true, true, true, false], 'past the grace period: the whole quota, alone');
 });
 
 t.test('when the store cannot be reached, the proxy goes on deciding and /metrics shows it; the counts wait for the store', async (t) => {
