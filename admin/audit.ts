@@ -39,17 +39,23 @@ export function auditJson(r: AuditRecord) {
     output_truncated: r.outputTruncated,
     request_id: r.requestId,
     mcp_session_id: r.mcpSessionId,
+    shadow_rule: r.shadowRule,
+    shadow_decision: r.shadowDecision,
   };
 }
 
 function isoParam(query: URLSearchParams, name: string): string | undefined {
   const raw = query.get(name);
-  if (raw === null) return undefined;
+  return raw === null ? undefined : isoInstant(raw, name, 'Query parameter');
+}
+
+/** An ISO 8601 date or date-time (a time without a zone is UTC) as toISOString(); 400 naming `name` otherwise. */
+export function isoInstant(raw: string, name: string, what = 'Field'): string {
   // ISO 8601 date or date-time; a time without a zone is read as UTC.
   const m = /^\d{4}-\d{2}-\d{2}(T\d{2}:\d{2}(:\d{2}(\.\d{1,9})?)?(Z|[+-]\d{2}:\d{2})?)?$/.exec(raw);
   const time = m ? Date.parse(m[1] === undefined ? `${raw}T00:00:00Z` : m[4] === undefined ? `${raw}Z` : raw) : NaN;
   if (Number.isNaN(time)) {
-    throw new GuardError('invalid_request', `Query parameter '${name}' must be an ISO 8601 date or date-time.`, { field: name });
+    throw new GuardError('invalid_request', `${what} '${name}' must be an ISO 8601 date or date-time.`, { field: name });
   }
   return new Date(time).toISOString();
 }
@@ -92,6 +98,10 @@ export function auditHandlers(ctx: AdminContext) {
       outputTruncated: false,
       requestId: randomUUID(),
       mcpSessionId: null,
+      shadowRule: null,
+      shadowDecision: null,
+      policyPath: '',
+      policyDecided: false,
     };
     try {
       await ctx.auditBatcher.enqueueDurable(record);

@@ -9,7 +9,7 @@ import type { HttpResponse } from 'uWebSockets.js';
 import { ERRORS, errorBody, type ErrorCode } from '../shared/errors.js';
 import { PROXY_ALLOW, REQUEST_DROP, isApiKey, statusLine } from '../shared/http.js';
 import { hashApiKey } from '../shared/secrets.js';
-import type { CompiledPolicy, PolicyDecision } from '../shared/policy/index.js';
+import type { CompiledPolicy, CompiledRule, PolicyDecision } from '../shared/policy/index.js';
 import type { Agent, AuditDecision, AuditRecord } from '../shared/types.js';
 import type { InjectedCredential } from './caches.js';
 import type { RequestBody } from './request-body.js';
@@ -69,6 +69,8 @@ export class ProxyExchange {
   decision: PolicyDecision | null = null;
   /** The agent's compiled policy (null: none set), for the limit stage. */
   policy: CompiledPolicy | null = null;
+  /** The first matching `mode: shadow` rule, recorded and never deciding. */
+  shadowRule: CompiledRule | null = null;
   /** Fields the answer carries besides its own, [name, value, ...]: the RateLimit fields of a limited call. */
   answerHeaders: string[] | null = null;
   address = '';
@@ -247,6 +249,18 @@ export class ProxyExchange {
     return `https://${this.rawTarget}${this.query.length > 0 ? `?${this.query}` : ''}`;
   }
 
+  /**
+   * The policy gave the call its final decision: allowed by it (whatever the
+   * upstream did), or refused by it. Not when a later stage refused a call it
+   * allowed (SSRF guard, a limit, a header the upstream client refused). Policy
+   * replay re-evaluates only these.
+   */
+  #policyDecided(): boolean {
+    const decision = this.decision;
+    if (decision === null) return false;
+    return this.auditDecision === 'allowed' ? decision.decision === 'allow' : decision.decision === 'deny' && this.ruleMatched === decision.ruleMatched;
+  }
+
   toAuditRecord(): AuditRecord {
     const agent = this.agent!;
     let output: string | null = null;
@@ -278,6 +292,10 @@ export class ProxyExchange {
       outputTruncated: this.captureTruncated,
       requestId: this.requestId || this.id,
       mcpSessionId: this.mcpSessionId,
+      shadowRule: this.shadowRule?.name ?? null,
+      shadowDecision: this.shadowRule?.result.decision ?? null,
+      policyPath: this.decision !== null ? this.policyPath : '',
+      policyDecided: this.#policyDecided(),
     };
   }
 }

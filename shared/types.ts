@@ -73,11 +73,20 @@ export interface AuditRecord {
   requestId: string;
   /** Mcp-Session-Id of the request, else of the response; null when neither has one. */
   mcpSessionId: string | null;
+  /** The first matching `mode: shadow` rule and its decision (rule vocabulary); null when none matched. */
+  shadowRule: string | null;
+  shadowDecision: 'allow' | 'deny' | null;
+  /** The target path as the policy matched it (normalised, no query); '' when the policy did not run. */
+  policyPath: string;
+  /** The policy gave the final decision (policy replay re-evaluates these only). */
+  policyDecided: boolean;
 }
 
 export interface AuditFilter {
   agentId?: string;
   mcpSessionId?: string;
+  /** Only `proxy` or only `api` entries. */
+  source?: AuditSource;
   decision?: AuditDecision;
   toolName?: string;
   taskId?: string;

@@ -53,6 +53,14 @@ export const AUDIT_COLUMNS = [
   { name: 'request_id', type: 'String', field: 'requestId', kind: 'text' },
   // Added later: a table made before gets it from auditTableMigrations (ADD COLUMN).
   { name: 'mcp_session_id', type: 'String', field: 'mcpSessionId', kind: 'empty-is-null' },
+  { name: 'shadow_rule', type: 'LowCardinality(String)', field: 'shadowRule', kind: 'empty-is-null' },
+  { name: 'shadow_decision', type: 'LowCardinality(String)', field: 'shadowDecision', kind: 'empty-is-null' },
+  // What policy replay needs: the path as the policy matched it, and whether the
+  // policy decided the call. Rows written before these columns read '' and, from
+  // the rule name, whether another stage refused them (SSRF guard, a limit) or no
+  // policy ran (a bad target): see docs/api.md "POST /policy/replay".
+  { name: 'policy_path', type: 'String CODEC(ZSTD(1))', field: 'policyPath', kind: 'text' },
+  { name: 'policy_decided', type: "Bool DEFAULT source = 'proxy' AND rule_matched != '' AND rule_matched != 'target_forbidden' AND NOT startsWith(rule_matched, 'limit:')", field: 'policyDecided', kind: 'flag' },
 ] as const satisfies readonly AuditColumn[];
 
 export type AuditColumnName = (typeof AUDIT_COLUMNS)[number]['name'];

@@ -4,7 +4,7 @@
 // result object); only a `Pattern` glob runs a RegExp (`test`, no match array).
 
 import { PathMatch, ToolMatch } from './types.js';
-import type { CallMatcher, CompiledLimit, CompiledPolicy, PolicyDecision } from './types.js';
+import type { CallMatcher, CompiledLimit, CompiledPolicy, CompiledRule, PolicyDecision } from './types.js';
 
 /** The answer when an agent has no policy: everything is allowed (the contract). */
 export const NO_POLICY_DECISION: PolicyDecision = Object.freeze({
@@ -27,6 +27,16 @@ export function evaluatePolicy(policy: CompiledPolicy | null, tool: string, acti
     if (matchesCall(rule, tool, action, path)) return rule.result;
   }
   return policy.defaultResult;
+}
+
+/** The first `mode: shadow` rule that matches the call (what it would have decided), or null. */
+export function evaluateShadow(policy: CompiledPolicy | null, tool: string, action: string, path: string): CompiledRule | null {
+  if (policy === null) return null;
+  const rules = policy.shadowRules;
+  for (let i = 0; i < rules.length; i++) {
+    if (matchesCall(rules[i]!, tool, action, path)) return rules[i]!;
+  }
+  return null;
 }
 
 /** The policy's limits that count a call (tool, action and path as for evaluatePolicy), in document order. */

@@ -12,6 +12,7 @@
 //       path: /repos/*/**     optional glob over the target path (no query string)
 //       decision: deny        required: allow | deny
 //       message: ...          optional string, reported instead of the generated one
+//       mode: shadow          optional: enforce (default) or shadow (reported, never decides)
 //   limits:                   optional list of rate limits
 //     - name: writes          required, unique, printable ASCII (it is sent in headers)
 //       tool: "*.github.com"  required glob, as in rules
@@ -71,7 +72,7 @@ type LimitKey = (typeof LIMIT_KEYS)[number];
 const RATE = /^([1-9][0-9]{0,9})\/(second|minute|hour|day)$/;
 /** A limit's name goes into the RateLimit headers as a structured-field string: printable ASCII. */
 const LIMIT_NAME = /^[\x20-\x7e]{1,100}$/;
-const RULE_KEYS = ['name', 'tool', 'action', 'path', 'decision', 'message'] as const;
+const RULE_KEYS = ['name', 'tool', 'action', 'path', 'decision', 'message', 'mode'] as const;
 type RuleKey = (typeof RULE_KEYS)[number];
 
 /** RFC 9110 §9.1 / §5.6.2: a method is a token; `*` is excluded so it only means "any". */
@@ -150,7 +151,8 @@ export function parsePolicy(yamlText: string, limits: PolicyLimits = POLICY_LIMI
   return Object.freeze({
     version,
     defaultDecision,
-    rules: Object.freeze(rules),
+    rules: Object.freeze(rules.filter((rule) => !rule.shadow)),
+    shadowRules: Object.freeze(rules.filter((rule) => rule.shadow)),
     defaultResult: Object.freeze({
       decision: defaultDecision,
       ruleMatched: 'default',
@@ -309,6 +311,7 @@ function compileRule(
   const fields: Partial<Record<RuleKey, string>> = {};
   const fieldWhere: Partial<Record<RuleKey, string>> = {};
   let decision: PolicyVerdict | undefined;
+  let shadow = false;
 
   const seenKeys = new Set<string>();
 
@@ -322,6 +325,12 @@ function compileRule(
       case 'decision':
         decision = readVerdict(value, aliasTargets, keyWhere, 'decision');
         break;
+      case 'mode': {
+        const mode = readString(value, aliasTargets, keyWhere, 'mode');
+        if (mode !== 'enforce' && mode !== 'shadow') fail(`${keyWhere}: 'mode' must be enforce or shadow, not ${quoted(mode)}`);
+        shadow = mode === 'shadow';
+        break;
+      }
       case 'name':
       case 'tool':
       case 'action':
@@ -356,6 +365,7 @@ function compileRule(
 
   return Object.freeze({
     name,
+    shadow,
     action,
     toolMatch: tool.match,
     toolText: tool.text,

@@ -62,6 +62,8 @@ export interface CallMatcher {
 export interface CompiledRule extends CallMatcher {
   /** The reported name: the rule's `name`, else `rule-<n>` (1-based position). */
   readonly name: string;
+  /** `mode: shadow`: never decides; the first that matches is reported (shadowRules). */
+  readonly shadow: boolean;
   /** The frozen answer returned when this rule matches. */
   readonly result: PolicyDecision;
 }
@@ -98,8 +100,10 @@ export interface CompiledLimit extends CallMatcher {
 export interface CompiledPolicy {
   readonly version: '1';
   readonly defaultDecision: PolicyVerdict;
-  /** In document order; the first rule that matches decides. */
+  /** The enforced rules in document order; the first that matches decides. */
   readonly rules: readonly CompiledRule[];
+  /** The `mode: shadow` rules in document order: the first that matches is reported, never decides. Empty: shadowing costs nothing. */
+  readonly shadowRules: readonly CompiledRule[];
   /** The frozen answer when no rule matches (ruleMatched 'default'). */
   readonly defaultResult: PolicyDecision;
   /** In document order; empty when the policy has none (then limiting costs nothing). */

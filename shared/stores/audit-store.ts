@@ -19,6 +19,34 @@ export interface AuditReportData {
   entries: ReportEntry[];
 }
 
+/**
+ * One group of an agent's proxied calls in a window with the same decision
+ * inputs (policy replay): tool, action, path, and the outcome recorded.
+ */
+export interface ReplayGroup {
+  toolName: string;
+  action: string;
+  /** The normalised policy path; for rows written before it was recorded, the raw path of tool_url (`normalised` false). */
+  path: string;
+  normalised: boolean;
+  decision: 'allowed' | 'denied';
+  /** The policy gave the decision (else it is kept as it is). */
+  policyDecided: boolean;
+  calls: number;
+}
+
+/** A group's key, to ask for sample rows of it. */
+export type ReplayGroupKey = Pick<ReplayGroup, 'toolName' | 'action' | 'path' | 'decision'>;
+
+export interface ReplaySample {
+  id: string;
+  timestamp: string;
+  toolName: string;
+  action: string;
+  path: string;
+  decision: 'allowed' | 'denied';
+}
+
 export interface AuditStore {
   /**
    * Writes rows in one insert. `dedupToken` makes a retried insert of the same
@@ -36,6 +64,10 @@ export interface AuditStore {
   /** Newest first, with the total number of rows matching the filter. */
   list(orgId: string, filter: AuditFilter, limit: number, offset: number): Promise<AuditPage>;
   report(orgId: string, since: Date, until: Date, maxEntries: number, topN: number): Promise<AuditReportData>;
+  /** The agent's proxied calls in [since, until), grouped by decision inputs (one row per distinct input and outcome). */
+  replayGroups(orgId: string, agentId: string, since: Date, until: Date): Promise<ReplayGroup[]>;
+  /** The newest `limit` policy-decided calls of the given groups in [since, until). */
+  replaySamples(orgId: string, agentId: string, since: Date, until: Date, groups: readonly ReplayGroupKey[], limit: number): Promise<ReplaySample[]>;
   /** Total rows for the org (tests and the bench's audit check). */
   count(orgId?: string): Promise<number>;
   ping(): Promise<void>;

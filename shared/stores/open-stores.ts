@@ -62,6 +62,8 @@ export async function openAuditStoreWhenReachable(config: Readonly<Config>, onWa
     insertEncoded: async (body, token) => (await ready()).insertEncoded(body, token),
     list: async (orgId, filter, limit, offset) => (await ready()).list(orgId, filter, limit, offset),
     report: async (orgId, since, until, maxEntries, topN) => (await ready()).report(orgId, since, until, maxEntries, topN),
+    replayGroups: async (orgId, agentId, since, until) => (await ready()).replayGroups(orgId, agentId, since, until),
+    replaySamples: async (orgId, agentId, since, until, groups, limit) => (await ready()).replaySamples(orgId, agentId, since, until, groups, limit),
     count: async (orgId) => (await ready()).count(orgId),
     ping: async () => (await ready()).ping(),
     close: async () => {

@@ -26,6 +26,10 @@ export function auditRecord(orgId: string, overrides: Partial<AuditRecord> = {})
     outputTruncated: false,
     requestId: randomUUID(),
     mcpSessionId: null,
+    shadowRule: null,
+    shadowDecision: null,
+    policyPath: '',
+    policyDecided: false,
     ...overrides,
   };
 }

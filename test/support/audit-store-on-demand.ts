@@ -59,6 +59,8 @@ export async function openAuditStoreOnDemand(): Promise<AuditStoreOnDemand> {
     },
     list: (orgId, filter, limit, offset) => real.list(orgId, filter, limit, offset),
     report: (orgId, since, until, maxEntries, topN) => real.report(orgId, since, until, maxEntries, topN),
+    replayGroups: (orgId, agentId, since, until) => real.replayGroups(orgId, agentId, since, until),
+    replaySamples: (orgId, agentId, since, until, groups, limit) => real.replaySamples(orgId, agentId, since, until, groups, limit),
     count: (orgId) => real.count(orgId),
     ping: () => real.ping(),
     close: () => real.close(),

@@ -73,6 +73,10 @@ function makeCalls(since: Date, dayIndexes: number[], count: number): AuditRecor
       outputTruncated: false,
       requestId: `req_${i}`,
       mcpSessionId: null,
+      shadowRule: null,
+      shadowDecision: null,
+      policyPath: '',
+      policyDecided: false,
     });
   }
   return calls.sort((a, b) => (a.timestamp < b.timestamp ? 1 : a.timestamp > b.timestamp ? -1 : 0));

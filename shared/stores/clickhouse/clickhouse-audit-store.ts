@@ -24,7 +24,7 @@ import {
   type AuditRow,
 } from '../../audit/audit-codec.js';
 import type { AuditFilter, AuditRecord } from '../../types.js';
-import type { AuditPage, AuditReportData, AuditStore } from '../audit-store.js';
+import type { AuditPage, AuditReportData, AuditStore, ReplayGroup, ReplayGroupKey, ReplaySample } from '../audit-store.js';
 import { guardBoundary, unreachableClassifier } from '../store-boundary.js';
 
 /** How many denied calls the report lists. */
@@ -45,7 +45,7 @@ const NEWEST_FIRST = 'ORDER BY timestamp DESC, id DESC';
 
 const UUID_RE = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 
-type QueryParams = Record<string, string | number>;
+type QueryParams = Record<string, string | number | readonly string[]>;
 
 /** A server that refuses, drops or times out the connection cannot be reached. */
 const classify = unreachableClassifier('audit store', (err) =>
@@ -110,6 +110,9 @@ export class ClickHouseAuditStore implements AuditStore {
         // dropped (rows carry unique ids, so only a true retry is identical).
         insert_deduplication_token: dedupToken,
         insert_deduplicate: 1,
+        // Lines spooled or journalled by an earlier version lack the columns added
+        // since (always appended last): those take their defaults.
+        input_format_tsv_allow_variable_number_of_columns: 1,
         // Synchronous inserts, whatever the server's default: an async insert may
         // ignore the token (async_insert_deduplicate=0) and acknowledges before the
         // rows are durable.
@@ -138,6 +141,54 @@ export class ClickHouseAuditStore implements AuditStore {
       this.#query<{ total: number | string }>(`SELECT count() AS total FROM ${AUDIT_TABLE} WHERE ${where}`, params),
     ]);
     return { rows: rows.map(decodeAuditRow), total: Number(counted[0]?.total ?? 0) };
+  }
+
+  async replayGroups(orgId: string, agentId: string, since: Date, until: Date): Promise<ReplayGroup[]> {
+    if (!UUID_RE.test(orgId) || !UUID_RE.test(agentId)) return [];
+    // One row per distinct decision input and outcome: the service evaluates the
+    // candidate once per group, not once per call (1M calls are a few thousand groups).
+    const rows = await this.#query<{ tool_name: string; action: string; path: string; normalised: number | boolean; decision: string; policy_decided: number | boolean; calls: number | string }>(
+      `SELECT tool_name, action, ${REPLAY_PATH} AS path, policy_path != '' AS normalised, decision, policy_decided, count() AS calls
+       FROM ${AUDIT_TABLE} WHERE ${REPLAY_WINDOW}
+       GROUP BY tool_name, action, path, normalised, decision, policy_decided`,
+      replayParams(orgId, agentId, since, until),
+    );
+    return rows.map((r) => ({
+      toolName: r.tool_name,
+      action: r.action,
+      path: r.path,
+      normalised: truthyValue(r.normalised),
+      decision: r.decision as 'allowed' | 'denied',
+      policyDecided: truthyValue(r.policy_decided),
+      calls: Number(r.calls),
+    }));
+  }
+
+  async replaySamples(orgId: string, agentId: string, since: Date, until: Date, groups: readonly ReplayGroupKey[], limit: number): Promise<ReplaySample[]> {
+    if (!UUID_RE.test(orgId) || !UUID_RE.test(agentId) || groups.length === 0) return [];
+    const params = replayParams(orgId, agentId, since, until);
+    params.tools = groups.map((g) => g.toolName);
+    params.actions = groups.map((g) => g.action);
+    params.paths = groups.map((g) => g.path);
+    params.decisions = groups.map((g) => g.decision);
+    params.limit = nonNegativeInt(limit, 'limit');
+    const rows = await this.#query<{ id: string; timestamp: string; tool_name: string; action: string; path: string; decision: string }>(
+      `SELECT id, timestamp, tool_name, action, ${REPLAY_PATH} AS path, decision
+       FROM ${AUDIT_TABLE}
+       WHERE ${REPLAY_WINDOW} AND policy_decided
+         AND has(arrayZip({tools:Array(String)}, {actions:Array(String)}, {paths:Array(String)}, {decisions:Array(String)}),
+                 (tool_name, action, path, toString(decision)))
+       ${NEWEST_FIRST} LIMIT {limit:UInt32}`,
+      params,
+    );
+    return rows.map((r) => ({
+      id: r.id,
+      timestamp: `${r.timestamp.replace(' ', 'T')}Z`,
+      toolName: r.tool_name,
+      action: r.action,
+      path: r.path,
+      decision: r.decision as 'allowed' | 'denied',
+    }));
   }
 
   async report(orgId: string, since: Date, until: Date, maxEntries: number, topN: number): Promise<AuditReportData> {
@@ -310,6 +361,20 @@ async function migrate(client: ClickHouseClient, retentionDays: number): Promise
   }
 }
 
+/** Policy replay reads the agent's proxied calls in a half-open window. */
+const REPLAY_WINDOW =
+  "org_id = {org:UUID} AND agent_id = {agentId:UUID} AND source = 'proxy' AND timestamp >= {since:DateTime64(3, 'UTC')} AND timestamp < {until:DateTime64(3, 'UTC')}";
+/** The policy path, or for rows written before it was recorded, the raw path of the URL (normalised by the service). */
+const REPLAY_PATH = "if(policy_path != '', policy_path, path(tool_url))";
+
+function replayParams(orgId: string, agentId: string, since: Date, until: Date): QueryParams {
+  return { org: orgId, agentId, since: toChDateTime(since), until: toChDateTime(until) };
+}
+
+function truthyValue(v: unknown): boolean {
+  return v === true || v === 1 || v === '1' || v === 'true';
+}
+
 function listWhere(orgId: string, filter: AuditFilter): { where: string; params: QueryParams } {
   const clauses = ['org_id = {org:UUID}'];
   const params: QueryParams = { org: orgId };
@@ -331,6 +396,10 @@ function listWhere(orgId: string, filter: AuditFilter): { where: string; params:
   if (filter.taskId !== undefined) {
     clauses.push('task_id = {taskId:String}');
     params.taskId = filter.taskId;
+  }
+  if (filter.source !== undefined) {
+    clauses.push('source = {source:String}');
+    params.source = filter.source;
   }
   if (filter.mcpSessionId !== undefined) {
     clauses.push('mcp_session_id = {mcpSessionId:String}');
