@@ -39,6 +39,8 @@ export function auditJson(r: AuditRecord) {
     output_truncated: r.outputTruncated,
     request_id: r.requestId,
     mcp_session_id: r.mcpSessionId,
+    mcp_method: r.mcpMethod,
+    mcp_tool: r.mcpTool,
     shadow_rule: r.shadowRule,
     shadow_decision: r.shadowDecision,
   };
@@ -98,6 +100,8 @@ export function auditHandlers(ctx: AdminContext) {
       outputTruncated: false,
       requestId: randomUUID(),
       mcpSessionId: null,
+      mcpMethod: null,
+      mcpTool: null,
       shadowRule: null,
       shadowDecision: null,
       policyPath: '',
@@ -132,6 +136,10 @@ export function auditHandlers(ctx: AdminContext) {
     if (taskId !== null) filter.taskId = taskId;
     const mcpSessionId = q.get('mcp_session_id');
     if (mcpSessionId !== null) filter.mcpSessionId = mcpSessionId;
+    const mcpMethod = q.get('mcp_method');
+    if (mcpMethod !== null) filter.mcpMethod = mcpMethod;
+    const mcpTool = q.get('mcp_tool');
+    if (mcpTool !== null) filter.mcpTool = mcpTool;
     const since = isoParam(q, 'since');
     if (since !== undefined) filter.since = since;
     const until = isoParam(q, 'until');

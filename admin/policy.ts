@@ -39,6 +39,13 @@ export function policyHandlers(ctx: AdminContext) {
     stringField(body, 'reasoning', { max: 65536 });
     // Optional: the target path, for rules that name one. Without it such rules do not match.
     const path = stringField(body, 'path', { optional: true, max: 8192 });
+    // Optional: the JSON-RPC request of an MCP call, for rules that name mcp_method / mcp_tool.
+    const mcpMethod = stringField(body, 'mcp_method', { optional: true, min: 1, max: 1024 });
+    const mcpTool = stringField(body, 'mcp_tool', { optional: true, min: 1, max: 8192 });
+    if (mcpTool !== undefined && mcpMethod === undefined) {
+      throw new GuardError('invalid_request', "Field 'mcp_tool' needs 'mcp_method' (the request that names the tool).", { field: 'mcp_tool' });
+    }
+    const mcp = mcpMethod === undefined ? null : { method: mcpMethod, tool: mcpTool ?? null };
     if (path !== undefined && !path.startsWith('/')) {
       throw new GuardError('invalid_request', "Field 'path' must start with '/'.", { field: 'path' });
     }
@@ -58,16 +65,16 @@ export function policyHandlers(ctx: AdminContext) {
       const policy = await ctx.store.getPolicy(agent.id);
       compiled = policy ? parsePolicy(policy.rulesYaml) : null;
     }
-    const result = evaluatePolicy(compiled, inputs.tool, action.toUpperCase(), inputs.path);
+    const result = evaluatePolicy(compiled, inputs.tool, action.toUpperCase(), inputs.path, mcp);
     // The limits that would count the call if the rules allow it; nothing is counted here.
-    const limits = result.decision === 'deny' ? [] : matchingLimits(compiled, inputs.tool, action.toUpperCase(), inputs.path).map((limit) => ({
+    const limits = result.decision === 'deny' ? [] : matchingLimits(compiled, inputs.tool, action.toUpperCase(), inputs.path, mcp).map((limit) => ({
       name: limit.name,
       rate: limit.rate,
       burst: limit.burst,
       quota: limit.quota,
       window_seconds: limit.windowMs / 1000,
     }));
-    const shadow = evaluateShadow(compiled, inputs.tool, action.toUpperCase(), inputs.path);
+    const shadow = evaluateShadow(compiled, inputs.tool, action.toUpperCase(), inputs.path, mcp);
     return json(200, {
       decision: result.decision,
       message: result.message,
@@ -110,7 +117,8 @@ export function policyHandlers(ctx: AdminContext) {
       // Calls another stage decided (SSRF guard, limits, a bad target) keep their decision.
       if (!group.policyDecided) continue;
       const path = group.normalised ? group.path : normalizePolicyPath(group.path) ?? group.path;
-      const would = evaluatePolicy(candidate, group.toolName, group.action, path);
+      const mcp = group.mcpMethod === '' ? null : { method: group.mcpMethod, tool: group.mcpTool === '' ? null : group.mcpTool };
+      const would = evaluatePolicy(candidate, group.toolName, group.action, path, mcp);
       if (group.decision === 'allowed' && would.decision === 'deny') {
         allowToDeny += group.calls;
         tool.allow_to_deny += group.calls;
@@ -120,7 +128,7 @@ export function policyHandlers(ctx: AdminContext) {
       } else {
         continue;
       }
-      changed.push({ toolName: group.toolName, action: group.action, path: group.path, decision: group.decision });
+      changed.push({ toolName: group.toolName, action: group.action, path: group.path, mcpMethod: group.mcpMethod, mcpTool: group.mcpTool, decision: group.decision });
       wouldOf.set(replayKey(group), { decision: would, path });
     }
     const samples = (await ctx.auditStore.replaySamples(caller.orgId, agent.id, since, until, changed, REPLAY_SAMPLES)).map((row) => {
@@ -154,5 +162,5 @@ const REPLAY_SAMPLES = 100;
 const DAY_MS = 86_400_000;
 
 function replayKey(g: ReplayGroupKey): string {
-  return `${g.toolName}\n${g.action}\n${g.path}\n${g.decision}`;
+  return `${g.toolName}\n${g.action}\n${g.path}\n${g.mcpMethod}\n${g.mcpTool}\n${g.decision}`;
 }

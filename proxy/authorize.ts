@@ -1,7 +1,10 @@
 // Stage: the agent's policy decides (tool = target hostname, action = method,
 // path = the normalised target path) before any byte goes upstream; the first
 // matching shadow rule (mode: shadow) is noted for the audit, and decides nothing.
-import { evaluatePolicy, evaluateShadow, type CompiledPolicy } from '../shared/policy/index.js';
+// A policy that names mcp_method or mcp_tool needs the request body: the next
+// stage (inspect-mcp.ts) reads it and decides; every other policy decides here,
+// and the body streams untouched.
+import { evaluatePolicy, evaluateShadow, type CompiledPolicy, type McpCall, type PolicyDecision } from '../shared/policy/index.js';
 import { NONE, lookupCached, type ProxyCaches } from './caches.js';
 import type { ProxyExchange, Stage } from './exchange.js';
 
@@ -12,9 +15,14 @@ export function createAuthorize(caches: ProxyCaches): Stage {
 function decide(ex: ProxyExchange, policy: CompiledPolicy | typeof NONE): undefined | false {
   const compiled = policy === NONE ? null : policy;
   ex.policy = compiled;
-  const decision = evaluatePolicy(compiled, ex.target!.hostname, ex.method, ex.policyPath);
+  if (compiled !== null && compiled.usesMcp) return undefined;
+  return applyDecision(ex, compiled, evaluatePolicy(compiled, ex.target!.hostname, ex.method, ex.policyPath), null);
+}
+
+/** Records the policy's decision (and the shadow rule) on the exchange; answers 403 when it denies. */
+export function applyDecision(ex: ProxyExchange, policy: CompiledPolicy | null, decision: PolicyDecision, mcp: McpCall | null): undefined | false {
   ex.decision = decision;
-  if (compiled !== null && compiled.shadowRules.length > 0) ex.shadowRule = evaluateShadow(compiled, ex.target!.hostname, ex.method, ex.policyPath);
+  if (policy !== null && policy.shadowRules.length > 0) ex.shadowRule = evaluateShadow(policy, ex.target!.hostname, ex.method, ex.policyPath, mcp);
   ex.ruleMatched = decision.ruleMatched;
   if (decision.decision === 'deny') {
     return ex.answerError('policy_denied', decision.message, { rule_matched: decision.ruleMatched });

@@ -9,7 +9,7 @@ import type { HttpResponse } from 'uWebSockets.js';
 import { ERRORS, errorBody, type ErrorCode } from '../shared/errors.js';
 import { PROXY_ALLOW, REQUEST_DROP, isApiKey, statusLine } from '../shared/http.js';
 import { hashApiKey } from '../shared/secrets.js';
-import type { CompiledPolicy, CompiledRule, PolicyDecision } from '../shared/policy/index.js';
+import type { CompiledPolicy, CompiledRule, McpCall, PolicyDecision } from '../shared/policy/index.js';
 import type { Agent, AuditDecision, AuditRecord } from '../shared/types.js';
 import type { InjectedCredential } from './caches.js';
 import type { RequestBody } from './request-body.js';
@@ -71,6 +71,14 @@ export class ProxyExchange {
   policy: CompiledPolicy | null = null;
   /** The first matching `mode: shadow` rule, recorded and never deciding. */
   shadowRule: CompiledRule | null = null;
+  /** Request headers an MCP-aware policy checks (null: absent). */
+  contentEncoding: string | null = null;
+  mcpMethodHeader: string | null = null;
+  mcpNameHeader: string | null = null;
+  /** An MCP-aware policy read the body: its JSON-RPC requests (null elements are not requests), for the limits. */
+  mcpCalls: readonly (McpCall | null)[] | null = null;
+  /** The request the audit names (a batch: its first denied element, else its first); null when the body was not inspected or is not JSON-RPC. */
+  mcpCall: McpCall | null = null;
   /** Fields the answer carries besides its own, [name, value, ...]: the RateLimit fields of a limited call. */
   answerHeaders: string[] | null = null;
   address = '';
@@ -145,6 +153,12 @@ export class ProxyExchange {
         if (value.includes('text/event-stream')) this.acceptsEventStream = true;
       } else if (name === 'mcp-session-id') {
         if (value.length <= MAX_MCP_SESSION_ID_CHARS) this.mcpSessionId = value;
+      } else if (name === 'content-encoding') {
+        this.contentEncoding = value;
+      } else if (name === 'mcp-method') {
+        this.mcpMethodHeader = value;
+      } else if (name === 'mcp-name') {
+        this.mcpNameHeader = value;
       }
       this.headers.push(name, value);
     } else if (name === 'x-agent-reasoning') {
@@ -292,6 +306,8 @@ export class ProxyExchange {
       outputTruncated: this.captureTruncated,
       requestId: this.requestId || this.id,
       mcpSessionId: this.mcpSessionId,
+      mcpMethod: this.mcpCall?.method ?? null,
+      mcpTool: this.mcpCall?.tool ?? null,
       shadowRule: this.shadowRule?.name ?? null,
       shadowDecision: this.shadowRule?.result.decision ?? null,
       policyPath: this.decision !== null ? this.policyPath : '',

@@ -12,7 +12,7 @@ export function createLimit(deps: { limiter: RateLimiter; metrics: Metrics | nul
     const policy = ex.policy;
     if (policy === null || policy.limits.length === 0) return undefined;
     const agentId = ex.agent!.id;
-    const verdict = limiter.decide(agentId, policy.limits, ex.target!.hostname, ex.method, ex.policyPath);
+    const verdict = limiter.decide(agentId, policy.limits, ex.target!.hostname, ex.method, ex.policyPath, ex.mcpCalls);
     if (verdict === null) return undefined;
     const refused = verdict.refused;
     if (refused === null) {

@@ -15,6 +15,7 @@ import type { ProxyExchange, Stage, StageResult } from './exchange.js';
 import { createForward } from './forward.js';
 import { createGuardTarget } from './guard-target.js';
 import { createInjectCredential } from './inject-credential.js';
+import { createInspectMcp } from './inspect-mcp.js';
 import { createLimit } from './limit.js';
 import { startRateLimitSync, type RateLimitSync } from './rate-limit-sync.js';
 import { RateLimiter } from './rate-limiter.js';
@@ -76,6 +77,7 @@ export function createProxyPipeline(deps: {
     createAdmit({ admitting: () => admitting, saturated: () => batcher.saturated }),
     createParseTarget(),
     createAuthorize(caches),
+    createInspectMcp(),
     createGuardTarget({ allowTargets: config.allowTargets, dnsServer: config.dnsServer, dnsCacheTtlMs: config.dnsCacheTtlMs }),
     createInjectCredential(caches),
     createLimit({ limiter, metrics: config.metricsEnabled ? metrics : null }),

@@ -28,7 +28,7 @@
 // calls all reach one proxy of P gets 1/P of it there: docs/api.md "Rate
 // limits" says so, and why (a split that follows the load needs a store round
 // trip per grant, or admits more than the quota while views are stale).
-import { matchesCall, type CompiledLimit } from '../shared/policy/index.js';
+import { matchesCall, type CompiledLimit, type McpCall } from '../shared/policy/index.js';
 import type { RateCountRow } from '../shared/stores/metadata-driver.js';
 
 /** Sub-windows per window: a refusal comes at most W/SLOTS early. */
@@ -119,13 +119,13 @@ export class RateLimiter {
    * room, and each now counts the call) or refused (none counts it), with the
    * RateLimit fields to send.
    */
-  decide(agentId: string, limits: readonly CompiledLimit[], tool: string, action: string, path: string): RateVerdict | null {
+  decide(agentId: string, limits: readonly CompiledLimit[], tool: string, action: string, path: string, mcp: readonly (McpCall | null)[] | null = null): RateVerdict | null {
     const matched = this.#matched;
     const counters = this.#counters;
     matched.length = 0;
     counters.length = 0;
     for (let i = 0; i < limits.length; i++) {
-      if (matchesCall(limits[i]!, tool, action, path)) matched.push(limits[i]!);
+      if (matchesAny(limits[i]!, tool, action, path, mcp)) matched.push(limits[i]!);
     }
     if (matched.length === 0) return null;
 
@@ -448,4 +448,11 @@ export class RateLimiter {
     return (slot + RING) * table.slotMs;
   }
 
+}
+
+/** A limit counts an MCP batch once when it matches any of its requests. */
+function matchesAny(limit: CompiledLimit, tool: string, action: string, path: string, mcp: readonly (McpCall | null)[] | null): boolean {
+  if (mcp === null || mcp.length === 0 || !limit.mcp) return matchesCall(limit, tool, action, path, null);
+  for (let i = 0; i < mcp.length; i++) if (matchesCall(limit, tool, action, path, mcp[i]!)) return true;
+  return false;
 }

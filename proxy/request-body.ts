@@ -73,6 +73,40 @@ export class RequestBody {
     }
   }
 
+  /**
+   * The whole body in memory, for a policy that reads it (MCP-aware rules):
+   * null when it grows past `maxBytes` (or the client went away). A streamed
+   * body becomes a buffered one, which is what is then forwarded.
+   */
+  collect(maxBytes: number): Promise<Buffer | null> {
+    if (this.buffer !== null) {
+      const buffer = this.buffer;
+      return new Promise((resolve) => this.whenComplete(() => resolve(buffer)));
+    }
+    const stream = this.stream!;
+    return new Promise((resolve) => {
+      const chunks: Buffer[] = [];
+      let bytes = 0;
+      const settle = (value: Buffer | null) => {
+        stream.off('data', onData).off('end', onEnd).off('error', onError).off('close', onClose);
+        resolve(value);
+      };
+      const onData = (chunk: Buffer) => {
+        bytes += chunk.length;
+        if (bytes > maxBytes) settle(null);
+        else chunks.push(chunk);
+      };
+      const onEnd = () => {
+        this.buffer = Buffer.concat(chunks, bytes);
+        this.stream = null;
+        settle(this.buffer);
+      };
+      const onError = () => settle(null);
+      const onClose = () => settle(null);
+      stream.on('data', onData).on('end', onEnd).on('error', onError).on('close', onClose);
+    });
+  }
+
   /** Calls `done` once the whole body has arrived (at once when it already has). */
   whenComplete(done: () => void): void {
     if (this.complete) done();

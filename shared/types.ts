@@ -73,6 +73,9 @@ export interface AuditRecord {
   requestId: string;
   /** Mcp-Session-Id of the request, else of the response; null when neither has one. */
   mcpSessionId: string | null;
+  /** The JSON-RPC request the policy inspected (a batch: its first denied element, else its first); null when not inspected or not JSON-RPC. */
+  mcpMethod: string | null;
+  mcpTool: string | null;
   /** The first matching `mode: shadow` rule and its decision (rule vocabulary); null when none matched. */
   shadowRule: string | null;
   shadowDecision: 'allow' | 'deny' | null;
@@ -87,6 +90,8 @@ export interface AuditFilter {
   mcpSessionId?: string;
   /** Only `proxy` or only `api` entries. */
   source?: AuditSource;
+  mcpMethod?: string;
+  mcpTool?: string;
   decision?: AuditDecision;
   toolName?: string;
   taskId?: string;

@@ -283,12 +283,12 @@ function drawAgentTable(c: Cursor, perAgent: AuditReportData['perAgent']): void 
 
 function drawToolTable(c: Cursor, topTools: AuditReportData['topTools']): void {
   const columns: Column[] = [
-    { header: 'Tool', weight: 5 },
+    { header: 'Tool (· MCP tool)', weight: 5 },
     { header: 'Calls', weight: 1, align: 'right' },
     { header: 'Denied', weight: 1, align: 'right' },
   ];
   const rows: Cell[][] = topTools.map((t) => [
-    toWinAnsi(t.toolName),
+    toWinAnsi(t.mcpTool ? `${t.toolName} · ${t.mcpTool}` : t.toolName),
     formatCount(t.calls),
     finite(t.denied) > 0 ? { text: formatCount(t.denied), color: COLOR.denied } : formatCount(t.denied),
   ]);

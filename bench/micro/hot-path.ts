@@ -64,6 +64,8 @@ const record: AuditRecord = {
   outputTruncated: false,
   requestId: '7f1e0c52-2b7d-4f4c-8f8e-0f0b1f1d2c3a',
   mcpSessionId: null,
+  mcpMethod: null,
+  mcpTool: null,
   shadowRule: null,
   shadowDecision: null,
   policyPath: '/small',

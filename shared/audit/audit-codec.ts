@@ -53,6 +53,8 @@ export const AUDIT_COLUMNS = [
   { name: 'request_id', type: 'String', field: 'requestId', kind: 'text' },
   // Added later: a table made before gets it from auditTableMigrations (ADD COLUMN).
   { name: 'mcp_session_id', type: 'String', field: 'mcpSessionId', kind: 'empty-is-null' },
+  { name: 'mcp_method', type: 'LowCardinality(String)', field: 'mcpMethod', kind: 'empty-is-null' },
+  { name: 'mcp_tool', type: 'LowCardinality(String)', field: 'mcpTool', kind: 'empty-is-null' },
   { name: 'shadow_rule', type: 'LowCardinality(String)', field: 'shadowRule', kind: 'empty-is-null' },
   { name: 'shadow_decision', type: 'LowCardinality(String)', field: 'shadowDecision', kind: 'empty-is-null' },
   // What policy replay needs: the path as the policy matched it, and whether the

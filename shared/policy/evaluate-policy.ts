@@ -4,7 +4,7 @@
 // result object); only a `Pattern` glob runs a RegExp (`test`, no match array).
 
 import { PathMatch, ToolMatch } from './types.js';
-import type { CallMatcher, CompiledLimit, CompiledPolicy, CompiledRule, PolicyDecision } from './types.js';
+import type { CallMatcher, CompiledLimit, CompiledPolicy, CompiledRule, McpCall, PolicyDecision } from './types.js';
 
 /** The answer when an agent has no policy: everything is allowed (the contract). */
 export const NO_POLICY_DECISION: PolicyDecision = Object.freeze({
@@ -19,36 +19,46 @@ export const NO_POLICY_DECISION: PolicyDecision = Object.freeze({
  * target path without its query string ('' when there is none, as for
  * POST /policy/check: then only rules without a `path` can match).
  */
-export function evaluatePolicy(policy: CompiledPolicy | null, tool: string, action: string, path: string): PolicyDecision {
+export function evaluatePolicy(policy: CompiledPolicy | null, tool: string, action: string, path: string, mcp: McpCall | null = null): PolicyDecision {
   if (policy === null) return NO_POLICY_DECISION;
   const rules = policy.rules;
   for (let i = 0; i < rules.length; i++) {
     const rule = rules[i]!;
-    if (matchesCall(rule, tool, action, path)) return rule.result;
+    if (matchesCall(rule, tool, action, path, mcp)) return rule.result;
   }
   return policy.defaultResult;
 }
 
 /** The first `mode: shadow` rule that matches the call (what it would have decided), or null. */
-export function evaluateShadow(policy: CompiledPolicy | null, tool: string, action: string, path: string): CompiledRule | null {
+export function evaluateShadow(policy: CompiledPolicy | null, tool: string, action: string, path: string, mcp: McpCall | null = null): CompiledRule | null {
   if (policy === null) return null;
   const rules = policy.shadowRules;
   for (let i = 0; i < rules.length; i++) {
-    if (matchesCall(rules[i]!, tool, action, path)) return rules[i]!;
+    if (matchesCall(rules[i]!, tool, action, path, mcp)) return rules[i]!;
   }
   return null;
 }
 
 /** The policy's limits that count a call (tool, action and path as for evaluatePolicy), in document order. */
-export function matchingLimits(policy: CompiledPolicy | null, tool: string, action: string, path: string): CompiledLimit[] {
+export function matchingLimits(policy: CompiledPolicy | null, tool: string, action: string, path: string, mcp: McpCall | null = null): CompiledLimit[] {
   if (policy === null) return [];
-  return policy.limits.filter((limit) => matchesCall(limit, tool, action, path));
+  return policy.limits.filter((limit) => matchesCall(limit, tool, action, path, mcp));
 }
 
-/** A rule or limit matches the call. */
-export function matchesCall(m: CallMatcher, tool: string, action: string, path: string): boolean {
+/**
+ * A rule or limit matches the call. One that names `mcp_method` or `mcp_tool`
+ * matches only a JSON-RPC request (`mcp`), and `mcp_tool` only one that names a tool.
+ */
+export function matchesCall(m: CallMatcher, tool: string, action: string, path: string, mcp: McpCall | null = null): boolean {
   if (m.action !== null && !equalsUpperCased(action, m.action)) return false;
-  return matchesTool(m, tool) && matchesPath(m, path);
+  if (!matchesTool(m, tool) || !matchesPath(m, path)) return false;
+  return !m.mcp || matchesMcp(m, mcp);
+}
+
+function matchesMcp(m: CallMatcher, mcp: McpCall | null): boolean {
+  if (mcp === null) return false;
+  if (m.mcpMethodRegExp !== null && !m.mcpMethodRegExp.test(mcp.method)) return false;
+  return m.mcpToolRegExp === null || (mcp.tool !== null && m.mcpToolRegExp.test(mcp.tool));
 }
 
 function matchesTool(rule: CallMatcher, tool: string): boolean {

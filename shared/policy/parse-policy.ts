@@ -13,6 +13,8 @@
 //       decision: deny        required: allow | deny
 //       message: ...          optional string, reported instead of the generated one
 //       mode: shadow          optional: enforce (default) or shadow (reported, never decides)
+//       mcp_method: tools/call  optional glob over a JSON-RPC request's method
+//       mcp_tool: delete_*    optional glob over its tool (params.name, or params.uri)
 //   limits:                   optional list of rate limits
 //     - name: writes          required, unique, printable ASCII (it is sent in headers)
 //       tool: "*.github.com"  required glob, as in rules
@@ -20,6 +22,7 @@
 //       path: /repos/**       optional, as in rules
 //       rate: 100/hour        required: N/second, N/minute, N/hour or N/day, N >= 1
 //       burst: 10             optional whole number >= 0 (default 0)
+//       mcp_method, mcp_tool  optional, as in rules
 // Unknown keys are errors (a misspelt `decison` must not silently drop a rule).
 
 import { isAlias, isMap, isPair, isScalar, isSeq, LineCounter, parseDocument, visit } from 'yaml';
@@ -67,12 +70,12 @@ export const MAX_POLICY_LIMITS = 100;
 const MAX_RATE_COUNT = 1_000_000_000;
 
 const TOP_LEVEL_KEYS = ['version', 'default', 'rules', 'limits'] as const;
-const LIMIT_KEYS = ['name', 'tool', 'action', 'path', 'rate', 'burst'] as const;
+const LIMIT_KEYS = ['name', 'tool', 'action', 'path', 'mcp_method', 'mcp_tool', 'rate', 'burst'] as const;
 type LimitKey = (typeof LIMIT_KEYS)[number];
 const RATE = /^([1-9][0-9]{0,9})\/(second|minute|hour|day)$/;
 /** A limit's name goes into the RateLimit headers as a structured-field string: printable ASCII. */
 const LIMIT_NAME = /^[\x20-\x7e]{1,100}$/;
-const RULE_KEYS = ['name', 'tool', 'action', 'path', 'decision', 'message', 'mode'] as const;
+const RULE_KEYS = ['name', 'tool', 'action', 'path', 'mcp_method', 'mcp_tool', 'decision', 'message', 'mode'] as const;
 type RuleKey = (typeof RULE_KEYS)[number];
 
 /** RFC 9110 §9.1 / §5.6.2: a method is a token; `*` is excluded so it only means "any". */
@@ -159,7 +162,19 @@ export function parsePolicy(yamlText: string, limits: PolicyLimits = POLICY_LIMI
       message: `No rule matched; the default is ${defaultDecision}.`,
     }) satisfies PolicyDecision,
     limits: Object.freeze(compiledLimits),
+    usesMcp: rules.some((rule) => rule.mcp) || compiledLimits.some((limit) => limit.mcp),
   });
+}
+
+/**
+ * `mcp_method` / `mcp_tool` globs: case-sensitive (JSON-RPC method names and
+ * MCP tool names are), `*` any run of characters (slashes included); no other
+ * character is special.
+ */
+function mcpMatchers(method: string | undefined, tool: string | undefined): { mcp: boolean; mcpMethodRegExp: RegExp | null; mcpToolRegExp: RegExp | null } {
+  // `mcp_tool: "*"` still needs a tool: a request without one (tools/list) does not match it.
+  const glob = (text: string | undefined) => (text === undefined ? null : new RegExp(`^${text.split(/\*+/).map(escapeRegExp).join('.*')}$`, 's'));
+  return { mcp: method !== undefined || tool !== undefined, mcpMethodRegExp: glob(method), mcpToolRegExp: glob(tool) };
 }
 
 function compileLimits(
@@ -213,6 +228,8 @@ function compileLimit(
       case 'tool':
       case 'action':
       case 'path':
+      case 'mcp_method':
+      case 'mcp_tool':
       case 'rate':
         fields[key] = readString(value, aliasTargets, keyWhere, key);
         fieldWhere[key] = keyWhere;
@@ -259,6 +276,7 @@ function compileLimit(
     pathText: path.text,
     pathPrefix: path.prefix,
     pathRegExp: path.regExp,
+    ...mcpMatchers(fields.mcp_method, fields.mcp_tool),
     rate: fields.rate,
     perWindow,
     burst,
@@ -335,6 +353,8 @@ function compileRule(
       case 'tool':
       case 'action':
       case 'path':
+      case 'mcp_method':
+      case 'mcp_tool':
       case 'message':
         fields[key] = readString(value, aliasTargets, keyWhere, key);
         fieldWhere[key] = keyWhere;
@@ -374,6 +394,7 @@ function compileRule(
     pathText: path.text,
     pathPrefix: path.prefix,
     pathRegExp: path.regExp,
+    ...mcpMatchers(fields.mcp_method, fields.mcp_tool),
     result: Object.freeze({
       decision,
       ruleMatched: name,

@@ -4,6 +4,12 @@
 
 export type PolicyVerdict = 'allow' | 'deny';
 
+/** One JSON-RPC 2.0 request of an MCP call's body: its method, and the tool (params.name of tools/call and prompts/get, params.uri of resources/read). */
+export interface McpCall {
+  readonly method: string;
+  readonly tool: string | null;
+}
+
 /** The answer for one call. Instances are frozen and shared: never mutate one. */
 export interface PolicyDecision {
   readonly decision: PolicyVerdict;
@@ -57,6 +63,11 @@ export interface CallMatcher {
   /** The subtree root with its trailing slash (Subtree); '' otherwise. */
   readonly pathPrefix: string;
   readonly pathRegExp: RegExp | null;
+  /** The rule names `mcp_method` or `mcp_tool`: it matches only a JSON-RPC request. */
+  readonly mcp: boolean;
+  /** `mcp_method` / `mcp_tool` globs (case-sensitive, `*` any run of characters); null: any. */
+  readonly mcpMethodRegExp: RegExp | null;
+  readonly mcpToolRegExp: RegExp | null;
 }
 
 export interface CompiledRule extends CallMatcher {
@@ -108,4 +119,6 @@ export interface CompiledPolicy {
   readonly defaultResult: PolicyDecision;
   /** In document order; empty when the policy has none (then limiting costs nothing). */
   readonly limits: readonly CompiledLimit[];
+  /** A rule or limit names `mcp_method` or `mcp_tool`: the proxy reads the request body to decide (else it streams it untouched). */
+  readonly usesMcp: boolean;
 }

@@ -13,7 +13,8 @@ export interface AuditReportData {
   /** One entry per UTC day in the window that has calls, oldest first; day is YYYY-MM-DD. */
   perDay: { day: string; allowed: number; denied: number }[];
   perAgent: { agentId: string; agentName: string; calls: number; allowed: number; denied: number; p50LatencyMs: number }[];
-  topTools: { toolName: string; calls: number; denied: number }[];
+  /** Per tool, and per MCP tool within it where the proxy read one (mcpTool null otherwise). */
+  topTools: { toolName: string; mcpTool?: string | null; calls: number; denied: number }[];
   recentDenied: ReportEntry[];
   /** Newest first, at most the cap asked for; only the printed columns. */
   entries: ReportEntry[];
@@ -29,6 +30,9 @@ export interface ReplayGroup {
   /** The normalised policy path; for rows written before it was recorded, the raw path of tool_url (`normalised` false). */
   path: string;
   normalised: boolean;
+  /** The JSON-RPC request the proxy inspected ('' when none). */
+  mcpMethod: string;
+  mcpTool: string;
   decision: 'allowed' | 'denied';
   /** The policy gave the decision (else it is kept as it is). */
   policyDecided: boolean;
@@ -36,7 +40,7 @@ export interface ReplayGroup {
 }
 
 /** A group's key, to ask for sample rows of it. */
-export type ReplayGroupKey = Pick<ReplayGroup, 'toolName' | 'action' | 'path' | 'decision'>;
+export type ReplayGroupKey = Pick<ReplayGroup, 'toolName' | 'action' | 'path' | 'mcpMethod' | 'mcpTool' | 'decision'>;
 
 export interface ReplaySample {
   id: string;
@@ -44,6 +48,8 @@ export interface ReplaySample {
   toolName: string;
   action: string;
   path: string;
+  mcpMethod: string;
+  mcpTool: string;
   decision: 'allowed' | 'denied';
 }
 

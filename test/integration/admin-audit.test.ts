@@ -18,7 +18,7 @@ const foreign = await createAgent(base, stranger, 'Foreign Agent');
 
 const ISO_MS = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z$/;
 const ENTRY_KEYS = [
-  'action', 'agent_id', 'agent_name', 'decision', 'id', 'latency_ms', 'mcp_session_id', 'output', 'output_hash', 'output_truncated', 'reasoning',
+  'action', 'agent_id', 'agent_name', 'decision', 'id', 'latency_ms', 'mcp_method', 'mcp_session_id', 'mcp_tool', 'output', 'output_hash', 'output_truncated', 'reasoning',
   'request_bytes', 'request_id', 'response_bytes', 'rule_matched', 'shadow_decision', 'shadow_rule', 'source', 'status_code', 'task_id', 'timestamp', 'tool_name', 'tool_url',
 ];
 
@@ -84,6 +84,8 @@ t.test('POST /audit answers 201 with the stored entry, every contract field', as
       output: null,
       output_truncated: false,
       mcp_session_id: null,
+      mcp_method: null,
+      mcp_tool: null,
       shadow_rule: null,
       shadow_decision: null,
     },

@@ -310,9 +310,9 @@ export function auditStoreContract(t: TapTest, openStore: () => Promise<AuditSto
       { agentId: beta, agentName: 'beta', calls: 30, allowed: 5, denied: 25, p50LatencyMs: 1000 },
     ]);
     t.strictSame(report.topTools, [
-      { toolName: 'api.github.com', calls: 85, denied: 31 },
-      { toolName: 'api.slack.com', calls: 41, denied: 0 },
-    ], 'top tools by calls, cut at topN');
+      { toolName: 'api.github.com', mcpTool: null, calls: 85, denied: 31 },
+      { toolName: 'api.slack.com', mcpTool: null, calls: 41, denied: 0 },
+    ], 'top tools by calls, cut at topN (split by MCP tool where one was read: none here)');
     const inWindow = rows.filter((r) => r.timestamp >= since.toISOString() && r.timestamp < until.toISOString());
     // The report reads only the columns it prints (an output can be 64 KiB or more).
     const printed = (r: AuditRecord) => Object.fromEntries(REPORT_COLUMNS.map((c) => AUDIT_COLUMNS.find((col) => col.name === c)!.field).map((f) => [f, r[f]]));

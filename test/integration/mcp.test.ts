@@ -2,7 +2,9 @@
 // (the server behind the proxy over HTTPS): a Streamable HTTP session end to
 // end, with progress notifications arriving spaced out and every request audited
 // under the session's id; and the older HTTP+SSE transport, whose endpoint
-// event the proxy rewrites under the agent's /proxy/{key}/{host} prefix.
+// event the proxy rewrites under the agent's /proxy/{key}/{host} prefix; and
+// MCP-aware rules and limits (mcp_method, mcp_tool) against the same server and
+// an echoing upstream: batches, fail-closed bodies, header checks, streaming.
 import { randomUUID } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { createServer, type Server } from 'node:https';
@@ -16,6 +18,8 @@ import { StreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/
 import t from 'tap';
 import { eventually } from '../support/eventually.js';
 import { api, createAgent, signup, startTestService, TLS_DIR } from '../support/service.js';
+import { startUpstream } from '../support/upstream.js';
+import { gzipSync } from 'node:zlib';
 
 function mcpServer(): McpServer {
   const server = new McpServer({ name: 'guarded-tools', version: '1.0.0' });
@@ -27,6 +31,8 @@ function mcpServer(): McpServer {
     }
     return { content: [{ type: 'text', text: 'ticked' }] };
   });
+  server.registerTool('list_repos', { description: 'Lists repositories.' }, async () => ({ content: [{ type: 'text', text: 'a, b' }] }));
+  server.registerTool('delete_repo', { description: 'Deletes a repository.' }, async () => ({ content: [{ type: 'text', text: 'deleted' }] }));
   return server;
 }
 
@@ -75,7 +81,7 @@ t.test('Streamable HTTP: a session end to end, progress spaced out, each request
   const sessionId = transport.sessionId!;
   t.ok(sessionId, 'the server named a session');
   const tools = await client.listTools();
-  t.strictSame(tools.tools.map((tool) => tool.name), ['ticks']);
+  t.strictSame(tools.tools.map((tool) => tool.name), ['ticks', 'list_repos', 'delete_repo']);
   const arrivals: number[] = [];
   const started = performance.now();
   const result = await client.callTool({ name: 'ticks' }, undefined, { onprogress: () => void arrivals.push(performance.now() - started) });
@@ -100,7 +106,7 @@ t.test('the older HTTP+SSE transport works through the guard: its endpoint event
   const transport = new SSEClientTransport(new URL(`${service.url}/proxy/${agent.api_key}/${upstream}/sse`));
   await client.connect(transport);
   const tools = await client.listTools();
-  t.strictSame(tools.tools.map((tool) => tool.name), ['ticks'], 'messages POSTed to the rewritten endpoint reach the server');
+  t.strictSame(tools.tools.map((tool) => tool.name), ['ticks', 'list_repos', 'delete_repo'], 'messages POSTed to the rewritten endpoint reach the server');
   const result = await client.callTool({ name: 'ticks' });
   t.strictSame(result.content, [{ type: 'text', text: 'ticked' }]);
   await client.close();
@@ -110,4 +116,159 @@ t.test('the older HTTP+SSE transport works through the guard: its endpoint event
     return found.length >= 3 ? found : undefined;
   });
   t.ok(posts.every((r) => r.status_code === 202), `${posts.length} messages POSTed through /proxy, each 202`);
+});
+
+const MCP_POLICY = `version: "1"
+default: deny
+rules:
+  - name: session
+    tool: "*"
+    action: "*"
+    mcp_method: "notifications/*"
+    decision: allow
+  - name: handshake
+    tool: "*"
+    action: "*"
+    mcp_method: initialize
+    decision: allow
+  - name: list-tools
+    tool: "*"
+    action: POST
+    mcp_method: tools/list
+    decision: allow
+  - name: no-destructive
+    tool: "*"
+    action: POST
+    mcp_method: tools/call
+    mcp_tool: "delete_*"
+    decision: deny
+    message: Destructive tools need a person.
+  - name: try-no-ticks
+    tool: "*"
+    action: POST
+    mcp_tool: ticks
+    decision: deny
+    mode: shadow
+  - name: tools
+    tool: "*"
+    action: POST
+    mcp_method: tools/call
+    decision: allow
+  - name: stream-and-end
+    tool: "*"
+    action: "*"
+    decision: allow
+limits:
+  - name: ticks
+    tool: "*"
+    mcp_tool: ticks
+    rate: 2/minute
+`;
+
+t.test('MCP-aware rules through the SDK: read tools pass, a destructive one is denied and audited by name, SSE keeps streaming', async (t) => {
+  const mcpAgent = await createAgent(service.url, owner, 'mcp-aware', 'none');
+  const set = await api(service.url, owner, 'POST', `/agents/${mcpAgent.id}/policy`, { rules_yaml: MCP_POLICY });
+  t.equal(set.status, 200, set.text);
+  const client = new Client({ name: 'guard-test-aware', version: '1.0.0' });
+  const transport = new StreamableHTTPClientTransport(new URL(`${service.url}/proxy/${mcpAgent.api_key}/${upstream}/mcp`));
+  await client.connect(transport);
+  t.equal((await client.listTools()).tools.length, 3, 'tools/list allowed');
+  t.strictSame((await client.callTool({ name: 'list_repos' })).content, [{ type: 'text', text: 'a, b' }], 'a read tool allowed');
+  const denied = await client.callTool({ name: 'delete_repo' }).then(() => null, (err: Error) => err);
+  t.match(denied?.message ?? '', /403|Destructive tools need a person/, 'the destructive tool is refused before the server sees it');
+  const arrivals: number[] = [];
+  const started = performance.now();
+  await client.callTool({ name: 'ticks' }, undefined, { onprogress: () => void arrivals.push(performance.now() - started) });
+  t.ok(arrivals.length === 3 && arrivals[0]! < arrivals[2]! - 250, `the SSE response kept streaming (${arrivals.map((a) => a.toFixed(0)).join(', ')} ms)`);
+  await transport.terminateSession().catch(() => {});
+  await client.close();
+
+  const deniedRows = await eventually(async () => {
+    const page = (await api(service.url, owner, 'GET', `/audit?agent_id=${mcpAgent.id}&mcp_tool=delete_repo`)).json as any[];
+    return page.length >= 1 ? page : undefined;
+  });
+  t.match(deniedRows[0], { decision: 'denied', status_code: 403, rule_matched: 'no-destructive', mcp_method: 'tools/call', mcp_tool: 'delete_repo' });
+  const calls = (await api(service.url, owner, 'GET', `/audit?agent_id=${mcpAgent.id}&mcp_method=tools/call`)).json as any[];
+  t.strictSame(calls.map((r) => r.mcp_tool).sort(), ['delete_repo', 'list_repos', 'ticks'], 'filtered by method: the three calls');
+  const ticks = calls.find((r) => r.mcp_tool === 'ticks');
+  t.match(ticks, { decision: 'allowed', rule_matched: 'tools', shadow_rule: 'try-no-ticks', shadow_decision: 'deny' }, 'the shadow rule matched on the MCP tool and decided nothing');
+  const listed = (await api(service.url, owner, 'GET', `/audit?agent_id=${mcpAgent.id}&mcp_method=tools/list`)).json as any[];
+  t.match(listed, [{ mcp_method: 'tools/list', mcp_tool: null, rule_matched: 'list-tools' }]);
+});
+
+t.test('MCP-aware rules on raw bodies: batches, fail-closed bodies, header checks, limits, bytes forwarded as sent', async (t) => {
+  const echo = await startUpstream();
+  t.teardown(() => echo.close());
+  const mcpAgent = await createAgent(service.url, owner, 'mcp-raw', 'none');
+  await api(service.url, owner, 'POST', `/agents/${mcpAgent.id}/policy`, { rules_yaml: MCP_POLICY });
+  const plain = await createAgent(service.url, owner, 'mcp-plain', 'none');
+  await api(service.url, owner, 'POST', `/agents/${plain.id}/policy`, { rules_yaml: 'version: "1"\nrules: []\n' });
+  const send = async (body: string | Buffer | ReadableStream, headers: Record<string, string> = {}, key = mcpAgent.api_key) => {
+    const payload = Buffer.isBuffer(body) ? new Uint8Array(body) : body;
+    const res = await fetch(`${service.url}/proxy/${key}/${echo.authority}/echo`, { method: 'POST', headers: { 'content-type': 'application/json', ...headers }, body: payload, duplex: 'half' } as RequestInit);
+    const text = await res.text();
+    return { status: res.status, json: (() => { try { return JSON.parse(text); } catch { return null; } })() };
+  };
+  const rpc = (method: string, params?: object, id: number | null = 1) => ({ jsonrpc: '2.0', ...(id === null ? {} : { id }), method, ...(params ? { params } : {}) });
+
+  const single = await send(JSON.stringify(rpc('tools/call', { name: 'list_repos' })));
+  t.equal(single.status, 200, 'an allowed request is forwarded');
+  const batchOk = await send(JSON.stringify([rpc('tools/list'), rpc('tools/call', { name: 'list_repos' }, 2)]));
+  t.equal(batchOk.status, 200, 'a batch of allowed requests is forwarded');
+  const batchDenied = await send(JSON.stringify([rpc('tools/list'), rpc('tools/call', { name: 'delete_repo' }, 2), rpc('tools/call', { name: 'delete_all' }, 3)]));
+  t.match(batchDenied, { status: 403, json: { error: 'policy_denied', rule_matched: 'no-destructive' } }, 'one denied element denies the batch');
+  const notRpc = await send(JSON.stringify({ hello: 'world' }));
+  t.equal(notRpc.status, 200, 'JSON that is not JSON-RPC: no MCP rule matches it, the last rule (no MCP fields) allows it');
+
+  for (const [what, body, headers] of [
+    ['gzip', gzipSync(JSON.stringify(rpc('tools/list'))), { 'content-encoding': 'gzip' }],
+    ['not JSON', 'tools/list please', {}],
+    ['invalid UTF-8', Buffer.from([0x7b, 0xff, 0x7d]), {}],
+    ['over 1 MiB', JSON.stringify(rpc('tools/call', { name: 'list_repos', arguments: { pad: 'x'.repeat(1024 * 1024) } })), {}],
+    ['over 1 MiB, chunked', new ReadableStream({
+      start(controller) {
+        for (let i = 0; i < 18; i++) controller.enqueue(new TextEncoder().encode('x'.repeat(64 * 1024)));
+        controller.close();
+      },
+    }), {}],
+  ] as const) {
+    const res = await send(body as string | Buffer, headers as Record<string, string>);
+    t.match(res, { status: 403, json: { error: 'policy_denied', rule_matched: 'uninspectable_body' } }, `${what}: cannot be inspected, refused`);
+  }
+  const seenBefore = echo.seen.length;
+  for (const [what, body, headers] of [
+    ['Mcp-Method differs', rpc('tools/call', { name: 'list_repos' }), { 'mcp-method': 'tools/list' }],
+    ['Mcp-Name differs', rpc('tools/call', { name: 'delete_repo' }), { 'mcp-method': 'tools/call', 'mcp-name': 'list_repos' }],
+    ['Mcp-Name on a request without a tool', rpc('tools/list'), { 'mcp-name': 'list_repos' }],
+    ['headers on a batch', [rpc('tools/list')], { 'mcp-method': 'tools/list' }],
+  ] as const) {
+    const res = await send(JSON.stringify(body), headers as Record<string, string>);
+    t.match(res, { status: 400, json: { error: 'invalid_request' } }, what);
+  }
+  t.equal(echo.seen.length, seenBefore, 'none of the refused calls reached the upstream');
+  t.equal((await send(JSON.stringify(rpc('tools/call', { name: 'list_repos' })), { 'mcp-method': 'tools/call', 'mcp-name': 'list_repos' })).status, 200, 'matching headers pass');
+
+  // A 100 KiB request (streamed in, read whole, forwarded) arrives byte for byte.
+  const big = Buffer.from(JSON.stringify(rpc('tools/call', { name: 'list_repos', arguments: { pad: 'é'.repeat(50_000) } })));
+  const forwarded = await send(big);
+  t.equal(forwarded.status, 200);
+  t.equal(forwarded.json.body_sha256, (await import('node:crypto')).createHash('sha256').update(big).digest('hex'), 'the inspected body was forwarded unchanged');
+  t.equal(forwarded.json.body_bytes, big.length);
+
+  // Limits match on MCP tools: 2 ticks a minute, other tools free.
+  const tick = () => send(JSON.stringify(rpc('tools/call', { name: 'ticks' })));
+  t.strictSame([(await tick()).status, (await tick()).status, (await tick()).status], [200, 200, 429]);
+  t.equal((await send(JSON.stringify(rpc('tools/call', { name: 'list_repos' })))).status, 200, 'another tool is not limited');
+
+  // A policy that names no MCP field does not read the body: gzip passes untouched.
+  t.equal((await send(gzipSync('{}'), { 'content-encoding': 'gzip' }, plain.api_key)).status, 200, 'no MCP rule: the body is not inspected');
+
+  const rows = await eventually(async () => {
+    const page = (await api(service.url, owner, 'GET', `/audit?agent_id=${mcpAgent.id}&limit=100`)).json as any[];
+    return page.length >= 17 ? page : undefined;
+  });
+  const batch = rows.find((r) => r.rule_matched === 'no-destructive');
+  t.match(batch, { mcp_method: 'tools/call', mcp_tool: 'delete_repo' }, 'a denied batch is audited by its first denied element');
+  t.ok(rows.filter((r) => r.rule_matched === 'uninspectable_body').every((r) => r.mcp_method === null && r.decision === 'denied'), 'uninspectable bodies: denied, no MCP fields');
+  t.match(rows.find((r) => r.status_code === 429), { rule_matched: 'limit:ticks', mcp_tool: 'ticks' });
 });

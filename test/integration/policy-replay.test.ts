@@ -8,6 +8,7 @@ import t from 'tap';
 import { api, createAgent, eventually, signup, startTestService } from '../support/service.js';
 import { startUpstream } from '../support/upstream.js';
 import { auditRecord } from '../support/audit-records.js';
+import { AUDIT_COLUMN_NAMES } from '../../shared/audit/audit-codec.js';
 
 const upstream = await startUpstream();
 const service = await startTestService({ AUDIT_BATCH_MS: '20' });
@@ -210,8 +211,8 @@ t.test('rows written by an earlier version (no shadow, path or decided columns) 
   const at = Date.now() - 60_000;
   const old = (overrides: Parameters<typeof auditRecord>[1]) => {
     const line = service.auditStore.encode(auditRecord(ownerOrg, { agentId: agent.id, agentName: 'old-rows', timestamp: new Date(at).toISOString(), ...overrides }));
-    // The line as the version before these four columns wrote it (spooled or journalled then, replayed now).
-    return `${line.slice(0, -1).split('\t').slice(0, -4).join('\t')}\n`;
+    // The line as the version before the columns after mcp_session_id wrote it (spooled or journalled then, replayed now).
+    return `${line.slice(0, -1).split('\t').slice(0, AUDIT_COLUMN_NAMES.indexOf('mcp_session_id') + 1).join('\t')}\n`;
   };
   await service.auditStore.insertEncoded(
     old({ action: 'DELETE', toolName: 'api.example.com', toolUrl: 'https://api.example.com/items//7?x=1', ruleMatched: 'default', decision: 'allowed' }) +
@@ -220,7 +221,7 @@ t.test('rows written by an earlier version (no shadow, path or decided columns) 
     'old-rows',
   );
   const rows = await auditOf(agent.id, 3);
-  t.ok(rows.every((r) => r.shadow_rule === null && r.shadow_decision === null), 'the new fields read as null');
+  t.ok(rows.every((r) => r.shadow_rule === null && r.shadow_decision === null && r.mcp_method === null && r.mcp_tool === null), 'the new fields read as null');
   const replay = await api(service.url, owner, 'POST', '/policy/replay', {
     agent_id: agent.id,
     rules_yaml: 'version: "1"\nrules:\n  - name: no-item-deletes\n    tool: "*"\n    action: DELETE\n    path: /items/*\n    decision: deny\n  - name: no-gets\n    tool: "*"\n    action: GET\n    decision: deny\n',

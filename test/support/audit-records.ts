@@ -26,6 +26,8 @@ export function auditRecord(orgId: string, overrides: Partial<AuditRecord> = {})
     outputTruncated: false,
     requestId: randomUUID(),
     mcpSessionId: null,
+    mcpMethod: null,
+    mcpTool: null,
     shadowRule: null,
     shadowDecision: null,
     policyPath: '',

@@ -73,6 +73,8 @@ function makeCalls(since: Date, dayIndexes: number[], count: number): AuditRecor
       outputTruncated: false,
       requestId: `req_${i}`,
       mcpSessionId: null,
+      mcpMethod: null,
+      mcpTool: null,
       shadowRule: null,
       shadowDecision: null,
       policyPath: '',

@@ -147,10 +147,10 @@ export class ClickHouseAuditStore implements AuditStore {
     if (!UUID_RE.test(orgId) || !UUID_RE.test(agentId)) return [];
     // One row per distinct decision input and outcome: the service evaluates the
     // candidate once per group, not once per call (1M calls are a few thousand groups).
-    const rows = await this.#query<{ tool_name: string; action: string; path: string; normalised: number | boolean; decision: string; policy_decided: number | boolean; calls: number | string }>(
-      `SELECT tool_name, action, ${REPLAY_PATH} AS path, policy_path != '' AS normalised, decision, policy_decided, count() AS calls
+    const rows = await this.#query<{ tool_name: string; action: string; path: string; normalised: number | boolean; mcp_method: string; mcp_tool: string; decision: string; policy_decided: number | boolean; calls: number | string }>(
+      `SELECT tool_name, action, ${REPLAY_PATH} AS path, policy_path != '' AS normalised, mcp_method, mcp_tool, decision, policy_decided, count() AS calls
        FROM ${AUDIT_TABLE} WHERE ${REPLAY_WINDOW}
-       GROUP BY tool_name, action, path, normalised, decision, policy_decided`,
+       GROUP BY tool_name, action, path, normalised, mcp_method, mcp_tool, decision, policy_decided`,
       replayParams(orgId, agentId, since, until),
     );
     return rows.map((r) => ({
@@ -158,6 +158,8 @@ export class ClickHouseAuditStore implements AuditStore {
       action: r.action,
       path: r.path,
       normalised: truthyValue(r.normalised),
+      mcpMethod: r.mcp_method,
+      mcpTool: r.mcp_tool,
       decision: r.decision as 'allowed' | 'denied',
       policyDecided: truthyValue(r.policy_decided),
       calls: Number(r.calls),
@@ -170,14 +172,16 @@ export class ClickHouseAuditStore implements AuditStore {
     params.tools = groups.map((g) => g.toolName);
     params.actions = groups.map((g) => g.action);
     params.paths = groups.map((g) => g.path);
+    params.mcpMethods = groups.map((g) => g.mcpMethod);
+    params.mcpTools = groups.map((g) => g.mcpTool);
     params.decisions = groups.map((g) => g.decision);
     params.limit = nonNegativeInt(limit, 'limit');
-    const rows = await this.#query<{ id: string; timestamp: string; tool_name: string; action: string; path: string; decision: string }>(
-      `SELECT id, timestamp, tool_name, action, ${REPLAY_PATH} AS path, decision
+    const rows = await this.#query<{ id: string; timestamp: string; tool_name: string; action: string; path: string; mcp_method: string; mcp_tool: string; decision: string }>(
+      `SELECT id, timestamp, tool_name, action, ${REPLAY_PATH} AS path, mcp_method, mcp_tool, decision
        FROM ${AUDIT_TABLE}
        WHERE ${REPLAY_WINDOW} AND policy_decided
-         AND has(arrayZip({tools:Array(String)}, {actions:Array(String)}, {paths:Array(String)}, {decisions:Array(String)}),
-                 (tool_name, action, path, toString(decision)))
+         AND has(arrayZip({tools:Array(String)}, {actions:Array(String)}, {paths:Array(String)}, {mcpMethods:Array(String)}, {mcpTools:Array(String)}, {decisions:Array(String)}),
+                 (tool_name, action, path, mcp_method, mcp_tool, toString(decision)))
        ${NEWEST_FIRST} LIMIT {limit:UInt32}`,
       params,
     );
@@ -187,6 +191,8 @@ export class ClickHouseAuditStore implements AuditStore {
       toolName: r.tool_name,
       action: r.action,
       path: r.path,
+      mcpMethod: r.mcp_method,
+      mcpTool: r.mcp_tool,
       decision: r.decision as 'allowed' | 'denied',
     }));
   }
@@ -227,9 +233,11 @@ export class ClickHouseAuditStore implements AuditStore {
          FROM ${AUDIT_TABLE} WHERE ${window} GROUP BY agent_id ORDER BY calls DESC, agent_id`,
         params,
       ),
-      this.#query<{ tool_name: string; calls: number | string; denied: number | string }>(
-        `SELECT tool_name, count() AS calls, countIf(decision = 'denied') AS denied
-         FROM ${AUDIT_TABLE} WHERE ${window} GROUP BY tool_name ORDER BY calls DESC, tool_name LIMIT {topN:UInt32}`,
+      // Split by MCP tool where the proxy read one (mcp_tool '' otherwise): an MCP
+      // server is one host, and its tools are what the report should tell apart.
+      this.#query<{ tool_name: string; mcp_tool: string; calls: number | string; denied: number | string }>(
+        `SELECT tool_name, mcp_tool, count() AS calls, countIf(decision = 'denied') AS denied
+         FROM ${AUDIT_TABLE} WHERE ${window} GROUP BY tool_name, mcp_tool ORDER BY calls DESC, tool_name, mcp_tool LIMIT {topN:UInt32}`,
         params,
       ),
       this.#query<Partial<AuditRow>>(
@@ -260,7 +268,7 @@ export class ClickHouseAuditStore implements AuditStore {
         denied: Number(a.denied),
         p50LatencyMs: finiteOrZero(a.p50),
       })),
-      topTools: topTools.map((x) => ({ toolName: x.tool_name, calls: Number(x.calls), denied: Number(x.denied) })),
+      topTools: topTools.map((x) => ({ toolName: x.tool_name, mcpTool: x.mcp_tool === '' ? null : x.mcp_tool, calls: Number(x.calls), denied: Number(x.denied) })),
       recentDenied: recentDenied.map(decodeReportRow),
       entries: entries.map(decodeReportRow),
     };
@@ -396,6 +404,14 @@ function listWhere(orgId: string, filter: AuditFilter): { where: string; params:
   if (filter.taskId !== undefined) {
     clauses.push('task_id = {taskId:String}');
     params.taskId = filter.taskId;
+  }
+  if (filter.mcpMethod !== undefined) {
+    clauses.push('mcp_method = {mcpMethod:String}');
+    params.mcpMethod = filter.mcpMethod;
+  }
+  if (filter.mcpTool !== undefined) {
+    clauses.push('mcp_tool = {mcpTool:String}');
+    params.mcpTool = filter.mcpTool;
   }
   if (filter.source !== undefined) {
     clauses.push('source = {source:String}');

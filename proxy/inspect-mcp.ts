@@ -1,0 +1,75 @@
+// Stage: for a policy that names mcp_method or mcp_tool (CONTRACT.md "MCP-aware
+// rules"), read the request body (up to 1 MiB, into memory, then forwarded as
+// read), find its JSON-RPC requests, and decide: a batch element by element,
+// denied when any element is. A body that cannot be inspected is refused (fail
+// closed), and so are Mcp-Method / Mcp-Name headers that disagree with it. Any
+// other policy decided in authorize.ts and costs nothing here.
+import { MCP_INSPECT_MAX_BYTES, readJsonRpc } from '../shared/mcp.js';
+import { evaluatePolicy, type CompiledPolicy, type McpCall, type PolicyDecision } from '../shared/policy/index.js';
+import { applyDecision } from './authorize.js';
+import type { ProxyExchange, Stage } from './exchange.js';
+
+export const UNINSPECTABLE_RULE = 'uninspectable_body';
+
+export function createInspectMcp(): Stage {
+  return (ex) => {
+    const policy = ex.policy;
+    if (policy === null || !policy.usesMcp) return undefined;
+    const body = ex.body;
+    if (body === null) return decide(ex, policy, null);
+    const encoding = ex.contentEncoding?.trim().toLowerCase();
+    if (encoding !== undefined && encoding !== '' && encoding !== 'identity') {
+      return uninspectable(ex, `a body with Content-Encoding: ${ex.contentEncoding!.slice(0, 40)}`);
+    }
+    if (ex.contentLength > MCP_INSPECT_MAX_BYTES) return uninspectable(ex, 'a body over 1 MiB');
+    return body.collect(MCP_INSPECT_MAX_BYTES).then((bytes) => {
+      if (ex.finished) return false;
+      return bytes === null ? uninspectable(ex, 'a body over 1 MiB') : decide(ex, policy, bytes);
+    });
+  };
+}
+
+function uninspectable(ex: ProxyExchange, what: string): false {
+  ex.ruleMatched = UNINSPECTABLE_RULE;
+  return ex.answerError('policy_denied', `The policy decides on the JSON-RPC body, and ${what} cannot be inspected.`, { rule_matched: UNINSPECTABLE_RULE });
+}
+
+function decide(ex: ProxyExchange, policy: CompiledPolicy, bytes: Buffer | null): undefined | false {
+  const read = readJsonRpc(bytes);
+  if (read === 'not_json') return uninspectable(ex, 'a body that is not JSON');
+  const { batch, calls } = read;
+
+  const methodHeader = ex.mcpMethodHeader;
+  const nameHeader = ex.mcpNameHeader;
+  if (methodHeader !== null || nameHeader !== null) {
+    if (batch) return ex.answerError('invalid_request', 'Mcp-Method and Mcp-Name describe one request; a batch body cannot carry them.');
+    const call = calls[0] ?? null;
+    if (methodHeader !== null && methodHeader !== call?.method) {
+      return ex.answerError('invalid_request', `The Mcp-Method header (${quoted(methodHeader)}) does not match the body's method (${quoted(call?.method ?? null)}).`);
+    }
+    if (nameHeader !== null && nameHeader !== call?.tool) {
+      return ex.answerError('invalid_request', `The Mcp-Name header (${quoted(nameHeader)}) does not match the body's tool (${quoted(call?.tool ?? null)}).`);
+    }
+  }
+
+  ex.mcpCalls = calls;
+  const tool = ex.target!.hostname;
+  let decision: PolicyDecision | null = null;
+  let chosen: McpCall | null = null;
+  for (let i = 0; i < calls.length; i++) {
+    const call = calls[i]!;
+    const element = evaluatePolicy(policy, tool, ex.method, ex.policyPath, call);
+    if (i === 0 || element.decision === 'deny') {
+      decision = element;
+      chosen = call;
+    }
+    if (element.decision === 'deny') break;
+  }
+  decision ??= evaluatePolicy(policy, tool, ex.method, ex.policyPath, null);
+  ex.mcpCall = chosen;
+  return applyDecision(ex, policy, decision, chosen);
+}
+
+function quoted(text: string | null): string {
+  return text === null ? 'none' : `'${text.length > 80 ? `${text.slice(0, 80)}...` : text}'`;
+}
