@@ -20,6 +20,8 @@ export interface LoadRequest {
   paths: string[];
   method: 'GET' | 'POST';
   bodyBytes: number;
+  /** A JSON body instead of `bodyBytes` of 'x'. */
+  jsonBody?: string;
   /** The status every answer must have. */
   expectStatus: number;
   /** A fixed request rate (requests/s): run by the fixed-rate generator (wrk2). */
@@ -51,7 +53,7 @@ export async function measureLoad(ctx: BenchContext, target: Target, request: Lo
   const first = request.paths[0]!;
   const probe = await ctx.http.exchange(`${target.origin}${first}`, {
     method: request.method,
-    ...(request.bodyBytes > 0 ? { body: Buffer.alloc(request.bodyBytes, 'x') } : {}),
+    ...(request.jsonBody !== undefined ? { body: Buffer.from(request.jsonBody), headers: { 'content-type': 'application/json' } } : request.bodyBytes > 0 ? { body: Buffer.alloc(request.bodyBytes, 'x') } : {}),
     timeoutMs: 10_000,
   });
   if (probe.status !== request.expectStatus) {
@@ -64,6 +66,7 @@ export async function measureLoad(ctx: BenchContext, target: Target, request: Lo
     paths: request.paths,
     method: request.method,
     bodyBytes: request.bodyBytes,
+    ...(request.jsonBody !== undefined ? { jsonBody: request.jsonBody } : {}),
     connections: options.connections,
     ...(request.rate !== undefined ? { rate: request.rate } : {}),
   };

@@ -16,3 +16,13 @@ rules:
     action: "*"
     decision: allow
 `;
+
+/** BENCH_POLICY plus a rule on the JSON-RPC tool: the proxy must read every body to decide. */
+export const MCP_BENCH_POLICY = BENCH_POLICY.replace('rules:\n', `rules:
+  - name: no-destructive
+    tool: "127.0.0.1"
+    action: POST
+    mcp_method: tools/call
+    mcp_tool: "delete_*"
+    decision: deny
+`);

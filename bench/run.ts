@@ -26,7 +26,7 @@ import type { BenchContext, Scenario } from './scenario.js';
 import { SCENARIOS } from './scenarios/index.js';
 import { directTarget, type Target, type TargetName } from './target.js';
 
-import { BENCH_POLICY } from './policy.js';
+import { BENCH_POLICY, MCP_BENCH_POLICY } from './policy.js';
 export { parseBenchArgs } from './options.js';
 export type { BenchOptions } from './options.js';
 export type { BenchReport } from './report.js';
@@ -65,6 +65,8 @@ export async function runBench(options: BenchOptions, progress: (line: string) =
     const hash = await mainOrg.createAgent('bench-hash', 'hash');
     await mainOrg.setPolicy(none.id, BENCH_POLICY);
     await mainOrg.setPolicy(hash.id, BENCH_POLICY);
+    const mcp = await mainOrg.createAgent('bench-mcp', 'none');
+    await mainOrg.setPolicy(mcp.id, MCP_BENCH_POLICY);
 
     const targets = new Map<TargetName, Target>([['direct', directTarget(upstream.origin)], ['guard', guard]]);
     const missing = new Map<TargetName, string>();
@@ -93,7 +95,7 @@ export async function runBench(options: BenchOptions, progress: (line: string) =
 
     const ctx: BenchContext = {
       options, tmpDir, upstream, guard, targets, missing, mainOrg,
-      keys: { none: none.apiKey, hash: hash.apiKey },
+      keys: { none: none.apiKey, hash: hash.apiKey, mcp: mcp.apiKey },
       orgs: [mainOrg], bearer, load: generator, fixedRateLoad: fixedRate.generator, fixedRateNote: fixedRate.note, http,
       warmedUp: new Set(),
       guardCalls: { completed: 0, inFlightAtStop: 0 },

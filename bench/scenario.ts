@@ -19,7 +19,8 @@ export interface BenchContext {
   missing: Map<TargetName, string>;
   /** The main organization and its agents: log_outputs none and hash, the same bench policy. */
   mainOrg: GuardOrg;
-  keys: { none: string; hash: string };
+  /** Agents of the main org: log_outputs none and hash (BENCH_POLICY), and one under an MCP-aware policy (MCP_BENCH_POLICY). */
+  keys: { none: string; hash: string; mcp: string };
   /** Every organization the bench made (their audit rows are summed in the audit check). */
   orgs: GuardOrg[];
   /** The bearer token the guard injects, and nginx and the Node peer add likewise. */

@@ -1,6 +1,7 @@
 // Reading an MCP call's body: the JSON-RPC 2.0 requests it holds (MCP's
 // Streamable HTTP transport posts one request, or a batch), as the policy's
 // `mcp_method` / `mcp_tool` see them. Used only for policies that name them.
+import { isUtf8 } from 'node:buffer';
 import type { McpCall } from './policy/index.js';
 
 /** The most body the proxy reads to decide an MCP-aware policy (1 MiB); a larger one cannot be inspected. */
@@ -16,9 +17,11 @@ export interface JsonRpcBody {
 /** The body's requests; 'not_json' when it is not JSON (or not UTF-8), which the policy cannot inspect. */
 export function readJsonRpc(body: Buffer | null): JsonRpcBody | 'not_json' {
   if (body === null || body.length === 0) return { batch: false, calls: [] };
+  // isUtf8 is native and toString then cannot substitute U+FFFD: cheaper than a fatal TextDecoder.
+  if (!isUtf8(body)) return 'not_json';
   let value: unknown;
   try {
-    value = JSON.parse(new TextDecoder('utf-8', { fatal: true }).decode(body));
+    value = JSON.parse(body.toString('utf8'));
   } catch {
     return 'not_json';
   }

@@ -7,7 +7,7 @@ import type { LoadSpec } from './types.js';
 
 const spec = JSON.parse(readFileSync(process.argv[2]!, 'utf8')) as LoadSpec;
 const paths = spec.paths;
-const body = spec.bodyBytes > 0 ? Buffer.alloc(spec.bodyBytes, 'x') : undefined;
+const body = spec.jsonBody !== undefined ? Buffer.from(spec.jsonBody) : spec.bodyBytes > 0 ? Buffer.alloc(spec.bodyBytes, 'x') : undefined;
 
 const result = await autocannon({
   url: `${spec.origin}${paths[0] ?? '/'}`,
@@ -15,7 +15,7 @@ const result = await autocannon({
   connections: spec.connections,
   duration: spec.durationSec,
   timeout: 10,
-  ...(body !== undefined ? { body, headers: { 'content-type': 'application/octet-stream' } } : {}),
+  ...(body !== undefined ? { body, headers: { 'content-type': spec.jsonBody !== undefined ? 'application/json' : 'application/octet-stream' } } : {}),
   ...(paths.length > 1
     ? {
       requests: [{

@@ -8,6 +8,8 @@ export interface LoadSpec {
   method: 'GET' | 'POST';
   /** Request body size for POST (bytes of 'x'), 0 for none. */
   bodyBytes: number;
+  /** A JSON body sent instead of the 'x' bytes (Content-Type: application/json). */
+  jsonBody?: string;
   connections: number;
   durationSec: number;
   /** Fixed rate over all connections (requests/s); only the wrk2 adapter honours it. */

@@ -15,7 +15,10 @@ export function wrkScript(spec: LoadSpec, pathsFile: string | null): string {
   const lines = [
     `wrk.method = "${spec.method}"`,
   ];
-  if (spec.bodyBytes > 0) {
+  if (spec.jsonBody !== undefined) {
+    // A Lua long bracket: nothing in the JSON is escaped (it holds no "]==]").
+    lines.push(`wrk.body = [==[${spec.jsonBody}]==]`, 'wrk.headers["Content-Type"] = "application/json"');
+  } else if (spec.bodyBytes > 0) {
     lines.push(`wrk.body = string.rep("x", ${spec.bodyBytes})`, 'wrk.headers["Content-Type"] = "application/octet-stream"');
   }
   if (pathsFile !== null) {
