@@ -20,6 +20,7 @@ import { eventually } from '../support/eventually.js';
 import { api, createAgent, signup, startTestService, TLS_DIR } from '../support/service.js';
 import { startUpstream } from '../support/upstream.js';
 import { gzipSync } from 'node:zlib';
+import pdfParse from 'pdf-parse/lib/pdf-parse.js';
 
 function mcpServer(): McpServer {
   const server = new McpServer({ name: 'guarded-tools', version: '1.0.0' });
@@ -188,12 +189,20 @@ t.test('MCP-aware rules through the SDK: read tools pass, a destructive one is d
     return page.length >= 1 ? page : undefined;
   });
   t.match(deniedRows[0], { decision: 'denied', status_code: 403, rule_matched: 'no-destructive', mcp_method: 'tools/call', mcp_tool: 'delete_repo' });
-  const calls = (await api(service.url, owner, 'GET', `/audit?agent_id=${mcpAgent.id}&mcp_method=tools/call`)).json as any[];
+  // The streamed call (ticks) is recorded when its stream ends: wait for all three.
+  const calls = await eventually(async () => {
+    const page = (await api(service.url, owner, 'GET', `/audit?agent_id=${mcpAgent.id}&mcp_method=tools/call`)).json as any[];
+    return page.length >= 3 ? page : undefined;
+  });
   t.strictSame(calls.map((r) => r.mcp_tool).sort(), ['delete_repo', 'list_repos', 'ticks'], 'filtered by method: the three calls');
   const ticks = calls.find((r) => r.mcp_tool === 'ticks');
   t.match(ticks, { decision: 'allowed', rule_matched: 'tools', shadow_rule: 'try-no-ticks', shadow_decision: 'deny' }, 'the shadow rule matched on the MCP tool and decided nothing');
   const listed = (await api(service.url, owner, 'GET', `/audit?agent_id=${mcpAgent.id}&mcp_method=tools/list`)).json as any[];
   t.match(listed, [{ mcp_method: 'tools/list', mcp_tool: null, rule_matched: 'list-tools' }]);
+
+  const pdf = await fetch(`${service.url}/audit/export/pdf?days=1`, { headers: owner.auth });
+  const text = (await pdfParse(Buffer.from(await pdf.arrayBuffer()))).text.replace(/\s+/g, ' ');
+  t.match(text, '127.0.0.1 · delete_repo', "the PDF's top tools are split by MCP tool");
 });
 
 t.test('MCP-aware rules on raw bodies: batches, fail-closed bodies, header checks, limits, bytes forwarded as sent', async (t) => {

@@ -7,6 +7,7 @@ import t from 'tap';
 import { GuardError } from '../../shared/errors.js';
 import {
   evaluatePolicy,
+  evaluateShadow,
   MAX_POLICY_BYTES,
   MAX_POLICY_RULES,
   NO_POLICY_DECISION,
@@ -359,4 +360,36 @@ rules:
   t.equal(evaluatePolicy(policy, 'x', 'GET', '/repos/node/pulls').ruleMatched, 'default');
   t.equal(evaluatePolicy(policy, 'x', 'GET', '/a/x/y/b/z').ruleMatched, 'nested');
   t.equal(evaluatePolicy(policy, 'x', 'GET', '/v2/things').ruleMatched, 'versions');
+});
+
+t.test('mode and MCP fields: shadow rules kept apart, globs compiled, typos refused', async (t) => {
+  const policy = parsePolicy(`version: "1"
+rules:
+  - name: try
+    tool: "*"
+    action: POST
+    mcp_tool: "delete_*"
+    decision: deny
+    mode: shadow
+  - name: lists
+    tool: "*"
+    action: POST
+    mcp_method: "tools/*"
+    decision: allow
+    mode: enforce
+  - tool: "*"
+    action: "*"
+    decision: deny
+`);
+  t.strictSame(policy.rules.map((r) => r.name), ['lists', 'rule-3'], 'enforced rules, shadow ones apart (numbering counts them)');
+  t.strictSame(policy.shadowRules.map((r) => r.name), ['try']);
+  t.equal(policy.usesMcp, true);
+  t.equal(evaluatePolicy(policy, 'h', 'POST', '/', { method: 'tools/list', tool: null }).ruleMatched, 'lists');
+  t.equal(evaluatePolicy(policy, 'h', 'POST', '/', null).ruleMatched, 'rule-3', 'no JSON-RPC: an MCP rule never matches');
+  t.equal(evaluatePolicy(policy, 'h', 'POST', '/', { method: 'Tools/list', tool: null }).ruleMatched, 'rule-3', 'MCP globs are case-sensitive');
+  t.equal(evaluateShadow(policy, 'h', 'POST', '/', { method: 'tools/call', tool: 'delete_repo' })?.name, 'try');
+  t.equal(evaluateShadow(policy, 'h', 'POST', '/', { method: 'tools/list', tool: null }), null, 'mcp_tool needs a tool');
+  t.equal(parsePolicy('version: "1"\nrules: []\n').usesMcp, false);
+  t.throws(() => parsePolicy('version: "1"\nrules:\n  - tool: "*"\n    action: GET\n    decision: deny\n    mcp_tol: x\n'), /unknown key 'mcp_tol' \(did you mean 'mcp_tool'\?\)/);
+  t.throws(() => parsePolicy('version: "1"\nrules:\n  - tool: "*"\n    action: GET\n    decision: deny\n    mode: audit\n'), /'mode' must be enforce or shadow/);
 });
