@@ -1,9 +1,8 @@
 // Policies: get and set an agent's YAML policy, and the policy check.
 import { GuardError } from '../shared/errors.js';
-import { evaluatePolicy, evaluateShadow, matchingLimits, parsePolicy, type PolicyDecision } from '../shared/policy/index.js';
-import type { ReplayGroupKey } from '../shared/stores/audit-store.js';
-import { normalizePolicyPath } from '../shared/target.js';
+import { evaluatePolicy, evaluateShadow, matchingLimits, parsePolicy } from '../shared/policy/index.js';
 import { isoInstant } from './audit.js';
+import { replayPolicy } from './replay.js';
 import { policyInputs } from '../shared/target.js';
 import type { AdminContext, Handler } from './context.js';
 import { json, readJsonObject, stringField } from './http.js';
@@ -85,12 +84,7 @@ export function policyHandlers(ctx: AdminContext) {
     });
   };
 
-  /**
-   * What a candidate policy would have decided for the agent's proxied calls in
-   * a window. ClickHouse groups the calls by their decision inputs; the
-   * candidate is evaluated once per group (the proxy's evaluator, on the path
-   * the proxy matched) and the counts are expanded.
-   */
+  /** What a candidate policy would have decided for the agent's proxied calls in a window (replay.ts). */
   const replay: Handler = async (req, caller) => {
     const body = readJsonObject(req);
     const agentId = stringField(body, 'agent_id');
@@ -101,66 +95,11 @@ export function policyHandlers(ctx: AdminContext) {
     const since = sinceRaw === undefined ? new Date(until.getTime() - REPLAY_DEFAULT_DAYS * DAY_MS) : new Date(isoInstant(sinceRaw, 'since'));
     const agent = await requireAgent(ctx, caller.orgId, agentId);
 
-    const groups = await ctx.auditStore.replayGroups(caller.orgId, agent.id, since, until);
-    let total = 0;
-    let allowToDeny = 0;
-    let denyToAllow = 0;
-    const byTool = new Map<string, { tool_name: string; action: string; calls: number; allow_to_deny: number; deny_to_allow: number }>();
-    const changed: ReplayGroupKey[] = [];
-    const wouldOf = new Map<string, { decision: PolicyDecision; path: string }>();
-    for (const group of groups) {
-      total += group.calls;
-      const toolKey = `${group.toolName}\n${group.action}`;
-      let tool = byTool.get(toolKey);
-      if (tool === undefined) byTool.set(toolKey, (tool = { tool_name: group.toolName, action: group.action, calls: 0, allow_to_deny: 0, deny_to_allow: 0 }));
-      tool.calls += group.calls;
-      // Calls another stage decided (SSRF guard, limits, a bad target) keep their decision.
-      if (!group.policyDecided) continue;
-      const path = group.normalised ? group.path : normalizePolicyPath(group.path) ?? group.path;
-      const mcp = group.mcpMethod === '' ? null : { method: group.mcpMethod, tool: group.mcpTool === '' ? null : group.mcpTool };
-      const would = evaluatePolicy(candidate, group.toolName, group.action, path, mcp);
-      if (group.decision === 'allowed' && would.decision === 'deny') {
-        allowToDeny += group.calls;
-        tool.allow_to_deny += group.calls;
-      } else if (group.decision === 'denied' && would.decision === 'allow') {
-        denyToAllow += group.calls;
-        tool.deny_to_allow += group.calls;
-      } else {
-        continue;
-      }
-      changed.push({ toolName: group.toolName, action: group.action, path: group.path, mcpMethod: group.mcpMethod, mcpTool: group.mcpTool, decision: group.decision });
-      wouldOf.set(replayKey(group), { decision: would, path });
-    }
-    const samples = (await ctx.auditStore.replaySamples(caller.orgId, agent.id, since, until, changed, REPLAY_SAMPLES)).map((row) => {
-      const would = wouldOf.get(replayKey(row))!;
-      return {
-        audit_id: row.id,
-        timestamp: row.timestamp,
-        tool_name: row.toolName,
-        action: row.action,
-        path: would.path,
-        decision: row.decision,
-        would_decision: would.decision.decision,
-        would_rule: would.decision.ruleMatched,
-      };
-    });
-    return json(200, {
-      total,
-      unchanged: total - allowToDeny - denyToAllow,
-      allow_to_deny: allowToDeny,
-      deny_to_allow: denyToAllow,
-      by_tool: [...byTool.values()].sort((a, b) => b.calls - a.calls || a.tool_name.localeCompare(b.tool_name) || a.action.localeCompare(b.action)),
-      samples,
-    });
+    return json(200, await replayPolicy(ctx.auditStore, caller.orgId, agent.id, since, until, candidate));
   };
 
   return { get, set, check, replay };
 }
 
 const REPLAY_DEFAULT_DAYS = 7;
-const REPLAY_SAMPLES = 100;
 const DAY_MS = 86_400_000;
-
-function replayKey(g: ReplayGroupKey): string {
-  return `${g.toolName}\n${g.action}\n${g.path}\n${g.mcpMethod}\n${g.mcpTool}\n${g.decision}`;
-}

@@ -15,12 +15,15 @@ export function createAuthorize(caches: ProxyCaches): Stage {
 function decide(ex: ProxyExchange, policy: CompiledPolicy | typeof NONE): undefined | false {
   const compiled = policy === NONE ? null : policy;
   ex.policy = compiled;
-  if (compiled !== null && compiled.usesMcp) return undefined;
+  if (compiled !== null && (compiled.usesMcp || compiled.shadowUsesMcp)) return undefined;
   return applyDecision(ex, compiled, evaluatePolicy(compiled, ex.target!.hostname, ex.method, ex.policyPath), null);
 }
 
-/** Records the policy's decision (and the shadow rule) on the exchange; answers 403 when it denies. */
-export function applyDecision(ex: ProxyExchange, policy: CompiledPolicy | null, decision: PolicyDecision, mcp: McpCall | null): undefined | false {
+/**
+ * Records the policy's decision (and the shadow rule, tried on every request
+ * of an MCP batch) on the exchange; answers 403 when it denies.
+ */
+export function applyDecision(ex: ProxyExchange, policy: CompiledPolicy | null, decision: PolicyDecision, mcp: readonly (McpCall | null)[] | null): undefined | false {
   ex.decision = decision;
   if (policy !== null && policy.shadowRules.length > 0) ex.shadowRule = evaluateShadow(policy, ex.target!.hostname, ex.method, ex.policyPath, mcp);
   ex.ruleMatched = decision.ruleMatched;

@@ -2,8 +2,10 @@
 // rules"), read the request body (up to 1 MiB, into memory, then forwarded as
 // read), find its JSON-RPC requests, and decide: a batch element by element,
 // denied when any element is. A body that cannot be inspected is refused (fail
-// closed), and so are Mcp-Method / Mcp-Name headers that disagree with it. Any
-// other policy decided in authorize.ts and costs nothing here.
+// closed), and so are Mcp-Method / Mcp-Name headers that disagree with it. When
+// only shadow rules name MCP fields, nothing is refused for the body: it is read
+// when it can be (identity, a known length up to 1 MiB, JSON) so that those
+// rules can match. Any other policy decided in authorize.ts; nothing here.
 import { MCP_INSPECT_MAX_BYTES, readJsonRpc } from '../shared/mcp.js';
 import { evaluatePolicy, type CompiledPolicy, type McpCall, type PolicyDecision } from '../shared/policy/index.js';
 import { applyDecision } from './authorize.js';
@@ -14,17 +16,21 @@ export const UNINSPECTABLE_RULE = 'uninspectable_body';
 export function createInspectMcp(): Stage {
   return (ex) => {
     const policy = ex.policy;
-    if (policy === null || !policy.usesMcp) return undefined;
+    if (policy === null || !(policy.usesMcp || policy.shadowUsesMcp)) return undefined;
+    // Only shadow rules name MCP fields: read the body when that is cheap and safe, never refuse for it.
+    const enforcing = policy.usesMcp;
     const body = ex.body;
-    if (body === null) return decide(ex, policy, null);
+    if (body === null) return decide(ex, policy, null, enforcing);
     const encoding = ex.contentEncoding?.trim().toLowerCase();
     if (encoding !== undefined && encoding !== '' && encoding !== 'identity') {
-      return uninspectable(ex, `a body with Content-Encoding: ${ex.contentEncoding!.slice(0, 40)}`);
+      return enforcing ? uninspectable(ex, `a body with Content-Encoding: ${ex.contentEncoding!.slice(0, 40)}`) : decideUninspected(ex, policy);
     }
-    if (ex.contentLength > MCP_INSPECT_MAX_BYTES) return uninspectable(ex, 'a body over 1 MiB');
+    if (ex.contentLength > MCP_INSPECT_MAX_BYTES) return enforcing ? uninspectable(ex, 'a body over 1 MiB') : decideUninspected(ex, policy);
+    // A chunked body could outgrow the cap after part of it was read: only a rule that decides may refuse it.
+    if (!enforcing && ex.contentLength < 0) return decideUninspected(ex, policy);
     return body.collect(MCP_INSPECT_MAX_BYTES).then((bytes) => {
       if (ex.finished) return false;
-      return bytes === null ? uninspectable(ex, 'a body over 1 MiB') : decide(ex, policy, bytes);
+      return bytes === null ? uninspectable(ex, 'a body over 1 MiB') : decide(ex, policy, bytes, enforcing);
     });
   };
 }
@@ -34,14 +40,19 @@ function uninspectable(ex: ProxyExchange, what: string): false {
   return ex.answerError('policy_denied', `The policy decides on the JSON-RPC body, and ${what} cannot be inspected.`, { rule_matched: UNINSPECTABLE_RULE });
 }
 
-function decide(ex: ProxyExchange, policy: CompiledPolicy, bytes: Buffer | null): undefined | false {
+/** Shadow-only MCP fields and a body not read: decided as any call, the shadow rules without a request. */
+function decideUninspected(ex: ProxyExchange, policy: CompiledPolicy): undefined | false {
+  return applyDecision(ex, policy, evaluatePolicy(policy, ex.target!.hostname, ex.method, ex.policyPath), null);
+}
+
+function decide(ex: ProxyExchange, policy: CompiledPolicy, bytes: Buffer | null, enforcing: boolean): undefined | false {
   const read = readJsonRpc(bytes);
-  if (read === 'not_json') return uninspectable(ex, 'a body that is not JSON');
+  if (read === 'not_json') return enforcing ? uninspectable(ex, 'a body that is not JSON') : decideUninspected(ex, policy);
   const { batch, calls } = read;
 
   const methodHeader = ex.mcpMethodHeader;
   const nameHeader = ex.mcpNameHeader;
-  if (methodHeader !== null || nameHeader !== null) {
+  if (enforcing && (methodHeader !== null || nameHeader !== null)) {
     if (batch) return ex.answerError('invalid_request', 'Mcp-Method and Mcp-Name describe one request; a batch body cannot carry them.');
     const call = calls[0] ?? null;
     if (methodHeader !== null && methodHeader !== call?.method) {
@@ -67,7 +78,7 @@ function decide(ex: ProxyExchange, policy: CompiledPolicy, bytes: Buffer | null)
   }
   decision ??= evaluatePolicy(policy, tool, ex.method, ex.policyPath, null);
   ex.mcpCall = chosen;
-  return applyDecision(ex, policy, decision, chosen);
+  return applyDecision(ex, policy, decision, calls);
 }
 
 function quoted(text: string | null): string {

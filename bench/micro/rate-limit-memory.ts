@@ -1,7 +1,7 @@
 // The rate limiter's memory at one million agents, each with one counter: what
 // the counters add to the heap (and to the typed arrays they live in) and to
 // the RSS. Fails above 200 MB of heap + arrayBuffers.
-//   npm run build --silent && node --expose-gc dist/bench/micro/rate-limit-memory.js
+//   npm run bench:limits-memory
 import { randomUUID } from 'node:crypto';
 import { parsePolicy } from '../../shared/policy/index.js';
 import { RateLimiter } from '../../proxy/rate-limiter.js';

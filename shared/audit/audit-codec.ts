@@ -62,7 +62,8 @@ export const AUDIT_COLUMNS = [
   // the rule name, whether another stage refused them (SSRF guard, a limit) or no
   // policy ran (a bad target): see docs/api.md "POST /policy/replay".
   { name: 'policy_path', type: 'String CODEC(ZSTD(1))', field: 'policyPath', kind: 'text' },
-  { name: 'policy_decided', type: "Bool DEFAULT source = 'proxy' AND rule_matched != '' AND rule_matched != 'target_forbidden' AND NOT startsWith(rule_matched, 'limit:')", field: 'policyDecided', kind: 'flag' },
+  // Old rows: allowed under a rule, or refused 403 by one (other refusals after the policy allowed a call, 5xx or 400, kept its rule name).
+  { name: 'policy_decided', type: "Bool DEFAULT source = 'proxy' AND rule_matched NOT IN ('', 'target_forbidden', 'uninspectable_body') AND NOT startsWith(rule_matched, 'limit:') AND (decision = 'allowed' OR status_code = 403)", field: 'policyDecided', kind: 'flag' },
 ] as const satisfies readonly AuditColumn[];
 
 export type AuditColumnName = (typeof AUDIT_COLUMNS)[number]['name'];

@@ -29,12 +29,21 @@ export function evaluatePolicy(policy: CompiledPolicy | null, tool: string, acti
   return policy.defaultResult;
 }
 
-/** The first `mode: shadow` rule that matches the call (what it would have decided), or null. */
-export function evaluateShadow(policy: CompiledPolicy | null, tool: string, action: string, path: string, mcp: McpCall | null = null): CompiledRule | null {
+/**
+ * The first `mode: shadow` rule (in list order) that matches the call (what it
+ * would have decided), or null. `mcp` may be a batch's requests: a rule matches
+ * when it matches any of them, as an enforced one would deny the batch.
+ */
+export function evaluateShadow(policy: CompiledPolicy | null, tool: string, action: string, path: string, mcp: McpCall | readonly (McpCall | null)[] | null = null): CompiledRule | null {
   if (policy === null) return null;
   const rules = policy.shadowRules;
   for (let i = 0; i < rules.length; i++) {
-    if (matchesCall(rules[i]!, tool, action, path, mcp)) return rules[i]!;
+    const rule = rules[i]!;
+    if (mcp === null || !Array.isArray(mcp) || !rule.mcp) {
+      if (matchesCall(rule, tool, action, path, Array.isArray(mcp) ? null : (mcp as McpCall | null))) return rule;
+    } else {
+      for (const call of mcp as readonly (McpCall | null)[]) if (matchesCall(rule, tool, action, path, call)) return rule;
+    }
   }
   return null;
 }
@@ -57,8 +66,31 @@ export function matchesCall(m: CallMatcher, tool: string, action: string, path: 
 
 function matchesMcp(m: CallMatcher, mcp: McpCall | null): boolean {
   if (mcp === null) return false;
-  if (m.mcpMethodRegExp !== null && !m.mcpMethodRegExp.test(mcp.method)) return false;
-  return m.mcpToolRegExp === null || (mcp.tool !== null && m.mcpToolRegExp.test(mcp.tool));
+  if (m.mcpMethodGlob !== null && !matchGlob(m.mcpMethodGlob, mcp.method)) return false;
+  return m.mcpToolGlob === null || (mcp.tool !== null && matchGlob(m.mcpToolGlob, mcp.tool));
+}
+
+/**
+ * `text` matches the glob whose literal parts (split at `*`) are `parts`: the
+ * first is a prefix, the last a suffix, and the middle ones occur in order
+ * between them. Taking each middle part at its first occurrence is enough
+ * (any later match could use it too), so this is one indexOf per part: linear
+ * in the text, where a backtracking RegExp of several `.*` is not.
+ */
+export function matchGlob(parts: readonly string[], text: string): boolean {
+  if (parts.length === 1) return text === parts[0];
+  const first = parts[0]!;
+  const last = parts[parts.length - 1]!;
+  if (text.length < first.length + last.length || !text.startsWith(first) || !text.endsWith(last)) return false;
+  let at = first.length;
+  const end = text.length - last.length;
+  for (let i = 1; i < parts.length - 1; i++) {
+    const part = parts[i]!;
+    const found = text.indexOf(part, at);
+    if (found < 0 || found + part.length > end) return false;
+    at = found + part.length;
+  }
+  return true;
 }
 
 function matchesTool(rule: CallMatcher, tool: string): boolean {

@@ -162,7 +162,8 @@ export function parsePolicy(yamlText: string, limits: PolicyLimits = POLICY_LIMI
       message: `No rule matched; the default is ${defaultDecision}.`,
     }) satisfies PolicyDecision,
     limits: Object.freeze(compiledLimits),
-    usesMcp: rules.some((rule) => rule.mcp) || compiledLimits.some((limit) => limit.mcp),
+    usesMcp: rules.some((rule) => rule.mcp && !rule.shadow) || compiledLimits.some((limit) => limit.mcp),
+    shadowUsesMcp: rules.some((rule) => rule.mcp && rule.shadow),
   });
 }
 
@@ -171,10 +172,10 @@ export function parsePolicy(yamlText: string, limits: PolicyLimits = POLICY_LIMI
  * MCP tool names are), `*` any run of characters (slashes included); no other
  * character is special.
  */
-function mcpMatchers(method: string | undefined, tool: string | undefined): { mcp: boolean; mcpMethodRegExp: RegExp | null; mcpToolRegExp: RegExp | null } {
+function mcpMatchers(method: string | undefined, tool: string | undefined): { mcp: boolean; mcpMethodGlob: readonly string[] | null; mcpToolGlob: readonly string[] | null } {
   // `mcp_tool: "*"` still needs a tool: a request without one (tools/list) does not match it.
-  const glob = (text: string | undefined) => (text === undefined ? null : new RegExp(`^${text.split(/\*+/).map(escapeRegExp).join('.*')}$`, 's'));
-  return { mcp: method !== undefined || tool !== undefined, mcpMethodRegExp: glob(method), mcpToolRegExp: glob(tool) };
+  const glob = (text: string | undefined) => (text === undefined ? null : Object.freeze(text.split(/\*+/)));
+  return { mcp: method !== undefined || tool !== undefined, mcpMethodGlob: glob(method), mcpToolGlob: glob(tool) };
 }
 
 function compileLimits(

@@ -65,9 +65,13 @@ export interface CallMatcher {
   readonly pathRegExp: RegExp | null;
   /** The rule names `mcp_method` or `mcp_tool`: it matches only a JSON-RPC request. */
   readonly mcp: boolean;
-  /** `mcp_method` / `mcp_tool` globs (case-sensitive, `*` any run of characters); null: any. */
-  readonly mcpMethodRegExp: RegExp | null;
-  readonly mcpToolRegExp: RegExp | null;
+  /**
+   * `mcp_method` / `mcp_tool` globs split at their `*`s (case-sensitive, `*` any
+   * run of characters); null: any. Matched without a RegExp: a tool name comes
+   * from the body and may be a megabyte long (matchGlob is linear in it).
+   */
+  readonly mcpMethodGlob: readonly string[] | null;
+  readonly mcpToolGlob: readonly string[] | null;
 }
 
 export interface CompiledRule extends CallMatcher {
@@ -119,6 +123,8 @@ export interface CompiledPolicy {
   readonly defaultResult: PolicyDecision;
   /** In document order; empty when the policy has none (then limiting costs nothing). */
   readonly limits: readonly CompiledLimit[];
-  /** A rule or limit names `mcp_method` or `mcp_tool`: the proxy reads the request body to decide (else it streams it untouched). */
+  /** An enforced rule or a limit names `mcp_method` or `mcp_tool`: the proxy reads the request body to decide, failing closed (else it streams it untouched). */
   readonly usesMcp: boolean;
+  /** Only shadow rules name them: the body is read when it can be, for the audit, and never refuses a call. */
+  readonly shadowUsesMcp: boolean;
 }

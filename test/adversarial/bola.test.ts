@@ -41,6 +41,7 @@ const ID_INPUTS: Record<RouteKey, { path?: string[]; body?: string[]; query?: st
   'POST /credentials': {},
   'DELETE /credentials/:id': { path: ['id'] },
   'POST /policy/check': { body: ['agent_id'] },
+  'POST /policy/replay': { body: ['agent_id'] },
   'POST /audit': { body: ['agent_id'] },
   'GET /audit': { query: ['agent_id'] },
   'GET /audit/export/pdf': {},
@@ -109,6 +110,8 @@ t.test('body and query ids in other spellings: 404 (body) or nothing (filter), l
     const check = await api(base, B, 'POST', '/policy/check', { agent_id: value, tool: 'x', action: 'GET', reasoning: '' });
     t.equal(check.status, 404, `/policy/check agent_id ${how}`);
     t.notOk(check.text.includes('alpha-secret-rule'), 'no trace of A\'s rule');
+    const replay = await api(base, B, 'POST', '/policy/replay', { agent_id: value, rules_yaml: 'version: "1"\nrules: []\n' });
+    t.equal(replay.status, 404, `/policy/replay agent_id ${how}`);
     const write = await api(base, B, 'POST', '/audit', { agent_id: value, tool_name: 'forged', action: 'GET', decision: 'allowed' });
     t.equal(write.status, 404, `POST /audit agent_id ${how}`);
     const list = await api(base, B, 'GET', `/audit?agent_id=${value}`);

@@ -137,6 +137,13 @@ const COLLECTION_ROUTES: Record<RouteKey, (t: Test) => Promise<void>> = {
     t.equal(res.text, unknown.text, "the same answer as for an id that does not exist");
     t.notOk(res.text.includes('no-deletes'), "no trace of A's policy");
   },
+  'POST /policy/replay': async (t) => {
+    const body = { agent_id: A.agent.id, rules_yaml: 'version: "1"\nrules: []\n' };
+    const res = await api(base, B.session, 'POST', '/policy/replay', body);
+    assertNotFound(t, res, "replay over A's agent");
+    const unknown = await api(base, B.session, 'POST', '/policy/replay', { ...body, agent_id: crypto.randomUUID() });
+    t.equal(res.text, unknown.text, 'the same answer as for an id that does not exist');
+  },
   'POST /audit': async (t) => {
     const res = await api(base, B.session, 'POST', '/audit', { agent_id: A.agent.id, tool_name: 'forged', action: 'GET', decision: 'denied' });
     assertNotFound(t, res, "audit write for A's agent");

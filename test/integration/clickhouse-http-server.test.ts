@@ -304,7 +304,7 @@ t.test('the audit store over the server, through outages', async (t) => {
   t.equal(report.totals.calls, 12);
   t.equal(report.totals.denied, 4);
   t.equal(report.perAgent.length, 2);
-  t.strictSame(report.topTools, [{ toolName: 'api.github.com', calls: 6, denied: 2 }]);
+  t.strictSame(report.topTools, [{ toolName: 'api.github.com', mcpTool: null, calls: 6, denied: 2 }]);
   t.equal(report.entries.length, 12);
 
   t.comment('outage 1: SIGTERM');

@@ -281,3 +281,32 @@ t.test('MCP-aware rules on raw bodies: batches, fail-closed bodies, header check
   t.ok(rows.filter((r) => r.rule_matched === 'uninspectable_body').every((r) => r.mcp_method === null && r.decision === 'denied'), 'uninspectable bodies: denied, no MCP fields');
   t.match(rows.find((r) => r.status_code === 429), { rule_matched: 'limit:ticks', mcp_tool: 'ticks' });
 });
+
+t.test('shadow-only MCP fields never refuse a call for its body; a shadow rule is tried on every element of a batch', async (t) => {
+  const echo = await startUpstream();
+  t.teardown(() => echo.close());
+  const shadowAgent = await createAgent(service.url, owner, 'mcp-shadow', 'none');
+  const set = await api(service.url, owner, 'POST', `/agents/${shadowAgent.id}/policy`, {
+    rules_yaml: 'version: "1"\nrules:\n  - name: try-no-merges\n    tool: "*"\n    action: POST\n    mcp_tool: merge_pull_request\n    decision: deny\n    mode: shadow\n',
+  });
+  t.equal(set.status, 200);
+  const send = async (body: string | Buffer, headers: Record<string, string> = {}) => {
+    const res = await fetch(`${service.url}/proxy/${shadowAgent.api_key}/${echo.authority}/echo`, {
+      method: 'POST', headers: { 'content-type': 'application/json', ...headers }, body: Buffer.isBuffer(body) ? new Uint8Array(body) : body,
+    });
+    await res.arrayBuffer();
+    return res.status;
+  };
+  const call = (name: string, id = 1) => ({ jsonrpc: '2.0', id, method: 'tools/call', params: { name } });
+  t.equal(await send(gzipSync('{}'), { 'content-encoding': 'gzip' }), 200, 'an encoded body passes');
+  t.equal(await send('not json'), 200, 'a body that is not JSON passes');
+  t.equal(await send(JSON.stringify(call('get_issue')), { 'mcp-method': 'tools/list' }), 200, 'a header that disagrees passes');
+  t.equal(await send(JSON.stringify([call('get_issue'), call('merge_pull_request', 2)])), 200, 'the batch is forwarded');
+  const rows = await eventually(async () => {
+    const page = (await api(service.url, owner, 'GET', `/audit?agent_id=${shadowAgent.id}`)).json as any[];
+    return page.length >= 4 ? page : undefined;
+  });
+  const batch = rows.find((r) => r.mcp_tool === 'get_issue' && r.shadow_rule !== null);
+  t.match(batch, { decision: 'allowed', shadow_rule: 'try-no-merges', shadow_decision: 'deny' }, 'the shadow rule matched the second element of the batch');
+  t.ok(rows.every((r) => r.decision === 'allowed'), 'nothing was refused');
+});

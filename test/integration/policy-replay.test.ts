@@ -217,17 +217,22 @@ t.test('rows written by an earlier version (no shadow, path or decided columns) 
   await service.auditStore.insertEncoded(
     old({ action: 'DELETE', toolName: 'api.example.com', toolUrl: 'https://api.example.com/items//7?x=1', ruleMatched: 'default', decision: 'allowed' }) +
       old({ action: 'GET', toolName: 'api.example.com', toolUrl: 'https://api.example.com/x', ruleMatched: 'target_forbidden', decision: 'denied' }) +
-      old({ action: 'GET', toolName: 'api.example.com', toolUrl: 'https://api.example.com/y', ruleMatched: 'limit:l', decision: 'denied' }),
+      old({ action: 'GET', toolName: 'api.example.com', toolUrl: 'https://api.example.com/y', ruleMatched: 'limit:l', decision: 'denied' }) +
+      // Allowed by its rule, then refused 503 (a store down while loading the credential): not the policy's decision.
+      old({ action: 'POST', toolName: 'api.example.com', toolUrl: 'https://api.example.com/z', ruleMatched: 'writes', decision: 'denied', statusCode: 503 }) +
+      // A bare host: the proxy matches the path '/'.
+      old({ action: 'PUT', toolName: 'api.example.com', toolUrl: 'https://api.example.com', ruleMatched: 'default', decision: 'allowed' }),
     'old-rows',
   );
-  const rows = await auditOf(agent.id, 3);
+  const rows = await auditOf(agent.id, 5);
   t.ok(rows.every((r) => r.shadow_rule === null && r.shadow_decision === null && r.mcp_method === null && r.mcp_tool === null), 'the new fields read as null');
   const replay = await api(service.url, owner, 'POST', '/policy/replay', {
     agent_id: agent.id,
-    rules_yaml: 'version: "1"\nrules:\n  - name: no-item-deletes\n    tool: "*"\n    action: DELETE\n    path: /items/*\n    decision: deny\n  - name: no-gets\n    tool: "*"\n    action: GET\n    decision: deny\n',
+    rules_yaml: 'version: "1"\nrules:\n  - name: no-item-deletes\n    tool: "*"\n    action: DELETE\n    path: /items/*\n    decision: deny\n  - name: no-gets\n    tool: "*"\n    action: GET\n    decision: deny\n  - name: no-root-puts\n    tool: "*"\n    action: PUT\n    path: /\n    decision: deny\n  - name: posts\n    tool: "*"\n    action: POST\n    decision: allow\n',
   });
-  t.match(replay.json, { total: 3, allow_to_deny: 1, deny_to_allow: 0, unchanged: 2 }, 'the SSRF and limit refusals are recognised by their rule and kept');
-  t.match(replay.json.samples, [{ action: 'DELETE', path: '/items/7', would_rule: 'no-item-deletes' }], 'the path taken from the URL, normalised as the proxy does');
+  t.match(replay.json, { total: 5, allow_to_deny: 2, deny_to_allow: 0, unchanged: 3 }, 'the SSRF, limit and 503 refusals are recognised and kept');
+  const samples = [...replay.json.samples].sort((a: any, b: any) => a.action.localeCompare(b.action));
+  t.match(samples, [{ action: 'DELETE', path: '/items/7', would_rule: 'no-item-deletes' }, { action: 'PUT', path: '/', would_rule: 'no-root-puts' }], 'the path taken from the URL, normalised as the proxy does (a bare host is /)');
 });
 
 t.test('a million audit rows replay in under 10 s', async (t) => {

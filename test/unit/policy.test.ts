@@ -393,3 +393,15 @@ rules:
   t.throws(() => parsePolicy('version: "1"\nrules:\n  - tool: "*"\n    action: GET\n    decision: deny\n    mcp_tol: x\n'), /unknown key 'mcp_tol' \(did you mean 'mcp_tool'\?\)/);
   t.throws(() => parsePolicy('version: "1"\nrules:\n  - tool: "*"\n    action: GET\n    decision: deny\n    mode: audit\n'), /'mode' must be enforce or shadow/);
 });
+
+t.test('MCP globs match a megabyte-long tool name in linear time (no backtracking RegExp)', async (t) => {
+  const policy = parsePolicy('version: "1"\nrules:\n  - tool: "*"\n    action: POST\n    mcp_tool: "get_*_by_*_id"\n    decision: deny\n');
+  const evil = `get_${'_by_'.repeat(256 * 1024)}`;
+  const started = performance.now();
+  const decision = evaluatePolicy(policy, 'h', 'POST', '/', { method: 'tools/call', tool: evil });
+  const ms = performance.now() - started;
+  t.equal(decision.ruleMatched, 'default');
+  t.ok(ms < 200, `decided in ${ms.toFixed(1)} ms`);
+  t.equal(evaluatePolicy(policy, 'h', 'POST', '/', { method: 'tools/call', tool: 'get_issue_by_repo_id' }).decision, 'deny');
+  t.equal(evaluatePolicy(policy, 'h', 'POST', '/', { method: 'tools/call', tool: 'get_id' }).decision, 'allow', 'parts may not overlap');
+});

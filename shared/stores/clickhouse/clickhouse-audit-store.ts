@@ -168,6 +168,7 @@ export class ClickHouseAuditStore implements AuditStore {
 
   async replaySamples(orgId: string, agentId: string, since: Date, until: Date, groups: readonly ReplayGroupKey[], limit: number): Promise<ReplaySample[]> {
     if (!UUID_RE.test(orgId) || !UUID_RE.test(agentId) || groups.length === 0) return [];
+    if (groups.length > REPLAY_SAMPLE_GROUPS) groups = groups.slice(0, REPLAY_SAMPLE_GROUPS);
     const params = replayParams(orgId, agentId, since, until);
     params.tools = groups.map((g) => g.toolName);
     params.actions = groups.map((g) => g.action);
@@ -180,8 +181,8 @@ export class ClickHouseAuditStore implements AuditStore {
       `SELECT id, timestamp, tool_name, action, ${REPLAY_PATH} AS path, mcp_method, mcp_tool, decision
        FROM ${AUDIT_TABLE}
        WHERE ${REPLAY_WINDOW} AND policy_decided
-         AND has(arrayZip({tools:Array(String)}, {actions:Array(String)}, {paths:Array(String)}, {mcpMethods:Array(String)}, {mcpTools:Array(String)}, {decisions:Array(String)}),
-                 (tool_name, action, path, mcp_method, mcp_tool, toString(decision)))
+         AND (tool_name, action, path, mcp_method, mcp_tool, toString(decision)) IN (
+               SELECT arrayJoin(arrayZip({tools:Array(String)}, {actions:Array(String)}, {paths:Array(String)}, {mcpMethods:Array(String)}, {mcpTools:Array(String)}, {decisions:Array(String)})))
        ${NEWEST_FIRST} LIMIT {limit:UInt32}`,
       params,
     );
@@ -373,7 +374,13 @@ async function migrate(client: ClickHouseClient, retentionDays: number): Promise
 const REPLAY_WINDOW =
   "org_id = {org:UUID} AND agent_id = {agentId:UUID} AND source = 'proxy' AND timestamp >= {since:DateTime64(3, 'UTC')} AND timestamp < {until:DateTime64(3, 'UTC')}";
 /** The policy path, or for rows written before it was recorded, the raw path of the URL (normalised by the service). */
-const REPLAY_PATH = "if(policy_path != '', policy_path, path(tool_url))";
+const REPLAY_PATH = "if(policy_path != '', policy_path, if(path(tool_url) = '', '/', path(tool_url)))";
+/**
+ * The changed groups a sample query names, at most: the keys travel as query
+ * parameters (in the URL over HTTP). Beyond it the samples come from the
+ * largest changed groups.
+ */
+export const REPLAY_SAMPLE_GROUPS = 2_000;
 
 function replayParams(orgId: string, agentId: string, since: Date, until: Date): QueryParams {
   return { org: orgId, agentId, since: toChDateTime(since), until: toChDateTime(until) };

@@ -1,0 +1,93 @@
+// Policy replay: what a candidate policy would have decided for an agent's
+// proxied calls in a window. ClickHouse groups the calls by their decision
+// inputs (tool, action, path, MCP request, outcome); the candidate is evaluated
+// once per group with the proxy's own evaluator, on the path the proxy matched,
+// and the counts are expanded. Calls the policy did not decide keep their
+// decision. POST /policy/replay answers with this; bench/micro/replay.ts times it.
+import { evaluatePolicy, type CompiledPolicy, type PolicyDecision } from '../shared/policy/index.js';
+import type { AuditStore, ReplayGroupKey } from '../shared/stores/audit-store.js';
+import { normalizePolicyPath } from '../shared/target.js';
+
+/** Changed calls listed, at most. */
+const REPLAY_SAMPLES = 100;
+
+export interface ReplayResult {
+  total: number;
+  unchanged: number;
+  allow_to_deny: number;
+  deny_to_allow: number;
+  by_tool: { tool_name: string; action: string; calls: number; allow_to_deny: number; deny_to_allow: number }[];
+  samples: {
+    audit_id: string;
+    timestamp: string;
+    tool_name: string;
+    action: string;
+    path: string;
+    decision: 'allowed' | 'denied';
+    would_decision: 'allow' | 'deny';
+    would_rule: string;
+  }[];
+}
+
+export async function replayPolicy(store: AuditStore, orgId: string, agentId: string, since: Date, until: Date, candidate: CompiledPolicy): Promise<ReplayResult> {
+  const groups = await store.replayGroups(orgId, agentId, since, until);
+  let total = 0;
+  let allowToDeny = 0;
+  let denyToAllow = 0;
+  const byTool = new Map<string, ReplayResult['by_tool'][number]>();
+  const changed: (ReplayGroupKey & { calls: number })[] = [];
+  const wouldOf = new Map<string, { decision: PolicyDecision; path: string }>();
+  for (const group of groups) {
+    total += group.calls;
+    const toolKey = `${group.toolName}\n${group.action}`;
+    let tool = byTool.get(toolKey);
+    if (tool === undefined) byTool.set(toolKey, (tool = { tool_name: group.toolName, action: group.action, calls: 0, allow_to_deny: 0, deny_to_allow: 0 }));
+    tool.calls += group.calls;
+    // Calls another stage decided (SSRF guard, limits, a bad target) keep their decision.
+    if (!group.policyDecided) continue;
+    const path = group.normalised ? group.path : normalizePolicyPath(group.path) ?? group.path;
+    const mcp = group.mcpMethod === '' ? null : { method: group.mcpMethod, tool: group.mcpTool === '' ? null : group.mcpTool };
+    const would = evaluatePolicy(candidate, group.toolName, group.action, path, mcp);
+    if (group.decision === 'allowed' && would.decision === 'deny') {
+      allowToDeny += group.calls;
+      tool.allow_to_deny += group.calls;
+    } else if (group.decision === 'denied' && would.decision === 'allow') {
+      denyToAllow += group.calls;
+      tool.deny_to_allow += group.calls;
+    } else {
+      continue;
+    }
+    changed.push({ toolName: group.toolName, action: group.action, path: group.path, mcpMethod: group.mcpMethod, mcpTool: group.mcpTool, decision: group.decision, calls: group.calls });
+    wouldOf.set(replayKey(group), { decision: would, path });
+  }
+  // The largest changed groups first: the store names at most a few thousand in its query.
+  changed.sort((a, b) => b.calls - a.calls);
+  const rows = await store.replaySamples(orgId, agentId, since, until, changed, REPLAY_SAMPLES);
+  const samples: ReplayResult['samples'] = [];
+  for (const row of rows) {
+    const would = wouldOf.get(replayKey(row));
+    if (would === undefined) continue; // a row of a changed group always has one; never trust a join blindly
+    samples.push({
+      audit_id: row.id,
+      timestamp: row.timestamp,
+      tool_name: row.toolName,
+      action: row.action,
+      path: would.path,
+      decision: row.decision,
+      would_decision: would.decision.decision,
+      would_rule: would.decision.ruleMatched,
+    });
+  }
+  return {
+    total,
+    unchanged: total - allowToDeny - denyToAllow,
+    allow_to_deny: allowToDeny,
+    deny_to_allow: denyToAllow,
+    by_tool: [...byTool.values()].sort((a, b) => b.calls - a.calls || a.tool_name.localeCompare(b.tool_name) || a.action.localeCompare(b.action)),
+    samples,
+  };
+}
+
+function replayKey(g: ReplayGroupKey): string {
+  return `${g.toolName}\n${g.action}\n${g.path}\n${g.mcpMethod}\n${g.mcpTool}\n${g.decision}`;
+}
