@@ -2,7 +2,7 @@
 import { randomUUID } from 'node:crypto';
 import { isUuid } from '../shared/http.js';
 import { GuardError } from '../shared/errors.js';
-import type { AuditDecision, AuditFilter, AuditRecord } from '../shared/types.js';
+import { NO_PROXY_DETAIL, type AuditDecision, type AuditFilter, type AuditRecord } from '../shared/types.js';
 import type { AdminContext, Handler } from './context.js';
 import { enumField, integerField, json, queryInteger, readJsonObject, stringField } from './http.js';
 import { requireAgent } from './agents.js';
@@ -99,13 +99,7 @@ export function auditHandlers(ctx: AdminContext) {
       output: null,
       outputTruncated: false,
       requestId: randomUUID(),
-      mcpSessionId: null,
-      mcpMethod: null,
-      mcpTool: null,
-      shadowRule: null,
-      shadowDecision: null,
-      policyPath: '',
-      policyDecided: false,
+      ...NO_PROXY_DETAIL,
     };
     try {
       await ctx.auditBatcher.enqueueDurable(record);

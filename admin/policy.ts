@@ -73,7 +73,7 @@ export function policyHandlers(ctx: AdminContext) {
       quota: limit.quota,
       window_seconds: limit.windowMs / 1000,
     }));
-    const shadow = evaluateShadow(compiled, inputs.tool, action.toUpperCase(), inputs.path, mcp);
+    const shadow = evaluateShadow(compiled, inputs.tool, action.toUpperCase(), inputs.path, mcp === null ? null : [mcp]);
     return json(200, {
       decision: result.decision,
       message: result.message,

@@ -16,7 +16,12 @@ function decide(ex: ProxyExchange, policy: CompiledPolicy | typeof NONE): undefi
   const compiled = policy === NONE ? null : policy;
   ex.policy = compiled;
   if (compiled !== null && (compiled.usesMcp || compiled.shadowUsesMcp)) return undefined;
-  return applyDecision(ex, compiled, evaluatePolicy(compiled, ex.target!.hostname, ex.method, ex.policyPath), null);
+  return decideOnHead(ex, compiled);
+}
+
+/** Decides on the head alone (tool, method, path): no MCP request to match. */
+export function decideOnHead(ex: ProxyExchange, policy: CompiledPolicy | null): undefined | false {
+  return applyDecision(ex, policy, evaluatePolicy(policy, ex.target!.hostname, ex.method, ex.policyPath), null);
 }
 
 /**

@@ -8,7 +8,7 @@
 // rules can match. Any other policy decided in authorize.ts; nothing here.
 import { MCP_INSPECT_MAX_BYTES, readJsonRpc } from '../shared/mcp.js';
 import { evaluatePolicy, type CompiledPolicy, type McpCall, type PolicyDecision } from '../shared/policy/index.js';
-import { applyDecision } from './authorize.js';
+import { applyDecision, decideOnHead } from './authorize.js';
 import type { ProxyExchange, Stage } from './exchange.js';
 
 export const UNINSPECTABLE_RULE = 'uninspectable_body';
@@ -23,11 +23,11 @@ export function createInspectMcp(): Stage {
     if (body === null) return decide(ex, policy, null, enforcing);
     const encoding = ex.contentEncoding?.trim().toLowerCase();
     if (encoding !== undefined && encoding !== '' && encoding !== 'identity') {
-      return enforcing ? uninspectable(ex, `a body with Content-Encoding: ${ex.contentEncoding!.slice(0, 40)}`) : decideUninspected(ex, policy);
+      return enforcing ? uninspectable(ex, `a body with Content-Encoding: ${ex.contentEncoding!.slice(0, 40)}`) : decideOnHead(ex, policy);
     }
-    if (ex.contentLength > MCP_INSPECT_MAX_BYTES) return enforcing ? uninspectable(ex, 'a body over 1 MiB') : decideUninspected(ex, policy);
+    if (ex.contentLength > MCP_INSPECT_MAX_BYTES) return enforcing ? uninspectable(ex, 'a body over 1 MiB') : decideOnHead(ex, policy);
     // A chunked body could outgrow the cap after part of it was read: only a rule that decides may refuse it.
-    if (!enforcing && ex.contentLength < 0) return decideUninspected(ex, policy);
+    if (!enforcing && ex.contentLength < 0) return decideOnHead(ex, policy);
     return body.collect(MCP_INSPECT_MAX_BYTES).then((bytes) => {
       if (ex.finished) return false;
       return bytes === null ? uninspectable(ex, 'a body over 1 MiB') : decide(ex, policy, bytes, enforcing);
@@ -40,14 +40,9 @@ function uninspectable(ex: ProxyExchange, what: string): false {
   return ex.answerError('policy_denied', `The policy decides on the JSON-RPC body, and ${what} cannot be inspected.`, { rule_matched: UNINSPECTABLE_RULE });
 }
 
-/** Shadow-only MCP fields and a body not read: decided as any call, the shadow rules without a request. */
-function decideUninspected(ex: ProxyExchange, policy: CompiledPolicy): undefined | false {
-  return applyDecision(ex, policy, evaluatePolicy(policy, ex.target!.hostname, ex.method, ex.policyPath), null);
-}
-
 function decide(ex: ProxyExchange, policy: CompiledPolicy, bytes: Buffer | null, enforcing: boolean): undefined | false {
   const read = readJsonRpc(bytes);
-  if (read === 'not_json') return enforcing ? uninspectable(ex, 'a body that is not JSON') : decideUninspected(ex, policy);
+  if (read === 'not_json') return enforcing ? uninspectable(ex, 'a body that is not JSON') : decideOnHead(ex, policy);
   const { batch, calls } = read;
 
   const methodHeader = ex.mcpMethodHeader;
@@ -64,6 +59,7 @@ function decide(ex: ProxyExchange, policy: CompiledPolicy, bytes: Buffer | null,
   }
 
   ex.mcpCalls = calls;
+  if (calls.length === 0) return decideOnHead(ex, policy);
   const tool = ex.target!.hostname;
   let decision: PolicyDecision | null = null;
   let chosen: McpCall | null = null;
@@ -76,9 +72,8 @@ function decide(ex: ProxyExchange, policy: CompiledPolicy, bytes: Buffer | null,
     }
     if (element.decision === 'deny') break;
   }
-  decision ??= evaluatePolicy(policy, tool, ex.method, ex.policyPath, null);
   ex.mcpCall = chosen;
-  return applyDecision(ex, policy, decision, calls);
+  return applyDecision(ex, policy, decision!, calls);
 }
 
 function quoted(text: string | null): string {

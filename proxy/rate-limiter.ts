@@ -28,7 +28,7 @@
 // calls all reach one proxy of P gets 1/P of it there: docs/api.md "Rate
 // limits" says so, and why (a split that follows the load needs a store round
 // trip per grant, or admits more than the quota while views are stale).
-import { matchesCall, type CompiledLimit, type McpCall } from '../shared/policy/index.js';
+import { matchesAnyCall, type CompiledLimit, type McpCall } from '../shared/policy/index.js';
 import type { RateCountRow } from '../shared/stores/metadata-driver.js';
 
 /** Sub-windows per window: a refusal comes at most W/SLOTS early. */
@@ -125,7 +125,8 @@ export class RateLimiter {
     matched.length = 0;
     counters.length = 0;
     for (let i = 0; i < limits.length; i++) {
-      if (matchesAny(limits[i]!, tool, action, path, mcp)) matched.push(limits[i]!);
+      // An MCP batch is counted once when any of its requests matches.
+      if (matchesAnyCall(limits[i]!, tool, action, path, mcp)) matched.push(limits[i]!);
     }
     if (matched.length === 0) return null;
 
@@ -284,9 +285,8 @@ export class RateLimiter {
 
   /**
    * A sync's answer: the live proxies (sorted ids) and the store's totals of
-   * counters that changed. `unsent` is what was admitted here and is not yet in
-   * those totals (the log since takeAdmitted, for a store answered
-   * asynchronously).
+   * counters that changed. Own counts not yet in those totals (admitted since
+   * takeAdmitted, for a store answered asynchronously) are told apart.
    */
   applySync(nodes: readonly string[], self: string, totals: readonly RateCount[]): void {
     this.#nodes = Math.max(1, nodes.length);
@@ -294,12 +294,13 @@ export class RateLimiter {
     this.#syncsDone++;
     const remote = this.#remote!;
     const unsent = this.#pending;
+    const now = this.#now();
     for (const total of totals) {
       const table = this.#tableFromKey(total.limit_key);
       if (table === null) continue;
       const counter = this.#counter(table, total.agent_id);
       if (counter < 0) continue;
-      const current = Math.floor(this.#now() / table.slotMs);
+      const current = Math.floor(now / table.slotMs);
       if (total.slot > current || total.slot < current - SLOTS) continue;
       this.#advance(counter, current);
       if (this.#newest[counter]! < total.slot) continue;
@@ -448,11 +449,4 @@ export class RateLimiter {
     return (slot + RING) * table.slotMs;
   }
 
-}
-
-/** A limit counts an MCP batch once when it matches any of its requests. */
-function matchesAny(limit: CompiledLimit, tool: string, action: string, path: string, mcp: readonly (McpCall | null)[] | null): boolean {
-  if (mcp === null || mcp.length === 0 || !limit.mcp) return matchesCall(limit, tool, action, path, null);
-  for (let i = 0; i < mcp.length; i++) if (matchesCall(limit, tool, action, path, mcp[i]!)) return true;
-  return false;
 }

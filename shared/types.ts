@@ -85,11 +85,24 @@ export interface AuditRecord {
   policyDecided: boolean;
 }
 
+/**
+ * The record fields only a proxied call fills in (the MCP session and request,
+ * the shadow rule, what policy replay reads), as an entry that is not one has
+ * them: POST /audit, and records made for tests.
+ */
+export const NO_PROXY_DETAIL = Object.freeze({
+  mcpSessionId: null,
+  mcpMethod: null,
+  mcpTool: null,
+  shadowRule: null,
+  shadowDecision: null,
+  policyPath: '',
+  policyDecided: false,
+} as const satisfies Partial<AuditRecord>);
+
 export interface AuditFilter {
   agentId?: string;
   mcpSessionId?: string;
-  /** Only `proxy` or only `api` entries. */
-  source?: AuditSource;
   mcpMethod?: string;
   mcpTool?: string;
   decision?: AuditDecision;

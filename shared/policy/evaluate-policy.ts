@@ -31,21 +31,24 @@ export function evaluatePolicy(policy: CompiledPolicy | null, tool: string, acti
 
 /**
  * The first `mode: shadow` rule (in list order) that matches the call (what it
- * would have decided), or null. `mcp` may be a batch's requests: a rule matches
- * when it matches any of them, as an enforced one would deny the batch.
+ * would have decided), or null. `calls` are the requests of an MCP body (a
+ * batch's elements): a rule matches when it matches any of them, as an
+ * enforced one would deny the batch.
  */
-export function evaluateShadow(policy: CompiledPolicy | null, tool: string, action: string, path: string, mcp: McpCall | readonly (McpCall | null)[] | null = null): CompiledRule | null {
+export function evaluateShadow(policy: CompiledPolicy | null, tool: string, action: string, path: string, calls: readonly (McpCall | null)[] | null = null): CompiledRule | null {
   if (policy === null) return null;
   const rules = policy.shadowRules;
   for (let i = 0; i < rules.length; i++) {
-    const rule = rules[i]!;
-    if (mcp === null || !Array.isArray(mcp) || !rule.mcp) {
-      if (matchesCall(rule, tool, action, path, Array.isArray(mcp) ? null : (mcp as McpCall | null))) return rule;
-    } else {
-      for (const call of mcp as readonly (McpCall | null)[]) if (matchesCall(rule, tool, action, path, call)) return rule;
-    }
+    if (matchesAnyCall(rules[i]!, tool, action, path, calls)) return rules[i]!;
   }
   return null;
+}
+
+/** A rule or limit matches a call whose body holds `calls` (an MCP batch): one that names MCP fields when any request matches. */
+export function matchesAnyCall(m: CallMatcher, tool: string, action: string, path: string, calls: readonly (McpCall | null)[] | null): boolean {
+  if (!m.mcp || calls === null || calls.length === 0) return matchesCall(m, tool, action, path, null);
+  for (let i = 0; i < calls.length; i++) if (matchesCall(m, tool, action, path, calls[i]!)) return true;
+  return false;
 }
 
 /** The policy's limits that count a call (tool, action and path as for evaluatePolicy), in document order. */

@@ -30,7 +30,7 @@ import type { Alias, Document, Node, Pair, YAMLMap } from 'yaml';
 import { GuardError } from '../errors.js';
 import { PathMatch, ToolMatch } from './types.js';
 import { RATE_PERIODS } from './types.js';
-import type { CompiledLimit, CompiledPolicy, CompiledRule, PolicyDecision, PolicyVerdict, RatePeriod } from './types.js';
+import type { CallMatcher, CompiledLimit, CompiledPolicy, CompiledRule, PolicyDecision, PolicyVerdict, RatePeriod } from './types.js';
 
 /** The largest policy text accepted, in UTF-8 bytes (256 KiB). Checked before parsing. */
 export const MAX_POLICY_BYTES = 256 * 1024;
@@ -138,10 +138,10 @@ export function parsePolicy(yamlText: string, limits: PolicyLimits = POLICY_LIMI
         defaultDecision = readVerdict(value, aliasTargets, where, 'default');
         break;
       case 'rules':
-        rules = compileRules(value, aliasTargets, limits, at, where);
+        rules = compileList(value, aliasTargets, at, where, RULES, (rule, n, ruleWhere, names) => compileRule(rule, n, ruleWhere, aliasTargets, at, names), limits.maxRules);
         break;
       case 'limits':
-        compiledLimits = compileLimits(value, aliasTargets, at, where);
+        compiledLimits = compileList(value, aliasTargets, at, where, LIMITS, (limit, n, limitWhere, names) => compileLimit(limit, n, limitWhere, aliasTargets, at, names), MAX_POLICY_LIMITS);
         break;
       default:
         fail(`${where}: unknown key ${quoted(key)} at the top level${suggest(key, TOP_LEVEL_KEYS)}; expected ${TOP_LEVEL_KEYS.join(', ')}`);
@@ -167,39 +167,102 @@ export function parsePolicy(yamlText: string, limits: PolicyLimits = POLICY_LIMI
   });
 }
 
-/**
- * `mcp_method` / `mcp_tool` globs: case-sensitive (JSON-RPC method names and
- * MCP tool names are), `*` any run of characters (slashes included); no other
- * character is special.
- */
-function mcpMatchers(method: string | undefined, tool: string | undefined): { mcp: boolean; mcpMethodGlob: readonly string[] | null; mcpToolGlob: readonly string[] | null } {
-  // `mcp_tool: "*"` still needs a tool: a request without one (tools/list) does not match it.
-  const glob = (text: string | undefined) => (text === undefined ? null : Object.freeze(text.split(/\*+/)));
-  return { mcp: method !== undefined || tool !== undefined, mcpMethodGlob: glob(method), mcpToolGlob: glob(tool) };
+/** What a list of rules or of limits is called in messages. */
+interface ListSpec {
+  noun: 'rule' | 'limit';
+  /** The list's key and what is wrong when it is not a list: "'rules' must be a list of rules (rules: [] for none)". */
+  notAList: string;
+  /** The keys each entry must have, as the "a rule must be a mapping with ..." message names them. */
+  shape: string;
 }
 
-function compileLimits(
+const RULES: ListSpec = { noun: 'rule', notAList: "'rules' must be a list of rules (rules: [] for none)", shape: 'tool, action and decision' };
+const LIMITS: ListSpec = { noun: 'limit', notAList: "'limits' must be a list of limits", shape: 'name, tool and rate' };
+
+/**
+ * The entries of `rules` or `limits` (at most `max`), each compiled by
+ * `compileOne` with its 1-based position, where it is ("rule 3 (line 9)") and
+ * the names taken so far.
+ */
+function compileList<T>(
   node: Node | null,
   aliasTargets: ReadonlyMap<Alias, Node>,
   at: (node: Node | null | undefined) => number,
   where: string,
-): CompiledLimit[] {
+  spec: ListSpec,
+  compileOne: (entry: YAMLMap, n: number, entryWhere: string, positionByName: Map<string, number>) => T,
+  max: number,
+): T[] {
   const list = node === null ? null : deref(node, aliasTargets);
-  if (!isSeq(list)) fail(`${where}: 'limits' must be a list of limits, not ${describeNode(list)}`);
-  if (list.items.length > MAX_POLICY_LIMITS) {
-    fail(`${where}: the policy has ${formatCount(list.items.length)} limits; at most ${MAX_POLICY_LIMITS} are allowed`);
+  if (!isSeq(list)) fail(`${where}: ${spec.notAList}, not ${describeNode(list)}`);
+  if (list.items.length > max) {
+    fail(`${where}: the policy has ${formatCount(list.items.length)} ${spec.noun}s; at most ${formatCount(max)} are allowed`);
   }
-  const compiled: CompiledLimit[] = [];
+  const compiled: T[] = [];
   const positionByName = new Map<string, number>();
   list.items.forEach((item, index) => {
     const n = index + 1;
-    const limitNode = item as Node | null;
-    const limitWhere = `limit ${n} (line ${at(limitNode ?? list)})`;
-    const limit = limitNode === null ? null : deref(limitNode, aliasTargets);
-    if (!isMap(limit)) fail(`${limitWhere}: a limit must be a mapping with name, tool and rate, not ${describeNode(limit)}`);
-    compiled.push(compileLimit(limit, n, limitWhere, aliasTargets, at, positionByName));
+    const entryNode = item as Node | null;
+    const entryWhere = `${spec.noun} ${n} (line ${at(entryNode ?? list)})`;
+    const entry = entryNode === null ? null : deref(entryNode, aliasTargets);
+    if (!isMap(entry)) fail(`${entryWhere}: a ${spec.noun} must be a mapping with ${spec.shape}, not ${describeNode(entry)}`);
+    compiled.push(compileOne(entry, n, entryWhere, positionByName));
   });
   return compiled;
+}
+
+/** Calls `read` for each key of a rule or limit, refusing a repeated key and any key not in `keys`. */
+function forEachKey(
+  entry: YAMLMap,
+  noun: ListSpec['noun'],
+  n: number,
+  at: (node: Node | null | undefined) => number,
+  keys: readonly string[],
+  read: (key: string, value: Node | null, keyWhere: string) => void,
+): void {
+  const seenKeys = new Set<string>();
+  for (const pair of entry.items) {
+    const keyWhere = `${noun} ${n} (line ${at(pair.key as Node)})`;
+    const key = keyOf(pair, keyWhere);
+    if (seenKeys.has(key)) fail(`${keyWhere}: the key ${quoted(key)} appears twice in this ${noun}`);
+    seenKeys.add(key);
+    if (!keys.includes(key)) fail(`${keyWhere}: unknown key ${quoted(key)}${suggest(key, keys)}; a ${noun} has ${keys.join(', ')}`);
+    read(key, pair.value as Node | null, keyWhere);
+  }
+}
+
+/** Names are unique within rules, and within limits. */
+function claimName(positionByName: Map<string, number>, name: string, n: number, noun: ListSpec['noun'], where: string): void {
+  const earlier = positionByName.get(name);
+  if (earlier !== undefined) fail(`${where}: duplicate ${noun} name ${quoted(name)} (${noun} ${earlier} has it); ${noun} names must be unique`);
+  positionByName.set(name, n);
+}
+
+/** The fields of a rule or limit that say which calls it matches (CallMatcher). `action` absent: any method. */
+function compileMatcher(
+  fields: { action?: string; tool: string; path?: string; mcp_method?: string; mcp_tool?: string },
+  fieldWhere: Partial<Record<string, string>>,
+  where: string,
+): CallMatcher {
+  const tool = compileToolGlob(fields.tool, fieldWhere.tool ?? where);
+  const path = fields.path === undefined ? ANY_PATH : compilePathGlob(fields.path, fieldWhere.path ?? where);
+  // `mcp_tool: "*"` still needs a tool: a request without one (tools/list) does not match it.
+  const glob = (text: string | undefined) => (text === undefined ? null : Object.freeze(text.split(/\*+/)));
+  return {
+    action: fields.action === undefined ? null : compileAction(fields.action, fieldWhere.action ?? where),
+    toolMatch: tool.match,
+    toolText: tool.text,
+    toolRegExp: tool.regExp,
+    pathMatch: path.match,
+    pathText: path.text,
+    pathPrefix: path.prefix,
+    pathRegExp: path.regExp,
+    // `mcp_method` / `mcp_tool`: case-sensitive (JSON-RPC method names and MCP tool
+    // names are), `*` any run of characters (slashes included); nothing else is special.
+    mcp: fields.mcp_method !== undefined || fields.mcp_tool !== undefined,
+    mcpMethodGlob: glob(fields.mcp_method),
+    mcpToolGlob: glob(fields.mcp_tool),
+  };
 }
 
 function compileLimit(
@@ -213,32 +276,11 @@ function compileLimit(
   const fields: Partial<Record<Exclude<LimitKey, 'burst'>, string>> = {};
   const fieldWhere: Partial<Record<LimitKey, string>> = {};
   let burst = 0;
-  const seenKeys = new Set<string>();
-  for (const pair of limit.items) {
-    const keyWhere = `limit ${n} (line ${at(pair.key as Node)})`;
-    const key = keyOf(pair, keyWhere);
-    if (seenKeys.has(key)) fail(`${keyWhere}: the key ${quoted(key)} appears twice in this limit`);
-    seenKeys.add(key);
-    const value = pair.value as Node | null;
-    switch (key) {
-      case 'burst':
-        burst = readWholeNumber(value, aliasTargets, keyWhere, 'burst');
-        fieldWhere.burst = keyWhere;
-        break;
-      case 'name':
-      case 'tool':
-      case 'action':
-      case 'path':
-      case 'mcp_method':
-      case 'mcp_tool':
-      case 'rate':
-        fields[key] = readString(value, aliasTargets, keyWhere, key);
-        fieldWhere[key] = keyWhere;
-        break;
-      default:
-        fail(`${keyWhere}: unknown key ${quoted(key)}${suggest(key, LIMIT_KEYS)}; a limit has ${LIMIT_KEYS.join(', ')}`);
-    }
-  }
+  forEachKey(limit, 'limit', n, at, LIMIT_KEYS, (key, value, keyWhere) => {
+    if (key === 'burst') burst = readWholeNumber(value, aliasTargets, keyWhere, 'burst');
+    else fields[key as Exclude<LimitKey, 'burst'>] = readString(value, aliasTargets, keyWhere, key);
+    fieldWhere[key as LimitKey] = keyWhere;
+  });
   if (fields.name === undefined) fail(`${where}: missing key 'name' (limits are reported by name)`);
   if (fields.tool === undefined) fail(`${where}: missing key 'tool' (a hostname glob such as "*" or "*.github.com")`);
   if (fields.rate === undefined) fail(`${where}: missing key 'rate' (such as 100/hour)`);
@@ -248,9 +290,7 @@ function compileLimit(
   if (!LIMIT_NAME.test(name)) {
     fail(`${nameWhere}: a limit's name must be 1 to 100 printable ASCII characters (it is sent in the RateLimit headers), not ${quoted(name)}`);
   }
-  const earlier = positionByName.get(name);
-  if (earlier !== undefined) fail(`${nameWhere}: duplicate limit name ${quoted(name)} (limit ${earlier} has it); limit names must be unique`);
-  positionByName.set(name, n);
+  claimName(positionByName, name, n, 'limit', nameWhere);
 
   const rate = RATE.exec(fields.rate);
   const rateWhere = fieldWhere.rate ?? where;
@@ -262,22 +302,11 @@ function compileLimit(
   if (burst > MAX_RATE_COUNT) fail(`${fieldWhere.burst ?? where}: 'burst' must be at most ${formatCount(MAX_RATE_COUNT)}`);
   const windowMs = RATE_PERIODS[rate[2] as RatePeriod];
 
-  const action = fields.action === undefined ? null : compileAction(fields.action, fieldWhere.action ?? where);
-  const tool = compileToolGlob(fields.tool, fieldWhere.tool ?? where);
-  const path = fields.path === undefined ? ANY_PATH : compilePathGlob(fields.path, fieldWhere.path ?? where);
   const headerName = `"${name.replace(/[\\"]/g, '\\$&')}"`;
   const quota = perWindow + burst;
   return Object.freeze({
     name,
-    action,
-    toolMatch: tool.match,
-    toolText: tool.text,
-    toolRegExp: tool.regExp,
-    pathMatch: path.match,
-    pathText: path.text,
-    pathPrefix: path.prefix,
-    pathRegExp: path.regExp,
-    ...mcpMatchers(fields.mcp_method, fields.mcp_tool),
+    ...compileMatcher({ ...fields, tool: fields.tool }, fieldWhere, where),
     rate: fields.rate,
     perWindow,
     burst,
@@ -287,36 +316,6 @@ function compileLimit(
     policyHeader: `${headerName};q=${quota};w=${windowMs / 1000}`,
     headerName,
   });
-}
-
-function compileRules(
-  node: Node | null,
-  aliasTargets: ReadonlyMap<Alias, Node>,
-  limits: PolicyLimits,
-  at: (node: Node | null | undefined) => number,
-  where: string,
-): CompiledRule[] {
-  const list = node === null ? null : deref(node, aliasTargets);
-  if (!isSeq(list)) {
-    fail(`${where}: 'rules' must be a list of rules (rules: [] for none), not ${describeNode(list)}`);
-  }
-  if (list.items.length > limits.maxRules) {
-    fail(`${where}: the policy has ${formatCount(list.items.length)} rules; at most ${formatCount(limits.maxRules)} are allowed`);
-  }
-
-  const compiled: CompiledRule[] = [];
-  const positionByName = new Map<string, number>();
-  list.items.forEach((item, index) => {
-    const n = index + 1;
-    const ruleNode = item as Node | null;
-    const ruleWhere = `rule ${n} (line ${at(ruleNode ?? list)})`;
-    const rule = ruleNode === null ? null : deref(ruleNode, aliasTargets);
-    if (!isMap(rule)) {
-      fail(`${ruleWhere}: a rule must be a mapping with tool, action and decision, not ${describeNode(rule)}`);
-    }
-    compiled.push(compileRule(rule, n, ruleWhere, aliasTargets, at, positionByName));
-  });
-  return compiled;
 }
 
 function compileRule(
@@ -331,39 +330,18 @@ function compileRule(
   const fieldWhere: Partial<Record<RuleKey, string>> = {};
   let decision: PolicyVerdict | undefined;
   let shadow = false;
-
-  const seenKeys = new Set<string>();
-
-  for (const pair of rule.items) {
-    const keyWhere = `rule ${n} (line ${at(pair.key as Node)})`;
-    const key = keyOf(pair, keyWhere);
-    if (seenKeys.has(key)) fail(`${keyWhere}: the key ${quoted(key)} appears twice in this rule`);
-    seenKeys.add(key);
-    const value = pair.value as Node | null;
-    switch (key) {
-      case 'decision':
-        decision = readVerdict(value, aliasTargets, keyWhere, 'decision');
-        break;
-      case 'mode': {
-        const mode = readString(value, aliasTargets, keyWhere, 'mode');
-        if (mode !== 'enforce' && mode !== 'shadow') fail(`${keyWhere}: 'mode' must be enforce or shadow, not ${quoted(mode)}`);
-        shadow = mode === 'shadow';
-        break;
-      }
-      case 'name':
-      case 'tool':
-      case 'action':
-      case 'path':
-      case 'mcp_method':
-      case 'mcp_tool':
-      case 'message':
-        fields[key] = readString(value, aliasTargets, keyWhere, key);
-        fieldWhere[key] = keyWhere;
-        break;
-      default:
-        fail(`${keyWhere}: unknown key ${quoted(key)}${suggest(key, RULE_KEYS)}; a rule has ${RULE_KEYS.join(', ')}`);
+  forEachKey(rule, 'rule', n, at, RULE_KEYS, (key, value, keyWhere) => {
+    if (key === 'decision') {
+      decision = readVerdict(value, aliasTargets, keyWhere, 'decision');
+    } else if (key === 'mode') {
+      const mode = readString(value, aliasTargets, keyWhere, 'mode');
+      if (mode !== 'enforce' && mode !== 'shadow') fail(`${keyWhere}: 'mode' must be enforce or shadow, not ${quoted(mode)}`);
+      shadow = mode === 'shadow';
+    } else {
+      fields[key as RuleKey] = readString(value, aliasTargets, keyWhere, key);
+      fieldWhere[key as RuleKey] = keyWhere;
     }
-  }
+  });
 
   if (fields.tool === undefined) fail(`${where}: missing key 'tool' (a hostname glob such as "*" or "*.github.com")`);
   if (fields.action === undefined) fail(`${where}: missing key 'action' (an HTTP method such as DELETE, or "*")`);
@@ -373,29 +351,13 @@ function compileRule(
   if (name === 'default') {
     fail(`${fieldWhere.name ?? where}: the rule name 'default' is reserved for "no rule matched"; choose another`);
   }
-  const earlier = positionByName.get(name);
-  if (earlier !== undefined) {
-    fail(`${fieldWhere.name ?? where}: duplicate rule name ${quoted(name)} (rule ${earlier} has it); rule names must be unique`);
-  }
-  positionByName.set(name, n);
-
-  const action = compileAction(fields.action, fieldWhere.action ?? where);
-  const tool = compileToolGlob(fields.tool, fieldWhere.tool ?? where);
-  const path = fields.path === undefined ? ANY_PATH : compilePathGlob(fields.path, fieldWhere.path ?? where);
+  claimName(positionByName, name, n, 'rule', fieldWhere.name ?? where);
   const verb = decision === 'allow' ? 'Allowed' : 'Denied';
 
   return Object.freeze({
     name,
     shadow,
-    action,
-    toolMatch: tool.match,
-    toolText: tool.text,
-    toolRegExp: tool.regExp,
-    pathMatch: path.match,
-    pathText: path.text,
-    pathPrefix: path.prefix,
-    pathRegExp: path.regExp,
-    ...mcpMatchers(fields.mcp_method, fields.mcp_tool),
+    ...compileMatcher({ ...fields, tool: fields.tool }, fieldWhere, where),
     result: Object.freeze({
       decision,
       ruleMatched: name,

@@ -1,6 +1,6 @@
 // A valid audit record for store tests, with any field overridden.
 import { randomUUID } from 'node:crypto';
-import type { AuditRecord } from '../../shared/types.js';
+import { NO_PROXY_DETAIL, type AuditRecord } from '../../shared/types.js';
 
 export function auditRecord(orgId: string, overrides: Partial<AuditRecord> = {}): AuditRecord {
   return {
@@ -25,13 +25,7 @@ export function auditRecord(orgId: string, overrides: Partial<AuditRecord> = {})
     output: null,
     outputTruncated: false,
     requestId: randomUUID(),
-    mcpSessionId: null,
-    mcpMethod: null,
-    mcpTool: null,
-    shadowRule: null,
-    shadowDecision: null,
-    policyPath: '',
-    policyDecided: false,
+    ...NO_PROXY_DETAIL,
     ...overrides,
   };
 }

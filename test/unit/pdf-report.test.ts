@@ -3,7 +3,7 @@
 import t, { type Test } from 'tap';
 import pdfParse from 'pdf-parse/lib/pdf-parse.js';
 import { renderAuditPdf, type AuditPdfInput } from '../../admin/report/audit-pdf.js';
-import type { AuditRecord } from '../../shared/types.js';
+import { NO_PROXY_DETAIL, type AuditRecord } from '../../shared/types.js';
 import type { AuditReportData } from '../../shared/stores/audit-store.js';
 
 const DAY_MS = 86_400_000;
@@ -72,13 +72,7 @@ function makeCalls(since: Date, dayIndexes: number[], count: number): AuditRecor
       output: null,
       outputTruncated: false,
       requestId: `req_${i}`,
-      mcpSessionId: null,
-      mcpMethod: null,
-      mcpTool: null,
-      shadowRule: null,
-      shadowDecision: null,
-      policyPath: '',
-      policyDecided: false,
+      ...NO_PROXY_DETAIL,
     });
   }
   return calls.sort((a, b) => (a.timestamp < b.timestamp ? 1 : a.timestamp > b.timestamp ? -1 : 0));

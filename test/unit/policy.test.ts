@@ -387,8 +387,8 @@ rules:
   t.equal(evaluatePolicy(policy, 'h', 'POST', '/', { method: 'tools/list', tool: null }).ruleMatched, 'lists');
   t.equal(evaluatePolicy(policy, 'h', 'POST', '/', null).ruleMatched, 'rule-3', 'no JSON-RPC: an MCP rule never matches');
   t.equal(evaluatePolicy(policy, 'h', 'POST', '/', { method: 'Tools/list', tool: null }).ruleMatched, 'rule-3', 'MCP globs are case-sensitive');
-  t.equal(evaluateShadow(policy, 'h', 'POST', '/', { method: 'tools/call', tool: 'delete_repo' })?.name, 'try');
-  t.equal(evaluateShadow(policy, 'h', 'POST', '/', { method: 'tools/list', tool: null }), null, 'mcp_tool needs a tool');
+  t.equal(evaluateShadow(policy, 'h', 'POST', '/', [{ method: 'tools/call', tool: 'delete_repo' }])?.name, 'try');
+  t.equal(evaluateShadow(policy, 'h', 'POST', '/', [{ method: 'tools/list', tool: null }]), null, 'mcp_tool needs a tool');
   t.equal(parsePolicy('version: "1"\nrules: []\n').usesMcp, false);
   t.throws(() => parsePolicy('version: "1"\nrules:\n  - tool: "*"\n    action: GET\n    decision: deny\n    mcp_tol: x\n'), /unknown key 'mcp_tol' \(did you mean 'mcp_tool'\?\)/);
   t.throws(() => parsePolicy('version: "1"\nrules:\n  - tool: "*"\n    action: GET\n    decision: deny\n    mode: audit\n'), /'mode' must be enforce or shadow/);

@@ -390,6 +390,15 @@ function truthyValue(v: unknown): boolean {
   return v === true || v === 1 || v === '1' || v === 'true';
 }
 
+/** The filters of GET /audit that are an exact match on a string column. */
+const EXACT_FILTERS = [
+  ['toolName', 'tool_name'],
+  ['taskId', 'task_id'],
+  ['mcpSessionId', 'mcp_session_id'],
+  ['mcpMethod', 'mcp_method'],
+  ['mcpTool', 'mcp_tool'],
+] as const satisfies readonly (readonly [keyof AuditFilter, string])[];
+
 function listWhere(orgId: string, filter: AuditFilter): { where: string; params: QueryParams } {
   const clauses = ['org_id = {org:UUID}'];
   const params: QueryParams = { org: orgId };
@@ -404,29 +413,12 @@ function listWhere(orgId: string, filter: AuditFilter): { where: string; params:
     clauses.push('decision = {decision:String}');
     params.decision = filter.decision;
   }
-  if (filter.toolName !== undefined) {
-    clauses.push('tool_name = {toolName:String}');
-    params.toolName = filter.toolName;
-  }
-  if (filter.taskId !== undefined) {
-    clauses.push('task_id = {taskId:String}');
-    params.taskId = filter.taskId;
-  }
-  if (filter.mcpMethod !== undefined) {
-    clauses.push('mcp_method = {mcpMethod:String}');
-    params.mcpMethod = filter.mcpMethod;
-  }
-  if (filter.mcpTool !== undefined) {
-    clauses.push('mcp_tool = {mcpTool:String}');
-    params.mcpTool = filter.mcpTool;
-  }
-  if (filter.source !== undefined) {
-    clauses.push('source = {source:String}');
-    params.source = filter.source;
-  }
-  if (filter.mcpSessionId !== undefined) {
-    clauses.push('mcp_session_id = {mcpSessionId:String}');
-    params.mcpSessionId = filter.mcpSessionId;
+  for (const [field, column] of EXACT_FILTERS) {
+    const value = filter[field];
+    if (value !== undefined) {
+      clauses.push(`${column} = {${field}:String}`);
+      params[field] = value;
+    }
   }
   // A half-open window [since, until): consecutive windows never share a row.
   if (filter.since !== undefined) {
