@@ -3,8 +3,10 @@
 // inputs (tool, action, path, MCP request, outcome); the candidate is evaluated
 // once per group with the proxy's own evaluator, on the path the proxy matched,
 // and the counts are expanded. Calls the policy did not decide keep their
-// decision. POST /policy/replay answers with this; bench/micro/replay.ts times it.
-import { evaluatePolicy, type CompiledPolicy, type PolicyDecision } from '../shared/policy/index.js';
+// decision. A candidate's `approve` counts as not forwarded on its own: an
+// allowed call it would hold is allow_to_deny (its sample says approve), a denied
+// one stays unchanged. POST /policy/replay answers with this; bench/micro/replay.ts times it.
+import { evaluatePolicy, type CompiledPolicy, type PolicyDecision, type RuleVerdict } from '../shared/policy/index.js';
 import type { AuditStore, ReplayGroupKey } from '../shared/stores/audit-store.js';
 import { normalizePolicyPath } from '../shared/target.js';
 
@@ -24,7 +26,7 @@ export interface ReplayResult {
     action: string;
     path: string;
     decision: 'allowed' | 'denied';
-    would_decision: 'allow' | 'deny';
+    would_decision: RuleVerdict;
     would_rule: string;
   }[];
 }
@@ -48,10 +50,11 @@ export async function replayPolicy(store: AuditStore, orgId: string, agentId: st
     const path = group.normalised ? group.path : normalizePolicyPath(group.path) ?? group.path;
     const mcp = group.mcpMethod === '' ? null : { method: group.mcpMethod, tool: group.mcpTool === '' ? null : group.mcpTool };
     const would = evaluatePolicy(candidate, group.toolName, group.action, path, mcp);
-    if (group.decision === 'allowed' && would.decision === 'deny') {
+    const forwards = would.decision === 'allow';
+    if (group.decision === 'allowed' && !forwards) {
       allowToDeny += group.calls;
       tool.allow_to_deny += group.calls;
-    } else if (group.decision === 'denied' && would.decision === 'allow') {
+    } else if (group.decision === 'denied' && forwards) {
       denyToAllow += group.calls;
       tool.deny_to_allow += group.calls;
     } else {

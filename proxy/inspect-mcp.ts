@@ -2,7 +2,8 @@
 // rules"), read the request body (up to 1 MiB, into memory, then forwarded as
 // read), find its JSON-RPC requests, and decide: a batch element by element,
 // denied when any element is. A body that cannot be inspected is refused (fail
-// closed), and so are Mcp-Method / Mcp-Name headers that disagree with it. When
+// closed), and so are Mcp-Method / Mcp-Name headers that disagree with it; one
+// that needs approval holds the whole batch (hold.ts). When
 // only shadow rules name MCP fields, nothing is refused for the body: it is read
 // when it can be (identity, a known length up to 1 MiB, JSON) so that those
 // rules can match. Any other policy decided in authorize.ts; nothing here.
@@ -63,10 +64,11 @@ function decide(ex: ProxyExchange, policy: CompiledPolicy, bytes: Buffer | null,
   const tool = ex.target!.hostname;
   let decision: PolicyDecision | null = null;
   let chosen: McpCall | null = null;
+  // A batch is denied when any element is, else held when any element needs approval.
   for (let i = 0; i < calls.length; i++) {
     const call = calls[i]!;
     const element = evaluatePolicy(policy, tool, ex.method, ex.policyPath, call);
-    if (i === 0 || element.decision === 'deny') {
+    if (i === 0 || element.decision === 'deny' || (element.decision === 'approve' && decision!.decision === 'allow')) {
       decision = element;
       chosen = call;
     }

@@ -78,7 +78,7 @@ export interface AuditRecord {
   mcpTool: string | null;
   /** The first matching `mode: shadow` rule and its decision (rule vocabulary); null when none matched. */
   shadowRule: string | null;
-  shadowDecision: 'allow' | 'deny' | null;
+  shadowDecision: 'allow' | 'deny' | 'approve' | null;
   /** The target path as the policy matched it (normalised, no query); '' when the policy did not run. */
   policyPath: string;
   /** The policy gave the final decision (policy replay re-evaluates these only). */
@@ -112,8 +112,45 @@ export interface AuditFilter {
   until?: string;
 }
 
+/** An approval's status as the API reports it; `expired` is computed from expires_at, never stored. */
+export type ApprovalStatus = 'pending' | 'approved' | 'denied' | 'expired' | 'used';
+export const APPROVAL_STATUSES: readonly ApprovalStatus[] = ['pending', 'approved', 'denied', 'expired', 'used'];
+
+/** A held call waiting for, or past, a person's decision (CONTRACT.md "Held calls"). */
+export interface Approval {
+  id: string;
+  orgId: string;
+  agentId: string;
+  agentName: string;
+  /** The target hostname (the policy's tool). */
+  toolName: string;
+  /** The HTTP method. */
+  action: string;
+  /** The target authority as the agent wrote it (host[:port]): the retry must name the same. */
+  host: string;
+  /** The target path as the agent wrote it, without the query. */
+  path: string;
+  /** The raw query ('' when none). */
+  query: string;
+  reasoning: string;
+  taskId: string;
+  ruleMatched: string;
+  status: ApprovalStatus;
+  createdAt: string;
+  expiresAt: string;
+  decidedAt: string | null;
+  /** The deciding user's email. */
+  decidedBy: string | null;
+  note: string | null;
+  /** Lowercase hex SHA-256 of the held body (of '' when none). */
+  bodySha256: string;
+  bodyBytes: number;
+}
+
 /** What the metadata store tells caches when something they may hold changed. */
 export type MetadataChange =
   | { kind: 'agent'; agentId: string; keyHash: string }
   | { kind: 'policy'; agentId: string }
-  | { kind: 'credential'; orgId: string; hostname: string };
+  | { kind: 'credential'; orgId: string; hostname: string }
+  /** A person decided an approval: a proxy holding its call reads it again. */
+  | { kind: 'approval'; orgId: string; approvalId: string };

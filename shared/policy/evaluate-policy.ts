@@ -11,6 +11,7 @@ export const NO_POLICY_DECISION: PolicyDecision = Object.freeze({
   decision: 'allow',
   ruleMatched: 'default',
   message: 'No policy is set; the default is allow.',
+  approvalTimeoutS: 0,
 });
 
 /**

@@ -10,7 +10,8 @@
 //       tool: "*.github.com"  required glob over the tool name (a hostname)
 //       action: DELETE        required HTTP method token, any case, or "*"
 //       path: /repos/*/**     optional glob over the target path (no query string)
-//       decision: deny        required: allow | deny
+//       decision: deny        required: allow | deny | approve (held until a person decides)
+//       approval_timeout: 600 optional, approve rules only: whole seconds 10-86400 (default 3600)
 //       message: ...          optional string, reported instead of the generated one
 //       mode: shadow          optional: enforce (default) or shadow (reported, never decides)
 //       mcp_method: tools/call  optional glob over a JSON-RPC request's method
@@ -29,8 +30,8 @@ import { isAlias, isMap, isPair, isScalar, isSeq, LineCounter, parseDocument, vi
 import type { Alias, Document, Node, Pair, YAMLMap } from 'yaml';
 import { GuardError } from '../errors.js';
 import { PathMatch, ToolMatch } from './types.js';
-import { RATE_PERIODS } from './types.js';
-import type { CallMatcher, CompiledLimit, CompiledPolicy, CompiledRule, PolicyDecision, PolicyVerdict, RatePeriod } from './types.js';
+import { APPROVAL_TIMEOUT, RATE_PERIODS } from './types.js';
+import type { CallMatcher, CompiledLimit, CompiledPolicy, CompiledRule, PolicyDecision, PolicyVerdict, RatePeriod, RuleVerdict } from './types.js';
 
 /** The largest policy text accepted, in UTF-8 bytes (256 KiB). Checked before parsing. */
 export const MAX_POLICY_BYTES = 256 * 1024;
@@ -75,7 +76,7 @@ type LimitKey = (typeof LIMIT_KEYS)[number];
 const RATE = /^([1-9][0-9]{0,9})\/(second|minute|hour|day)$/;
 /** A limit's name goes into the RateLimit headers as a structured-field string: printable ASCII. */
 const LIMIT_NAME = /^[\x20-\x7e]{1,100}$/;
-const RULE_KEYS = ['name', 'tool', 'action', 'path', 'mcp_method', 'mcp_tool', 'decision', 'message', 'mode'] as const;
+const RULE_KEYS = ['name', 'tool', 'action', 'path', 'mcp_method', 'mcp_tool', 'decision', 'approval_timeout', 'message', 'mode'] as const;
 type RuleKey = (typeof RULE_KEYS)[number];
 
 /** RFC 9110 §9.1 / §5.6.2: a method is a token; `*` is excluded so it only means "any". */
@@ -160,6 +161,7 @@ export function parsePolicy(yamlText: string, limits: PolicyLimits = POLICY_LIMI
       decision: defaultDecision,
       ruleMatched: 'default',
       message: `No rule matched; the default is ${defaultDecision}.`,
+      approvalTimeoutS: 0,
     }) satisfies PolicyDecision,
     limits: Object.freeze(compiledLimits),
     usesMcp: rules.some((rule) => rule.mcp && !rule.shadow) || compiledLimits.some((limit) => limit.mcp),
@@ -328,11 +330,14 @@ function compileRule(
 ): CompiledRule {
   const fields: Partial<Record<RuleKey, string>> = {};
   const fieldWhere: Partial<Record<RuleKey, string>> = {};
-  let decision: PolicyVerdict | undefined;
+  let decision: RuleVerdict | undefined;
+  let approvalTimeout: { seconds: number; where: string } | undefined;
   let shadow = false;
   forEachKey(rule, 'rule', n, at, RULE_KEYS, (key, value, keyWhere) => {
     if (key === 'decision') {
-      decision = readVerdict(value, aliasTargets, keyWhere, 'decision');
+      decision = readVerdict(value, aliasTargets, keyWhere, 'decision', true);
+    } else if (key === 'approval_timeout') {
+      approvalTimeout = { seconds: readApprovalTimeout(value, aliasTargets, keyWhere), where: keyWhere };
     } else if (key === 'mode') {
       const mode = readString(value, aliasTargets, keyWhere, 'mode');
       if (mode !== 'enforce' && mode !== 'shadow') fail(`${keyWhere}: 'mode' must be enforce or shadow, not ${quoted(mode)}`);
@@ -345,14 +350,17 @@ function compileRule(
 
   if (fields.tool === undefined) fail(`${where}: missing key 'tool' (a hostname glob such as "*" or "*.github.com")`);
   if (fields.action === undefined) fail(`${where}: missing key 'action' (an HTTP method such as DELETE, or "*")`);
-  if (decision === undefined) fail(`${where}: missing key 'decision' (allow or deny)`);
+  if (decision === undefined) fail(`${where}: missing key 'decision' (allow, deny or approve)`);
+  if (approvalTimeout !== undefined && decision !== 'approve') {
+    fail(`${approvalTimeout.where}: 'approval_timeout' applies only to a rule with decision: approve`);
+  }
 
   const name = fields.name ?? `rule-${n}`;
   if (name === 'default') {
     fail(`${fieldWhere.name ?? where}: the rule name 'default' is reserved for "no rule matched"; choose another`);
   }
   claimName(positionByName, name, n, 'rule', fieldWhere.name ?? where);
-  const verb = decision === 'allow' ? 'Allowed' : 'Denied';
+  const verb = decision === 'allow' ? 'Allowed' : decision === 'deny' ? 'Denied' : 'Held for approval';
 
   return Object.freeze({
     name,
@@ -362,6 +370,7 @@ function compileRule(
       decision,
       ruleMatched: name,
       message: fields.message ?? `${verb} by rule '${name}'.`,
+      approvalTimeoutS: decision === 'approve' ? approvalTimeout?.seconds ?? APPROVAL_TIMEOUT.fallback : 0,
     }),
   });
 }
@@ -385,13 +394,24 @@ function readVersion(node: Node | null, aliasTargets: ReadonlyMap<Alias, Node>, 
   fail(`${where}: 'version' must be the string "1", not ${describeNode(value)}`);
 }
 
-function readVerdict(node: Node | null, aliasTargets: ReadonlyMap<Alias, Node>, where: string, field: string): PolicyVerdict {
+function readVerdict(node: Node | null, aliasTargets: ReadonlyMap<Alias, Node>, where: string, field: string): PolicyVerdict;
+function readVerdict(node: Node | null, aliasTargets: ReadonlyMap<Alias, Node>, where: string, field: string, orApprove: true): RuleVerdict;
+function readVerdict(node: Node | null, aliasTargets: ReadonlyMap<Alias, Node>, where: string, field: string, orApprove = false): RuleVerdict {
   const value = node === null ? null : deref(node, aliasTargets);
-  if (isScalar(value) && (value.value === 'allow' || value.value === 'deny')) return value.value;
+  if (isScalar(value) && (value.value === 'allow' || value.value === 'deny' || (orApprove && value.value === 'approve'))) return value.value;
   const shown = isScalar(value) && (typeof value.value === 'string' || typeof value.value === 'number' || typeof value.value === 'boolean')
     ? quoted(String(value.value))
     : describeNode(value);
-  fail(`${where}: '${field}' must be allow or deny, not ${shown}`);
+  const hint = !orApprove && isScalar(value) && value.value === 'approve' ? ' (approve is a rule\'s decision; the default cannot hold calls)' : '';
+  fail(`${where}: '${field}' must be ${orApprove ? 'allow, deny or approve' : 'allow or deny'}, not ${shown}${hint}`);
+}
+
+/** `approval_timeout`: whole seconds within APPROVAL_TIMEOUT. */
+function readApprovalTimeout(node: Node | null, aliasTargets: ReadonlyMap<Alias, Node>, where: string): number {
+  const value = node === null ? null : deref(node, aliasTargets);
+  const { min, max } = APPROVAL_TIMEOUT;
+  if (isScalar(value) && typeof value.value === 'number' && Number.isSafeInteger(value.value) && value.value >= min && value.value <= max) return value.value;
+  fail(`${where}: 'approval_timeout' must be a whole number of seconds from ${min} to ${max}, not ${describeNode(value)}`);
 }
 
 function readWholeNumber(node: Node | null, aliasTargets: ReadonlyMap<Alias, Node>, where: string, field: string): number {

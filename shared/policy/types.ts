@@ -2,7 +2,13 @@
 // policy text; `evaluatePolicy` reads it on every proxied request, so everything a
 // decision needs (matchers, the frozen answer) is computed at compile time.
 
+/** What the policy's default may say. */
 export type PolicyVerdict = 'allow' | 'deny';
+/** What a rule may say: `approve` holds the call until a person decides (CONTRACT.md "Held calls"). */
+export type RuleVerdict = PolicyVerdict | 'approve';
+
+/** `approval_timeout` of an `approve` rule: whole seconds, this range, this default. */
+export const APPROVAL_TIMEOUT = { min: 10, max: 86_400, fallback: 3600 } as const;
 
 /** One JSON-RPC 2.0 request of an MCP call's body: its method, and the tool (params.name of tools/call and prompts/get, params.uri of resources/read). */
 export interface McpCall {
@@ -12,11 +18,13 @@ export interface McpCall {
 
 /** The answer for one call. Instances are frozen and shared: never mutate one. */
 export interface PolicyDecision {
-  readonly decision: PolicyVerdict;
+  readonly decision: RuleVerdict;
   /** The matching rule's name, or 'default' when no rule matched (or no policy is set). */
   readonly ruleMatched: string;
   /** The rule's own `message`, else a sentence naming the rule and its decision. */
   readonly message: string;
+  /** An `approve` rule's approval_timeout in seconds; 0 for every other answer. */
+  readonly approvalTimeoutS: number;
 }
 
 /** How a rule's `tool` glob is matched against the tool name (a hostname), case-insensitively. */

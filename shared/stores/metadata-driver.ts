@@ -69,6 +69,58 @@ export interface ChangeRow {
   key_hash: string | null;
   org_id: string | null;
   hostname: string | null;
+  approval_id: string | null;
+}
+
+/** Stored approval statuses; `expired` is computed from expires_at by the core. */
+export type StoredApprovalStatus = 'pending' | 'approved' | 'denied' | 'used';
+
+export interface ApprovalRow {
+  id: string;
+  org_id: string;
+  agent_id: string;
+  agent_name: string;
+  tool_name: string;
+  action: string;
+  host: string;
+  path: string;
+  query: string;
+  reasoning: string;
+  task_id: string;
+  rule_matched: string;
+  status: StoredApprovalStatus;
+  created_at: string;
+  expires_at: string;
+  decided_at: string | null;
+  decided_by: string | null;
+  note: string | null;
+  body_sha256: string;
+  body_bytes: number;
+}
+
+/** Which of an org's approvals to list, newest first (the core turns a status into this). */
+export interface ApprovalQuery {
+  org_id: string;
+  /** Stored statuses to include (one or two). */
+  statuses: readonly StoredApprovalStatus[] | null;
+  /** Only rows whose expires_at is after this ISO instant (not expired), or at/before it (expired). */
+  expires_after: string | null;
+  expired_by: string | null;
+  agent_id: string | null;
+  /** created_at in [created_since, created_until). */
+  created_since: string | null;
+  created_until: string | null;
+  limit: number;
+}
+
+/** A decision: the row moves from pending (and unexpired at `now`) to `status`. */
+export interface ApprovalDecision {
+  status: 'approved' | 'denied';
+  decided_at: string;
+  decided_by: string;
+  note: string | null;
+  /** ISO instant: a row expiring at or before it is no longer pending. */
+  now: string;
 }
 
 /** A rate-limit counter's count in one slot: added up across proxies by the store. */
@@ -134,6 +186,25 @@ export interface MetadataDriver extends ChangeLog {
   /** Inserts or replaces the policy and appends `change`, in one transaction; 'missing_parent' when the agent does not exist. */
   upsertPolicy(row: PolicyRow, change: MetadataChange): Awaitable<'written' | 'missing_parent'>;
 
+  /** The row and its held body (null: none) in one write. */
+  insertApproval(row: ApprovalRow, body: Buffer | null): Awaitable<void>;
+  approvalInOrg(orgId: string, id: string): Awaitable<ApprovalRow | undefined>;
+  /** The held body; null when the call had none (or the approval is unknown). */
+  approvalBody(orgId: string, id: string): Awaitable<Buffer | null>;
+  /** Newest first; ties in creation time in insertion order, reversed. */
+  approvals(query: ApprovalQuery): Awaitable<ApprovalRow[]>;
+  /**
+   * Records the decision and appends `change` in one transaction, only when the row
+   * is pending and not expired: 'written', 'missing' (no such row in the org) or
+   * 'not_pending'. Of two racing deciders exactly one writes.
+   */
+  decideApproval(orgId: string, id: string, decision: ApprovalDecision, change: MetadataChange): Awaitable<'written' | 'missing' | 'not_pending'>;
+  /**
+   * approved → used, only when approved and expiring after `now`; false otherwise.
+   * Atomic: of two retries racing through any processes exactly one gets true.
+   */
+  useApproval(orgId: string, id: string, now: string): Awaitable<boolean>;
+
   /**
    * Rate limits across proxies: renews the node's heartbeat, adds its counts and
    * reads back the changed totals, in one transaction (SQLite) or in order
@@ -148,7 +219,7 @@ export interface MetadataDriver extends ChangeLog {
 }
 
 export function changeRow(change: MetadataChange): ChangeRow {
-  const row: ChangeRow = { kind: change.kind, agent_id: null, key_hash: null, org_id: null, hostname: null };
+  const row: ChangeRow = { kind: change.kind, agent_id: null, key_hash: null, org_id: null, hostname: null, approval_id: null };
   switch (change.kind) {
     case 'agent':
       row.agent_id = change.agentId;
@@ -161,19 +232,26 @@ export function changeRow(change: MetadataChange): ChangeRow {
       row.org_id = change.orgId;
       row.hostname = change.hostname;
       break;
+    case 'approval':
+      row.org_id = change.orgId;
+      row.approval_id = change.approvalId;
+      break;
   }
   return row;
 }
 
 /** Throws on a row no writer of this schema makes: the log is then not ours to guess at. */
 export function changeEntry(seq: number, row: ChangeRow): ChangeEntry {
-  const { kind, agent_id: agentId, key_hash: keyHash, org_id: orgId, hostname } = row;
+  const { kind, agent_id: agentId, key_hash: keyHash, org_id: orgId, hostname, approval_id: approvalId } = row;
   if (kind === 'agent' && typeof agentId === 'string' && typeof keyHash === 'string') {
     return { seq, change: { kind, agentId, keyHash } };
   }
   if (kind === 'policy' && typeof agentId === 'string') return { seq, change: { kind, agentId } };
   if (kind === 'credential' && typeof orgId === 'string' && typeof hostname === 'string') {
     return { seq, change: { kind, orgId, hostname } };
+  }
+  if (kind === 'approval' && typeof orgId === 'string' && typeof approvalId === 'string') {
+    return { seq, change: { kind, orgId, approvalId } };
   }
   throw new Error(`Malformed change row ${seq} of kind ${kind}.`);
 }

@@ -1,4 +1,4 @@
-// The metadata store: users, orgs, agents, credentials, policies. The domain is
+// The metadata store: users, orgs, agents, credentials, policies, approvals. The domain is
 // written once, here: records and their ids and timestamps, the contract's conflicts,
 // the changes that invalidate cached entries and telling subscribers about them. The
 // drivers (sqlite/, mongo/) do only I/O and transactions (metadata-driver.ts); every
@@ -10,6 +10,8 @@ import {
   CRED_TYPES,
   LOG_OUTPUTS,
   type Agent,
+  type Approval,
+  type ApprovalStatus,
   type CredType,
   type Credential,
   type LogOutputs,
@@ -19,7 +21,7 @@ import {
   type User,
 } from '../types.js';
 import { MetadataChangeFeed, type ChangeFeed } from './change-feed.js';
-import type { AgentRow, CredentialRow, MetadataDriver, PolicyRow, RateSync, RateSyncResult, UserRow } from './metadata-driver.js';
+import type { AgentRow, ApprovalRow, CredentialRow, MetadataDriver, PolicyRow, RateSync, RateSyncResult, StoredApprovalStatus, UserRow } from './metadata-driver.js';
 
 export interface NewAgent {
   orgId: string;
@@ -37,6 +39,21 @@ export interface NewCredential {
   headerName: string | null;
   queryParam: string | null;
   sealedValue: string;
+}
+
+/** A held call as the proxy records it; the store adds the id, status and times. */
+export type NewApproval = Omit<Approval, 'id' | 'status' | 'createdAt' | 'expiresAt' | 'decidedAt' | 'decidedBy' | 'note'> & {
+  /** The rule's approval_timeout: expires_at = created_at + this. */
+  timeoutS: number;
+};
+
+export interface ApprovalFilter {
+  status?: ApprovalStatus;
+  agentId?: string;
+  /** created_at in [createdSince, createdUntil) (ISO instants). */
+  createdSince?: string;
+  createdUntil?: string;
+  limit: number;
 }
 
 export interface MetadataStore {
@@ -71,7 +88,24 @@ export interface MetadataStore {
   /** Throws GuardError('not_found') when the agent does not exist (e.g. deleted meanwhile). */
   setPolicy(agentId: string, rulesYaml: string): Promise<PolicyRecord>;
 
-  /** Changes that invalidate cached agents, policies or credentials. */
+  /** Records a held call (pending) with its body (null: none). */
+  createApproval(approval: NewApproval, body: Buffer | null): Promise<Approval>;
+  /** undefined when the id is unknown or belongs to another org. */
+  getApproval(orgId: string, id: string): Promise<Approval | undefined>;
+  approvalBody(orgId: string, id: string): Promise<Buffer | null>;
+  /** Newest first. */
+  listApprovals(orgId: string, filter: ApprovalFilter): Promise<Approval[]>;
+  /**
+   * A person's decision on a pending approval: the approval as decided. Throws
+   * GuardError('not_found') when the org has no such approval and
+   * GuardError('conflict') when it is no longer pending (the first decision stands).
+   * Publishes an `approval` change, which reaches a proxy holding the call.
+   */
+  decideApproval(orgId: string, id: string, verdict: 'approved' | 'denied', decidedBy: string, note: string | null): Promise<Approval>;
+  /** approved → used, once: true for exactly one caller, false when not approved or expired. */
+  useApproval(orgId: string, id: string): Promise<boolean>;
+
+  /** Changes that invalidate cached agents, policies or credentials, and approval decisions. */
   readonly changes: ChangeFeed;
 
   /** Rate limits across proxies (MetadataDriver.syncRateCounts); StoreUnavailableError when the store cannot be reached. */
@@ -194,6 +228,69 @@ export function createMetadataStore(driver: MetadataDriver): MetadataStore {
       return policy;
     },
 
+    async createApproval(approval, body) {
+      const createdAt = new Date();
+      const { timeoutS, ...fields } = approval;
+      const row: ApprovalRow = {
+        id: randomUUID(),
+        org_id: fields.orgId,
+        agent_id: fields.agentId,
+        agent_name: fields.agentName,
+        tool_name: fields.toolName,
+        action: fields.action,
+        host: fields.host,
+        path: fields.path,
+        query: fields.query,
+        reasoning: fields.reasoning,
+        task_id: fields.taskId,
+        rule_matched: fields.ruleMatched,
+        status: 'pending',
+        created_at: createdAt.toISOString(),
+        expires_at: new Date(createdAt.getTime() + timeoutS * 1000).toISOString(),
+        decided_at: null,
+        decided_by: null,
+        note: null,
+        body_sha256: fields.bodySha256,
+        body_bytes: fields.bodyBytes,
+      };
+      await driver.insertApproval(row, body);
+      return toApproval(row, createdAt.toISOString());
+    },
+
+    getApproval: async (orgId, id) => mapped(await driver.approvalInOrg(orgId, id), (row) => toApproval(row, now())),
+    approvalBody: async (orgId, id) => driver.approvalBody(orgId, id),
+
+    async listApprovals(orgId, filter) {
+      const at = now();
+      const status = filter.status;
+      const rows = await driver.approvals({
+        org_id: orgId,
+        // `expired` is not stored: a pending or approved row past its expires_at.
+        statuses: status === undefined ? null : status === 'expired' ? ['pending', 'approved'] : [status],
+        expires_after: status === 'pending' || status === 'approved' ? at : null,
+        expired_by: status === 'expired' ? at : null,
+        agent_id: filter.agentId ?? null,
+        created_since: filter.createdSince ?? null,
+        created_until: filter.createdUntil ?? null,
+        limit: filter.limit,
+      });
+      return rows.map((row) => toApproval(row, at));
+    },
+
+    async decideApproval(orgId, id, verdict, decidedBy, note) {
+      const change: MetadataChange = { kind: 'approval', orgId, approvalId: id };
+      const outcome = await driver.decideApproval(orgId, id, { status: verdict, decided_at: now(), decided_by: decidedBy, note, now: now() }, change);
+      if (outcome === 'missing') throw new GuardError('not_found', 'Approval not found.');
+      const row = await driver.approvalInOrg(orgId, id);
+      if (row === undefined) throw new GuardError('not_found', 'Approval not found.');
+      const approval = toApproval(row, now());
+      if (outcome === 'not_pending') throw new GuardError('conflict', `The approval is ${approval.status}; only a pending one can be decided.`, { status: approval.status });
+      changes.publish(change);
+      return approval;
+    },
+
+    useApproval: async (orgId, id) => driver.useApproval(orgId, id, now()),
+
     syncRateCounts: async (sync) => driver.syncRateCounts(sync),
 
     async ping() {
@@ -256,6 +353,35 @@ function toCredential(row: CredentialRow): Credential {
     createdAt: row.created_at,
   };
 }
+
+/** `at`: the instant the status is computed for (a pending or approved row past its expiry reads `expired`). */
+function toApproval(row: ApprovalRow, at: string): Approval {
+  const stored = oneOf(STORED_APPROVAL_STATUSES, row.status, 'status');
+  return {
+    id: row.id,
+    orgId: row.org_id,
+    agentId: row.agent_id,
+    agentName: row.agent_name,
+    toolName: row.tool_name,
+    action: row.action,
+    host: row.host,
+    path: row.path,
+    query: row.query,
+    reasoning: row.reasoning,
+    taskId: row.task_id,
+    ruleMatched: row.rule_matched,
+    status: (stored === 'pending' || stored === 'approved') && row.expires_at <= at ? 'expired' : stored,
+    createdAt: row.created_at,
+    expiresAt: row.expires_at,
+    decidedAt: row.decided_at ?? null,
+    decidedBy: row.decided_by ?? null,
+    note: row.note ?? null,
+    bodySha256: row.body_sha256,
+    bodyBytes: Number(row.body_bytes),
+  };
+}
+
+const STORED_APPROVAL_STATUSES: readonly StoredApprovalStatus[] = ['pending', 'approved', 'denied', 'used'];
 
 function toPolicy(row: PolicyRow): PolicyRecord {
   return { agentId: row.agent_id, rulesYaml: row.rules_yaml, updatedAt: row.updated_at };

@@ -436,6 +436,93 @@ export function metadataStoreContract(t: TapTest, name: string, stores: Contract
     t.notOk(stale.nodes.includes(nodeB), 'a node silent since live_after is not live');
   });
 
+  t.test(`${name}: approvals are created pending, listed newest first by status, decided once, used once, and isolated by org`, async (t) => {
+    const [store, other] = await stores.openTwo();
+    t.teardown(async () => {
+      await store.close();
+      await other.close();
+    });
+    const { orgA, orgB } = await twoOrgs(store);
+    const agent = await store.createAgent(newAgent(orgA, 'payer'));
+    const held = (path: string, timeoutS = 3600) => ({
+      orgId: orgA,
+      agentId: agent.id,
+      agentName: agent.name,
+      toolName: 'api.stripe.test',
+      action: 'POST',
+      host: 'api.stripe.test:8443',
+      path,
+      query: 'a=1',
+      reasoning: 'pay the invoice',
+      taskId: 'task-7',
+      ruleMatched: 'payments',
+      bodySha256: 'ab'.repeat(32),
+      bodyBytes: 3,
+      timeoutS,
+    });
+    const body = Buffer.from([0, 1, 255]);
+    const first = await store.createApproval(held('/v1/charges'), body);
+    t.match(first, { id: UUID, status: 'pending', decidedAt: null, decidedBy: null, note: null, host: 'api.stripe.test:8443', query: 'a=1', bodyBytes: 3 });
+    t.match(first.createdAt, ISO_UTC_MS);
+    t.equal(Date.parse(first.expiresAt) - Date.parse(first.createdAt), 3_600_000, 'expires_at = created_at + approval_timeout');
+    t.same(await other.getApproval(orgA, first.id), first, 'another process reads it back');
+    t.same(await other.approvalBody(orgA, first.id), body, 'with its body, byte for byte');
+    t.equal(await store.getApproval(orgB, first.id), undefined, 'another org does not see it');
+    t.equal(await store.approvalBody(orgB, first.id), null, 'nor its body');
+    await new Promise((resolve) => setTimeout(resolve, 5));
+    const second = await store.createApproval({ ...held('/v1/refunds'), bodySha256: 'cd'.repeat(32), bodyBytes: 0 }, null);
+    t.equal(await store.approvalBody(orgA, second.id), null, 'no body: null');
+    t.same((await store.listApprovals(orgA, { limit: 10 })).map((a) => a.id), [second.id, first.id], 'newest first');
+    t.same(await store.listApprovals(orgB, { limit: 10 }), [], 'another org lists none');
+    t.same((await store.listApprovals(orgA, { limit: 1 })).map((a) => a.id), [second.id], 'limit');
+
+    // Decisions: only across the org, only while pending; the first stands.
+    t.equal(((await rejectionOf(store.decideApproval(orgB, first.id, 'approved', 'b@example.test', null))) as GuardError).code, 'not_found');
+    const subscriber = recorder();
+    store.changes.subscribe(subscriber);
+    const [a, b] = await Promise.allSettled([
+      store.decideApproval(orgA, first.id, 'approved', 'a@example.test', 'ok, once'),
+      other.decideApproval(orgA, first.id, 'denied', 'c@example.test', null),
+    ]);
+    const fulfilled = [a, b].filter((r) => r.status === 'fulfilled');
+    const rejected = [a, b].filter((r) => r.status === 'rejected');
+    t.equal(fulfilled.length, 1, 'of two racing decisions exactly one is written');
+    t.equal(((rejected[0] as PromiseRejectedResult).reason as GuardError).code, 'conflict', 'the other is a conflict');
+    const decided = (await store.getApproval(orgA, first.id))!;
+    t.equal(decided.status, (fulfilled[0] as PromiseFulfilledResult<{ status: string }>).value.status, 'the first decision stands');
+    t.match(decided.decidedAt, ISO_UTC_MS);
+    if (decided.status === 'approved') {
+      t.same(subscriber.heard, [{ kind: 'approval', orgId: orgA, approvalId: first.id }], 'this process heard its decision');
+      t.same((await store.listApprovals(orgA, { status: 'approved', limit: 10 })).map((x) => x.id), [first.id], 'listed as approved');
+      t.equal(await store.useApproval(orgB, first.id), false, 'another org cannot use it');
+      const uses = await Promise.all([store.useApproval(orgA, first.id), other.useApproval(orgA, first.id)]);
+      t.same(uses.sort(), [false, true], 'of two racing uses exactly one gets it');
+      t.equal((await store.getApproval(orgA, first.id))!.status, 'used');
+      t.equal(await store.useApproval(orgA, first.id), false, 'and never again');
+    }
+    t.equal(await store.useApproval(orgA, second.id), false, 'a pending approval cannot be used');
+    t.same((await store.listApprovals(orgA, { status: 'pending', limit: 10 })).map((x) => x.id), [second.id], 'status filter');
+    t.same((await store.listApprovals(orgA, { status: 'pending', agentId: randomUUID(), limit: 10 })), [], 'agent filter');
+    t.same((await store.listApprovals(orgA, { createdSince: second.createdAt, limit: 10 })).map((x) => x.id), [second.id], 'created_at window');
+  });
+
+  t.test(`${name}: an approval past expires_at reads expired, can be neither decided nor used, and lists as expired`, async (t) => {
+    const store = await stores.open();
+    t.teardown(() => store.close());
+    const { orgA } = await twoOrgs(store);
+    const agent = await store.createAgent(newAgent(orgA, 'slow'));
+    // A timeout of 0 is below the policy's minimum, which the store does not check: expired at once.
+    const approval = await store.createApproval(
+      { orgId: orgA, agentId: agent.id, agentName: agent.name, toolName: 't', action: 'GET', host: 't', path: '/', query: '', reasoning: '', taskId: '', ruleMatched: 'r', bodySha256: '0'.repeat(64), bodyBytes: 0, timeoutS: 0 },
+      null,
+    );
+    t.equal((await store.getApproval(orgA, approval.id))!.status, 'expired');
+    t.equal(((await rejectionOf(store.decideApproval(orgA, approval.id, 'approved', 'a@example.test', null))) as GuardError).code, 'conflict');
+    t.equal(await store.useApproval(orgA, approval.id), false);
+    t.same((await store.listApprovals(orgA, { status: 'expired', limit: 10 })).map((x) => x.id), [approval.id]);
+    t.same(await store.listApprovals(orgA, { status: 'pending', limit: 10 }), []);
+  });
+
   t.test(`${name}: a store that cannot be reached rejects with StoreUnavailableError, not the driver's error`, async (t) => {
     const err = await rejectionOf(
       (async () => {

@@ -321,7 +321,7 @@ t.test('sqlite: a file of schema version 1 (before rate limits) gains the rate-l
   const user = await store.createUserWithOrg('v1@example.test', 'hash');
   await store.close();
   // Back to what version 1 wrote.
-  inspect(file, (db) => db.exec('DROP TABLE rate_counts; DROP TABLE rate_nodes; PRAGMA user_version = 1;'));
+  inspect(file, (db) => db.exec('DROP TABLE approvals; DROP TABLE rate_counts; DROP TABLE rate_nodes; PRAGMA user_version = 1;'));
   const reopened = openSqlite(file);
   t.teardown(() => reopened.close());
   t.same(await reopened.findUserById(user.id), user, 'the data is untouched');
@@ -329,6 +329,44 @@ t.test('sqlite: a file of schema version 1 (before rate limits) gains the rate-l
   const now = Date.now();
   const synced = await reopened.syncRateCounts({ node_id: 'n', now, live_after: now - 1000, add: [{ limit_key: 'k', agent_id: 'a', slot: 1, count: 2, expires_at: now + 1000 }], changed_since: 0 });
   t.strictSame(synced.rows.map((r) => r.count), [2], 'and rate limits are shared through it');
+});
+
+t.test('sqlite: a file of schema version 2 gains approvals and keeps its change log position on open', async (t) => {
+  const file = freshFile();
+  const store = openSqlite(file);
+  const user = await store.createUserWithOrg('v2@example.test', 'hash');
+  const agent = await store.createAgent({ orgId: user.orgId, name: 'a', logOutputs: 'none', keyHash: 'f'.repeat(64), apiKeyPrefix: 'agk_x' });
+  await store.setPolicy(agent.id, 'version: "1"\nrules: []\n');
+  await store.setPolicy(agent.id, 'version: "1"\nrules: []\n');
+  await store.close();
+  // Back to what version 2 wrote: the changes table without approvals, one row pruned.
+  inspect(file, (db) =>
+    db.exec(`
+      DROP TABLE approvals;
+      CREATE TABLE changes_v2 (seq INTEGER PRIMARY KEY AUTOINCREMENT, kind TEXT NOT NULL CHECK (kind IN ('agent', 'policy', 'credential')),
+        agent_id TEXT, key_hash TEXT, org_id TEXT, hostname TEXT, at TEXT NOT NULL) STRICT;
+      INSERT INTO changes_v2 (seq, kind, agent_id, key_hash, org_id, hostname, at) SELECT seq, kind, agent_id, key_hash, org_id, hostname, at FROM changes;
+      DROP TABLE changes;
+      ALTER TABLE changes_v2 RENAME TO changes;
+      CREATE INDEX changes_by_at ON changes (at);
+      DELETE FROM changes WHERE seq = (SELECT max(seq) FROM changes);
+      PRAGMA user_version = 2;`),
+  );
+  const lastBefore = inspect(file, (db) => (db.prepare("SELECT seq FROM sqlite_sequence WHERE name = 'changes'").get() as { seq: number }).seq);
+  t.equal(lastBefore, 2, 'the v2 file has issued seq 2, its row pruned');
+  const reopened = openSqlite(file);
+  t.teardown(() => reopened.close());
+  t.equal(inspect(file, (db) => db.pragma('user_version', { simple: true })), SCHEMA_VERSION);
+  t.same(await reopened.findUserById(user.id), user, 'the data is untouched');
+  t.equal(await reopened.changes.follow({ pollMs: 60_000, onError: () => {} }).then(() => 'following'), 'following');
+  reopened.changes.stop();
+  const approval = await reopened.createApproval(
+    { orgId: user.orgId, agentId: agent.id, agentName: 'a', toolName: 't', action: 'GET', host: 't', path: '/', query: '', reasoning: '', taskId: '', ruleMatched: 'r', bodySha256: '0'.repeat(64), bodyBytes: 0, timeoutS: 60 },
+    null,
+  );
+  await reopened.decideApproval(user.orgId, approval.id, 'approved', 'v2@example.test', null);
+  const seqs = inspect(file, (db) => (db.prepare('SELECT seq, kind FROM changes ORDER BY seq').all() as { seq: number; kind: string }[]));
+  t.same(seqs, [{ seq: 1, kind: 'policy' }, { seq: 3, kind: 'approval' }], 'the change log carries on past the highest seq ever issued, with the new kind');
 });
 
 t.test('sqlite: migrations set user_version and are not applied twice on reopen', async (t) => {
@@ -358,7 +396,7 @@ t.test('sqlite: migrations set user_version and are not applied twice on reopen'
         .all()
         .map((row) => row.name),
     ),
-    ['agents', 'changes', 'credentials', 'orgs', 'policies', 'rate_counts', 'rate_nodes', 'users'],
+    ['agents', 'approvals', 'changes', 'credentials', 'orgs', 'policies', 'rate_counts', 'rate_nodes', 'users'],
   );
 });
 

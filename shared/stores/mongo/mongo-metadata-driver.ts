@@ -21,6 +21,7 @@
 // ISO 8601 strings, except `changes.at`, which is a BSON Date because a TTL index only
 // expires Date values.
 import {
+  Binary,
   type ChangeStream,
   type ChangeStreamInsertDocument,
   type ClientSession,
@@ -41,6 +42,9 @@ import {
   changeEntry,
   changeRow,
   type AgentRow,
+  type ApprovalDecision,
+  type ApprovalQuery,
+  type ApprovalRow,
   type ChangeRow,
   type CredentialRow,
   type MetadataDriver,
@@ -91,7 +95,7 @@ const TRANSACTION_OPTIONS: TransactionOptions = {
 const DUPLICATE_KEY = 11000;
 const NAMESPACE_EXISTS = 48;
 
-const COLLECTIONS = ['orgs', 'users', 'agents', 'credentials', 'policies', 'changes', 'counters'] as const;
+const COLLECTIONS = ['orgs', 'users', 'agents', 'credentials', 'policies', 'changes', 'counters', 'approvals'] as const;
 type CollectionName = (typeof COLLECTIONS)[number];
 
 /**
@@ -117,10 +121,23 @@ const VALIDATORS: Partial<Record<CollectionName, Document>> = {
     $jsonSchema: {
       bsonType: 'object',
       required: ['seq', 'kind', 'at'],
-      properties: { kind: { enum: ['agent', 'policy', 'credential'] }, at: { bsonType: 'date' } },
+      properties: { kind: { enum: ['agent', 'policy', 'credential', 'approval'] }, at: { bsonType: 'date' } },
+    },
+  },
+  approvals: {
+    $jsonSchema: {
+      bsonType: 'object',
+      required: ['org_id', 'agent_id', 'status', 'created_at', 'expires_at', 'body_sha256', 'body_bytes'],
+      properties: { status: { enum: ['pending', 'approved', 'denied', 'used'] } },
     },
   },
 };
+
+/**
+ * Validators that an earlier version created differently: brought up to date at
+ * open with collMod (idempotent). `changes` learnt the 'approval' kind.
+ */
+const UPDATED_VALIDATORS: readonly CollectionName[] = ['changes'];
 
 /** A row as stored: its `id` is the document's `_id`. */
 type Doc<R extends { id: string }> = Omit<R, 'id'> & { _id: string };
@@ -139,6 +156,10 @@ interface PolicyDoc {
   rules_yaml: string;
   updated_at: string;
 }
+
+/** `insert_order` as for agents: ties in created_at list in creation order. */
+type ApprovalDoc = Doc<ApprovalRow> & { body: Binary | null; used_at: string | null; insert_order: ObjectId };
+const APPROVAL_PROJECTION = { body: 0, used_at: 0, insert_order: 0 } as const;
 
 /** `_id` is left to the driver (an ObjectId); `seq` has its own unique index. */
 type ChangeDoc = ChangeRow & { seq: number; at: Date };
@@ -194,6 +215,7 @@ export class MongoMetadataDriver implements MetadataDriver {
   readonly #counters: Collection<CounterDoc>;
   readonly #rateCounts: Collection<RateCountDoc>;
   readonly #rateNodes: Collection<RateNodeDoc>;
+  readonly #approvals: Collection<ApprovalDoc>;
   /** A replica set or sharded cluster: transactions and change streams work. */
   readonly #replicated: boolean;
   readonly #streams = new Set<ChangeStream<ChangeDoc, ChangeStreamInsertDocument<ChangeDoc>>>();
@@ -211,6 +233,7 @@ export class MongoMetadataDriver implements MetadataDriver {
     this.#counters = db.collection('counters');
     this.#rateCounts = db.collection('rate_counts');
     this.#rateNodes = db.collection('rate_nodes');
+    this.#approvals = db.collection('approvals');
     this.#replicated = replicated;
   }
 
@@ -430,6 +453,65 @@ export class MongoMetadataDriver implements MetadataDriver {
     return stop;
   }
 
+  async insertApproval(row: ApprovalRow, body: Buffer | null): Promise<void> {
+    await this.#approvals.insertOne({ ...docOf(row), body: body === null ? null : new Binary(body), used_at: null, insert_order: new ObjectId() });
+  }
+
+  async approvalInOrg(orgId: string, id: string): Promise<ApprovalRow | undefined> {
+    return rowOf(await this.#approvals.findOne({ _id: id, org_id: orgId }, { projection: APPROVAL_PROJECTION }));
+  }
+
+  async approvalBody(orgId: string, id: string): Promise<Buffer | null> {
+    const doc = await this.#approvals.findOne({ _id: id, org_id: orgId }, { projection: { body: 1 } });
+    return doc?.body ? Buffer.from(doc.body.buffer) : null;
+  }
+
+  async approvals(query: ApprovalQuery): Promise<ApprovalRow[]> {
+    const filter: Document = { org_id: query.org_id };
+    if (query.statuses !== null) filter.status = { $in: [...query.statuses] };
+    if (query.expires_after !== null) filter.expires_at = { $gt: query.expires_after };
+    if (query.expired_by !== null) filter.expires_at = { $lte: query.expired_by };
+    if (query.agent_id !== null) filter.agent_id = query.agent_id;
+    if (query.created_since !== null || query.created_until !== null) {
+      filter.created_at = {
+        ...(query.created_since !== null ? { $gte: query.created_since } : {}),
+        ...(query.created_until !== null ? { $lt: query.created_until } : {}),
+      };
+    }
+    if (query.limit <= 0) return [];
+    const docs = await this.#approvals
+      .find(filter, { projection: APPROVAL_PROJECTION, sort: { created_at: -1, insert_order: -1 }, limit: query.limit })
+      .toArray();
+    return docs.map((doc) => rowOf(doc));
+  }
+
+  /** One conditional update (atomic on any deployment); the change entry in its transaction where there is one. */
+  async decideApproval(orgId: string, id: string, decision: ApprovalDecision, change: MetadataChange): Promise<'written' | 'missing' | 'not_pending'> {
+    return this.#write<'written' | 'missing' | 'not_pending'>(async (session) => {
+      const { now, ...fields } = decision;
+      const updated = await this.#approvals.updateOne(
+        { _id: id, org_id: orgId, status: 'pending', expires_at: { $gt: now } },
+        { $set: fields },
+        { session },
+      );
+      if (updated.modifiedCount === 1) {
+        await this.#recordChange(change, session);
+        return 'written';
+      }
+      const exists = await this.#approvals.findOne({ _id: id, org_id: orgId }, { projection: { _id: 1 }, session });
+      return exists === null ? 'missing' : 'not_pending';
+    });
+  }
+
+  /** One conditional update: of two racing retries exactly one matches 'approved'. */
+  async useApproval(orgId: string, id: string, now: string): Promise<boolean> {
+    const updated = await this.#approvals.updateOne(
+      { _id: id, org_id: orgId, status: 'approved', expires_at: { $gt: now } },
+      { $set: { status: 'used', used_at: now } },
+    );
+    return updated.modifiedCount === 1;
+  }
+
   /**
    * Each count is one atomic $inc (no transaction: a count added twice by a
    * retried write over-counts, which only refuses early); the totals are read
@@ -590,6 +672,9 @@ async function createCollections(db: Db): Promise<void> {
       if (!(err instanceof MongoServerError && err.code === NAMESPACE_EXISTS)) throw err;
     }
   }
+  for (const name of UPDATED_VALIDATORS) {
+    if (existing.has(name)) await db.command({ collMod: name, validator: VALIDATORS[name] });
+  }
 }
 
 /**
@@ -619,6 +704,7 @@ async function createIndexes(db: Db): Promise<void> {
     // refuses the same index with other options.
     { key: { at: 1 }, name: 'changes_expire', expireAfterSeconds: CHANGE_RETENTION_SECONDS },
   ]);
+  await db.collection('approvals').createIndexes([{ key: { org_id: 1, created_at: -1, insert_order: -1 }, name: 'approvals_by_org_created' }]);
   // Rate-limit counts go when their slot leaves every window; readers skip expired ones meanwhile.
   await db.collection('rate_counts').createIndexes([
     { key: { expires_at: 1 }, name: 'rate_counts_expire', expireAfterSeconds: 0 },

@@ -15,6 +15,9 @@ import {
   changeEntry,
   changeRow,
   type AgentRow,
+  type ApprovalDecision,
+  type ApprovalQuery,
+  type ApprovalRow,
   type ChangeRow,
   type CredentialRow,
   type MetadataDriver,
@@ -117,6 +120,57 @@ const MIGRATIONS: readonly string[] = [
     seen_at INTEGER NOT NULL
   ) STRICT;
   `,
+  `
+  -- Held calls and their decisions. agent_id is not a foreign key: an approval
+  -- outlives its agent's deletion as the audit entries do. body is the held
+  -- request body (at most 1 MiB), for the forward after a 202.
+  CREATE TABLE approvals (
+    id           TEXT PRIMARY KEY,
+    org_id       TEXT NOT NULL REFERENCES orgs (id) ON DELETE CASCADE,
+    agent_id     TEXT NOT NULL,
+    agent_name   TEXT NOT NULL,
+    tool_name    TEXT NOT NULL,
+    action       TEXT NOT NULL,
+    host         TEXT NOT NULL,
+    path         TEXT NOT NULL,
+    query        TEXT NOT NULL,
+    reasoning    TEXT NOT NULL,
+    task_id      TEXT NOT NULL,
+    rule_matched TEXT NOT NULL,
+    status       TEXT NOT NULL CHECK (status IN ('pending', 'approved', 'denied', 'used')),
+    created_at   TEXT NOT NULL,
+    expires_at   TEXT NOT NULL,
+    decided_at   TEXT,
+    decided_by   TEXT,
+    note         TEXT,
+    used_at      TEXT,
+    body_sha256  TEXT NOT NULL,
+    body_bytes   INTEGER NOT NULL,
+    body         BLOB
+  ) STRICT;
+  CREATE INDEX approvals_by_org_created ON approvals (org_id, created_at);
+
+  -- The change log learns the 'approval' kind (a decision for a proxy holding the
+  -- call). SQLite cannot alter a CHECK, so the table is rebuilt; its seq carries on
+  -- from the highest ever issued, pruned rows included, so no follower skips one.
+  CREATE TABLE changes_v3 (
+    seq         INTEGER PRIMARY KEY AUTOINCREMENT,
+    kind        TEXT NOT NULL CHECK (kind IN ('agent', 'policy', 'credential', 'approval')),
+    agent_id    TEXT,
+    key_hash    TEXT,
+    org_id      TEXT,
+    hostname    TEXT,
+    approval_id TEXT,
+    at          TEXT NOT NULL
+  ) STRICT;
+  INSERT INTO changes_v3 (seq, kind, agent_id, key_hash, org_id, hostname, at)
+    SELECT seq, kind, agent_id, key_hash, org_id, hostname, at FROM changes;
+  DELETE FROM sqlite_sequence WHERE name = 'changes_v3';
+  INSERT INTO sqlite_sequence (name, seq) SELECT 'changes_v3', seq FROM sqlite_sequence WHERE name = 'changes';
+  DROP TABLE changes;
+  ALTER TABLE changes_v3 RENAME TO changes;
+  CREATE INDEX changes_by_at ON changes (at);
+  `,
 ];
 
 /** The schema version this code writes; a file with a higher one is refused. */
@@ -134,6 +188,8 @@ const BUSY_TIMEOUT_MS = 5000;
 
 const AGENT_COLUMNS = 'id, org_id, name, log_outputs, api_key_prefix, created_at';
 const CREDENTIAL_COLUMNS = 'id, org_id, name, hostname, cred_type, header_name, query_param, created_at';
+const APPROVAL_COLUMNS =
+  'id, org_id, agent_id, agent_name, tool_name, action, host, path, query, reasoning, task_id, rule_matched, status, created_at, expires_at, decided_at, decided_by, note, body_sha256, body_bytes';
 
 function prepareStatements(db: Database.Database) {
   return {
@@ -191,11 +247,12 @@ function prepareStatements(db: Database.Database) {
     deletePolicy: db.prepare<[agentId: string]>('DELETE FROM policies WHERE agent_id = ?'),
 
     insertChange: db.prepare<[ChangeRow & { at: string }]>(
-      'INSERT INTO changes (kind, agent_id, key_hash, org_id, hostname, at) VALUES (@kind, @agent_id, @key_hash, @org_id, @hostname, @at)',
+      `INSERT INTO changes (kind, agent_id, key_hash, org_id, hostname, approval_id, at)
+       VALUES (@kind, @agent_id, @key_hash, @org_id, @hostname, @approval_id, @at)`,
     ),
     pruneChanges: db.prepare<[before: string]>('DELETE FROM changes WHERE at < ?'),
     changesSince: db.prepare<[seq: number, limit: number], ChangeRow & { seq: number }>(
-      'SELECT seq, kind, agent_id, key_hash, org_id, hostname FROM changes WHERE seq > ? ORDER BY seq LIMIT ?',
+      'SELECT seq, kind, agent_id, key_hash, org_id, hostname, approval_id FROM changes WHERE seq > ? ORDER BY seq LIMIT ?',
     ),
     // sqlite_sequence keeps the highest seq ever issued, even once its row is pruned.
     lastChangeSeq: db.prepare<[], { seq: number }>("SELECT seq FROM sqlite_sequence WHERE name = 'changes'"),
@@ -214,6 +271,31 @@ function prepareStatements(db: Database.Database) {
       'SELECT limit_key, agent_id, slot, count, expires_at FROM rate_counts WHERE updated_at >= ? AND expires_at > ?',
     ),
     pruneRateCounts: db.prepare<[now: number]>('DELETE FROM rate_counts WHERE expires_at <= ?'),
+
+    insertApproval: db.prepare<[ApprovalRow & { body: Buffer | null }]>(
+      `INSERT INTO approvals (${APPROVAL_COLUMNS}, body)
+       VALUES (${APPROVAL_COLUMNS.split(', ').map((c) => `@${c}`).join(', ')}, @body)`,
+    ),
+    approvalInOrg: db.prepare<[orgId: string, id: string], ApprovalRow>(`SELECT ${APPROVAL_COLUMNS} FROM approvals WHERE org_id = ? AND id = ?`),
+    approvalBody: db.prepare<[orgId: string, id: string], { body: Buffer | null }>('SELECT body FROM approvals WHERE org_id = ? AND id = ?'),
+    approvals: db.prepare<[ApprovalQuery & { status_1: string | null; status_2: string | null }], ApprovalRow>(
+      `SELECT ${APPROVAL_COLUMNS} FROM approvals
+       WHERE org_id = @org_id
+         AND (@status_1 IS NULL OR status = @status_1 OR status = @status_2)
+         AND (@expires_after IS NULL OR expires_at > @expires_after)
+         AND (@expired_by IS NULL OR expires_at <= @expired_by)
+         AND (@agent_id IS NULL OR agent_id = @agent_id)
+         AND (@created_since IS NULL OR created_at >= @created_since)
+         AND (@created_until IS NULL OR created_at < @created_until)
+       ORDER BY created_at DESC, rowid DESC LIMIT @limit`,
+    ),
+    decideApproval: db.prepare<[ApprovalDecision & { org_id: string; id: string }]>(
+      `UPDATE approvals SET status = @status, decided_at = @decided_at, decided_by = @decided_by, note = @note
+       WHERE org_id = @org_id AND id = @id AND status = 'pending' AND expires_at > @now`,
+    ),
+    useApproval: db.prepare<[{ org_id: string; id: string; now: string }]>(
+      "UPDATE approvals SET status = 'used', used_at = @now WHERE org_id = @org_id AND id = @id AND status = 'approved' AND expires_at > @now",
+    ),
 
     ping: db.prepare<[], { ok: number }>('SELECT 1 AS ok'),
   };
@@ -252,6 +334,7 @@ export class SqliteMetadataDriver implements MetadataDriver {
   readonly #deleteCredentialInOrg;
   readonly #upsertPolicy;
   readonly #syncRateCounts;
+  readonly #decideApproval;
 
   private constructor(db: Database.Database) {
     this.#db = db;
@@ -293,6 +376,16 @@ export class SqliteMetadataDriver implements MetadataDriver {
       sql.upsertPolicy.run(row);
       this.#recordChange(change);
     }).immediate;
+
+    this.#decideApproval = db.transaction(
+      (orgId: string, id: string, decision: ApprovalDecision, change: MetadataChange): 'written' | 'missing' | 'not_pending' => {
+        if (sql.decideApproval.run({ ...decision, org_id: orgId, id }).changes === 1) {
+          this.#recordChange(change);
+          return 'written';
+        }
+        return sql.approvalInOrg.get(orgId, id) === undefined ? 'missing' : 'not_pending';
+      },
+    ).immediate;
 
     this.#syncRateCounts = db.transaction((sync: RateSync): RateSyncResult => {
       sql.heartbeat.run(sync.node_id, sync.now);
@@ -410,6 +503,32 @@ export class SqliteMetadataDriver implements MetadataDriver {
 
   lastChangeSeq(): number {
     return this.#sql.lastChangeSeq.get()?.seq ?? 0;
+  }
+
+  insertApproval(row: ApprovalRow, body: Buffer | null): void {
+    this.#sql.insertApproval.run({ ...row, body });
+  }
+
+  approvalInOrg(orgId: string, id: string): ApprovalRow | undefined {
+    return this.#sql.approvalInOrg.get(orgId, id);
+  }
+
+  approvalBody(orgId: string, id: string): Buffer | null {
+    return this.#sql.approvalBody.get(orgId, id)?.body ?? null;
+  }
+
+  approvals(query: ApprovalQuery): ApprovalRow[] {
+    const statuses = query.statuses;
+    return this.#sql.approvals.all({ ...query, status_1: statuses?.[0] ?? null, status_2: statuses?.[1] ?? statuses?.[0] ?? null });
+  }
+
+  decideApproval(orgId: string, id: string, decision: ApprovalDecision, change: MetadataChange): 'written' | 'missing' | 'not_pending' {
+    return this.#decideApproval(orgId, id, decision, change);
+  }
+
+  useApproval(orgId: string, id: string, now: string): boolean {
+    // One statement: SQLite runs one writer at a time, so of two racing processes exactly one matches 'approved'.
+    return this.#sql.useApproval.run({ org_id: orgId, id, now }).changes === 1;
   }
 
   syncRateCounts(sync: RateSync): RateSyncResult {
