@@ -4,6 +4,7 @@
 import { GuardError, isStoreUnavailable, toErrorResponse } from '../shared/errors.js';
 import type { Logger } from '../shared/log.js';
 import { agentHandlers } from './agents.js';
+import { approvalHandlers } from './approvals.js';
 import { auditHandlers } from './audit.js';
 import { createAuth } from './auth.js';
 import type { AdminContext, Handler } from './context.js';
@@ -46,6 +47,10 @@ export const ROUTE_TABLE = [
   { method: 'POST', pattern: '/audit', auth: true, handler: 'audit.write' },
   { method: 'GET', pattern: '/audit', auth: true, handler: 'audit.list' },
   { method: 'GET', pattern: '/audit/export/pdf', auth: true, handler: 'audit.exportPdf' },
+  { method: 'GET', pattern: '/approvals', auth: true, handler: 'approvals.list' },
+  { method: 'GET', pattern: '/approvals/:id', auth: true, handler: 'approvals.get' },
+  { method: 'POST', pattern: '/approvals/:id/approve', auth: true, handler: 'approvals.approve' },
+  { method: 'POST', pattern: '/approvals/:id/deny', auth: true, handler: 'approvals.deny' },
 ] as const satisfies readonly (RouteSpec & { handler: string })[];
 
 type HandlerName = (typeof ROUTE_TABLE)[number]['handler'];
@@ -74,6 +79,7 @@ export function createAdminApp(ctx: AdminContext, log: Logger): AdminApp {
   const credentials = credentialHandlers(ctx);
   const policy = policyHandlers(ctx);
   const audit = auditHandlers(ctx);
+  const approvals = approvalHandlers(ctx);
 
   const handlers: Record<HandlerName, Handler> = {
     'auth.signup': (req) => auth.signup(req),
@@ -92,6 +98,10 @@ export function createAdminApp(ctx: AdminContext, log: Logger): AdminApp {
     'audit.write': audit.write,
     'audit.list': audit.list,
     'audit.exportPdf': audit.exportPdf,
+    'approvals.list': approvals.list,
+    'approvals.get': approvals.get,
+    'approvals.approve': approvals.approve,
+    'approvals.deny': approvals.deny,
   };
   const routes: Route[] = ROUTE_TABLE.map(({ method, pattern, auth: needsAuth, handler }) => ({
     method,

@@ -43,6 +43,7 @@ export function auditJson(r: AuditRecord) {
     mcp_tool: r.mcpTool,
     shadow_rule: r.shadowRule,
     shadow_decision: r.shadowDecision,
+    approval_id: r.approvalId,
   };
 }
 
@@ -134,6 +135,8 @@ export function auditHandlers(ctx: AdminContext) {
     if (mcpMethod !== null) filter.mcpMethod = mcpMethod;
     const mcpTool = q.get('mcp_tool');
     if (mcpTool !== null) filter.mcpTool = mcpTool;
+    const approvalId = q.get('approval_id');
+    if (approvalId !== null) filter.approvalId = approvalId;
     const since = isoParam(q, 'since');
     if (since !== undefined) filter.since = since;
     const until = isoParam(q, 'until');

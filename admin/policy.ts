@@ -78,6 +78,8 @@ export function policyHandlers(ctx: AdminContext) {
       decision: result.decision,
       message: result.message,
       rule_matched: result.ruleMatched,
+      // approve: how long the approval would wait for a person (null for allow and deny).
+      approval_timeout: result.decision === 'approve' ? result.approvalTimeoutS : null,
       shadow_rule: shadow?.name ?? null,
       shadow_decision: shadow?.result.decision ?? null,
       limits,

@@ -7,10 +7,10 @@ import { createHash, hash as oneShotHash, randomUUID, type Hash } from 'node:cry
 const EMPTY_SHA256 = oneShotHash('sha256', '', 'hex');
 import type { HttpResponse } from 'uWebSockets.js';
 import { ERRORS, errorBody, type ErrorCode } from '../shared/errors.js';
-import { PROXY_ALLOW, REQUEST_DROP, isApiKey, statusLine } from '../shared/http.js';
+import { APPROVAL_ID_HEADER, PROXY_ALLOW, REQUEST_DROP, isApiKey, statusLine } from '../shared/http.js';
 import { hashApiKey } from '../shared/secrets.js';
 import type { CompiledPolicy, CompiledRule, McpCall, PolicyDecision } from '../shared/policy/index.js';
-import type { Agent, AuditDecision, AuditRecord } from '../shared/types.js';
+import type { Agent, Approval, AuditDecision, AuditRecord } from '../shared/types.js';
 import type { InjectedCredential } from './caches.js';
 import type { RequestBody } from './request-body.js';
 import type { ParsedTarget } from '../shared/target.js';
@@ -85,6 +85,18 @@ export class ProxyExchange {
   /** Every address the guard checked for the target, `address` first. */
   addresses: readonly string[] = [];
   credential: InjectedCredential | null = null;
+
+  // Held calls (hold.ts).
+  /** X-Approval-Id of the request (null: absent): the retry of a held call. */
+  approvalId: string | null = null;
+  /** The approval this call is held under or retried with; its id is audited. */
+  approval: Approval | null = null;
+  /** Approved: the approval is claimed (approved → used) just before the forward (claim-approval.ts). */
+  approved = false;
+  /** The call waits for a decision: ends the wait (a client gone, or shutdown: then answered 202). */
+  holdRelease: ((answer: boolean) => void) | null = null;
+  /** Answered 202 (still pending): the contract writes no audit entry for it. */
+  unaudited = false;
 
   // The exchange's outcome.
   aborted = false;
@@ -165,6 +177,8 @@ export class ProxyExchange {
       this.reasoning = value.length > MAX_REASONING_CHARS ? value.slice(0, MAX_REASONING_CHARS) : value;
     } else if (name === 'x-agent-task-id') {
       this.taskId = value.length > MAX_TASK_ID_CHARS ? value.slice(0, MAX_TASK_ID_CHARS) : value;
+    } else if (name === APPROVAL_ID_HEADER) {
+      this.approvalId = value;
     }
   }
 
@@ -180,6 +194,7 @@ export class ProxyExchange {
   /** uWS's onAborted: the client went away; nothing may touch `res` from now on. */
   clientAborted(): void {
     this.aborted = true;
+    this.holdRelease?.(false);
     this.body?.abort();
     this.abortUpstream?.(new Error('client aborted'));
     this.finish();
@@ -205,6 +220,28 @@ export class ProxyExchange {
         const extraHeaders = this.answerHeaders;
         if (extraHeaders !== null) for (let i = 0; i < extraHeaders.length; i += 2) this.res.writeHeader(extraHeaders[i]!, extraHeaders[i + 1]!);
         this.res.end(body, closeConnection);
+      });
+    }
+    this.finish();
+    return false;
+  }
+
+  /**
+   * The held call is still pending: 202 with its id, Retry-After and Location,
+   * and no audit entry (the retry's answer will have one).
+   */
+  answerPending(approval: Approval, retryAfterS: number, location: string): false {
+    if (this.finished) return false;
+    this.unaudited = true;
+    this.statusCode = 202;
+    if (!this.aborted) {
+      this.body?.detach();
+      const body = JSON.stringify({ approval_id: approval.id, status: 'pending', expires_at: approval.expiresAt });
+      this.responseBytes = Buffer.byteLength(body);
+      this.res.cork(() => {
+        this.res.writeStatus(statusLine(202)).writeHeader('content-type', 'application/json');
+        this.res.writeHeader('retry-after', String(retryAfterS)).writeHeader('location', location);
+        this.res.end(body);
       });
     }
     this.finish();
@@ -250,6 +287,10 @@ export class ProxyExchange {
    */
   endForShutdown(): void {
     if (this.finished || this.aborted) return;
+    if (this.holdRelease !== null) {
+      this.holdRelease(true);
+      return;
+    }
     if (this.upstream !== null) {
       this.upstream.endEarly();
       return;
@@ -312,6 +353,7 @@ export class ProxyExchange {
       shadowDecision: this.shadowRule?.result.decision ?? null,
       policyPath: this.decision !== null ? this.policyPath : '',
       policyDecided: this.#policyDecided(),
+      approvalId: this.approval?.id ?? null,
     };
   }
 }

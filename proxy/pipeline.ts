@@ -6,14 +6,16 @@ import type { AuditBatcher } from '../shared/audit/audit-batcher.js';
 import type { Config } from '../shared/config.js';
 import { isStoreUnavailable } from '../shared/errors.js';
 import { FIELD, type Logger } from '../shared/log.js';
-import type { Metrics, RateLimitStats } from '../shared/metrics.js';
+import type { ApprovalStats, Metrics, RateLimitStats } from '../shared/metrics.js';
 import type { MetadataStore } from '../shared/stores/metadata-store.js';
 import { createAdmit } from './admit.js';
+import { ApprovalWebhook } from './approval-webhook.js';
 import { createAuthorize } from './authorize.js';
 import { createProxyCaches, type ProxyCaches } from './caches.js';
 import type { ProxyExchange, Stage, StageResult } from './exchange.js';
 import { createForward } from './forward.js';
 import { createGuardTarget } from './guard-target.js';
+import { createHeldCalls } from './hold.js';
 import { createInjectCredential } from './inject-credential.js';
 import { createInspectMcp } from './inspect-mcp.js';
 import { createLimit } from './limit.js';
@@ -45,6 +47,8 @@ export interface ProxyPipeline {
   endInFlight(): void;
   /** The rate limiter's state, for /metrics. */
   rateLimits(): RateLimitStats;
+  /** Held calls and the approval webhook, for /metrics. */
+  approvals(): ApprovalStats;
   close(): Promise<void>;
 }
 
@@ -57,6 +61,8 @@ export function createProxyPipeline(deps: {
   metrics: Metrics;
   /** Share rate-limit counts with other proxies through the store (split mode, MongoDB). */
   shareRateLimits: boolean;
+  /** PUBLIC_URL, or the local origin once the listener knows its port: the 202's Location, the webhook's approve_url. */
+  publicUrl: () => string;
 }): ProxyPipeline {
   const { config, batcher, log, metrics } = deps;
   const caches = createProxyCaches(deps.store, deps.encryptionKey, { maxEntries: config.cacheMaxEntries, ttlMs: config.cacheTtlMs, stats: metrics.caches });
@@ -70,6 +76,10 @@ export function createProxyPipeline(deps: {
   // Idle counters (every slot out of the window) are dropped in the background.
   const sweeper = setInterval(() => limiter.sweep(), RATE_SWEEP_MS);
   sweeper.unref();
+  const webhook = config.approvalWebhookUrl !== null && config.approvalWebhookSecret !== null
+    ? new ApprovalWebhook({ url: config.approvalWebhookUrl, secret: config.approvalWebhookSecret, publicUrl: deps.publicUrl, log })
+    : null;
+  const { hold, claim, held } = createHeldCalls({ store: deps.store, holdS: config.approvalHoldS, publicUrl: deps.publicUrl, webhook, log });
 
   // The agent is resolved first, so that every refusal after it is audited.
   const stages: readonly Stage[] = [
@@ -79,8 +89,10 @@ export function createProxyPipeline(deps: {
     createAuthorize(caches),
     createInspectMcp(),
     createGuardTarget({ allowTargets: config.allowTargets, dnsServer: config.dnsServer, dnsCacheTtlMs: config.dnsCacheTtlMs }),
+    hold,
     createInjectCredential(caches),
     createLimit({ limiter, metrics: config.metricsEnabled ? metrics : null }),
+    claim,
     createForward({ config, pools }),
   ];
   const record = createRecordAudit({
@@ -142,9 +154,14 @@ export function createProxyPipeline(deps: {
     },
     stopAdmitting() {
       admitting = false;
+      // Held calls are answered 202 now, not at the drain deadline: their approvals stay pending for the retry.
+      held.releaseAll();
     },
     endInFlight() {
       for (const ex of [...running]) ex.endForShutdown();
+    },
+    approvals() {
+      return { held: held.size, created: held.created, webhookDelivered: webhook?.stats.delivered ?? 0, webhookFailures: webhook?.stats.failures ?? 0, webhookDropped: webhook?.stats.dropped ?? 0 };
     },
     rateLimits() {
       return rateSync?.stats() ?? { counters: limiter.size, storeReachable: 1, syncFailures: 0, proxies: 1 };
@@ -156,6 +173,8 @@ export function createProxyPipeline(deps: {
     },
     async close() {
       clearInterval(sweeper);
+      held.close();
+      webhook?.close();
       await rateSync?.stop();
       caches.close();
       await pools.close();

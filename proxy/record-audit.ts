@@ -25,7 +25,8 @@ export function createRecordAudit(deps: {
       if (ex.body !== null) metrics.bytesIn += ex.body.received;
       metrics.recordProxied(ex.auditDecision, ex.method, ex.aborted ? 499 : ex.statusCode, ex.agent?.id ?? null);
     }
-    if (ex.agent === null) return;
+    // No agent, no record; a held call answered 202 (still pending) has none either (the contract).
+    if (ex.agent === null || ex.unaudited) return;
     const record = ex.toAuditRecord();
     batcher.enqueue(record);
     deps.onRecorded();

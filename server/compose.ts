@@ -95,11 +95,13 @@ export async function startService(config: Readonly<Config>, log: Logger = creat
     metrics,
     // One all-in-one process on SQLite is the only proxy: its counts are the whole count.
     shareRateLimits: role === 'proxy' || config.mongodbUrl !== null,
+    publicUrl: () => publicUrl,
   });
   metrics.setSources({
     auditStats: () => ({ ...auditBatcher.stats, pending: auditBatcher.pending, spooledBatches: auditBatcher.spooledBatches }),
     inFlight: () => pipeline?.inFlight ?? 0,
     rateLimits: () => pipeline?.rateLimits() ?? { counters: 0, storeReachable: 1, syncFailures: 0, proxies: 1 },
+    approvals: () => pipeline?.approvals() ?? { held: 0, created: 0, webhookDelivered: 0, webhookFailures: 0, webhookDropped: 0 },
   });
   if (role === 'proxy' && pipeline !== null) {
     // The caches subscribe to store.changes; following adds other processes' commits.

@@ -15,6 +15,9 @@ export function startProblems(config: Readonly<Config>, role: Role): string[] {
     if (config.clickhouseUrl === null) problems.push('CLICKHOUSE_URL must be set (the embedded engine is one process\'s own)');
     if (role === 'proxy' && config.adminUrl === null) problems.push('ADMIN_URL must be set (where this proxy passes admin paths)');
   }
+  if (role !== 'admin' && config.approvalWebhookUrl !== null && config.approvalWebhookSecret === null) {
+    problems.push('APPROVAL_WEBHOOK_SECRET must be set with APPROVAL_WEBHOOK_URL (the webhook is signed with it)');
+  }
   if (config.metricsEnabled && config.metricsToken === null && !config.metricsPublic && !isLoopbackHost(config.host)) {
     problems.push(`GET /metrics would be open to anyone who reaches ${config.host}: set METRICS_TOKEN, or METRICS_PUBLIC=true if that is meant, or METRICS_ENABLED=false`);
   }

@@ -51,6 +51,11 @@ export interface Config {
   changePollMs: number;
   rateLimitSyncMs: number;
   rateLimitMaxCounters: number;
+  /** How long the proxy holds a call that needs approval before answering 202 (0: at once). */
+  approvalHoldS: number;
+  /** Where each new pending approval is POSTed (null: nowhere), signed with approvalWebhookSecret. */
+  approvalWebhookUrl: string | null;
+  approvalWebhookSecret: string | null;
   /** PEM text of NODE_EXTRA_CA_CERTS, trusted for upstream TLS besides Node's roots. */
   extraCa: string | null;
 }
@@ -147,6 +152,12 @@ export const CONFIG_SPECS: readonly Spec[] = [
   { env: 'CHANGE_POLL_MS', key: 'changePollMs', doc: 'split mode: how often a proxy polls the metadata change log', parse: integer(10, 60_000), fallback: 250 },
   { env: 'RATE_LIMIT_SYNC_MS', key: 'rateLimitSyncMs', doc: 'split mode and MongoDB: how often a proxy shares its rate-limit counts through the metadata store (0: each proxy counts alone)', parse: integer(0, 60_000), fallback: 250 },
   { env: 'RATE_LIMIT_MAX_COUNTERS', key: 'rateLimitMaxCounters', doc: 'rate-limit counters (agent × limit in use) a proxy keeps, at most; beyond, new ones are refused 429', parse: integer(1000, 100_000_000), fallback: 2_000_000 },
+  { env: 'APPROVAL_HOLD_S', key: 'approvalHoldS', doc: 'how long the proxy keeps a call that needs approval open, waiting for a decision, before it answers 202 (0: at once)', parse: integer(0, 3600), fallback: 25 },
+  { env: 'APPROVAL_WEBHOOK_URL', key: 'approvalWebhookUrl', doc: 'each new pending approval is POSTed here as JSON (set it on every proxy process)', parse: url, fallback: null },
+  { env: 'APPROVAL_WEBHOOK_SECRET', key: 'approvalWebhookSecret', doc: 'HMAC-SHA256 key of the webhook\'s X-Guard-Signature, at least 16 characters; required with APPROVAL_WEBHOOK_URL', parse: (r) => {
+    if (r.length < 16) throw new ConfigError('must be at least 16 characters');
+    return r;
+  }, fallback: null },
   { env: 'UPSTREAM_CONNECT_TIMEOUT_MS', key: 'upstreamConnectTimeoutMs', doc: 'TCP+TLS connect deadline', parse: integer(1, 600_000), fallback: 5000 },
   { env: 'UPSTREAM_HEADERS_TIMEOUT_MS', key: 'upstreamHeadersTimeoutMs', doc: 'deadline for the upstream response head', parse: integer(1, 3_600_000), fallback: 30_000 },
   { env: 'UPSTREAM_BODY_TIMEOUT_MS', key: 'upstreamBodyTimeoutMs', doc: 'longest gap between upstream body chunks', parse: integer(1, 3_600_000), fallback: 30_000 },

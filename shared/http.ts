@@ -26,8 +26,11 @@ const FRAMING = ['host', 'content-length'] as const;
 /** The agent's own annotations: audited, never sent to the tool. */
 export const AGENT_HEADERS = ['x-agent-reasoning', 'x-agent-task-id'] as const;
 
+/** The retry of a held call names its approval with this; the proxy reads it and never forwards it. */
+export const APPROVAL_ID_HEADER = 'x-approval-id';
+
 /** Request fields the proxy does not forward upstream (CONTRACT.md "Proxy"). */
-export const REQUEST_DROP: ReadonlySet<string> = new Set([...HOP_BY_HOP, ...FRAMING, 'proxy-authorization', 'expect', ...AGENT_HEADERS]);
+export const REQUEST_DROP: ReadonlySet<string> = new Set([...HOP_BY_HOP, ...FRAMING, 'proxy-authorization', 'expect', ...AGENT_HEADERS, APPROVAL_ID_HEADER]);
 
 /** Upstream response fields not passed back: hop-by-hop, and what uWS writes itself (length, Date). */
 export const RESPONSE_DROP: ReadonlySet<string> = new Set([...HOP_BY_HOP, 'proxy-authenticate', 'content-length', 'date']);

@@ -26,7 +26,23 @@ export interface MetricSources {
   inFlight(): number;
   /** The rate limiter's state (absent where no proxy runs). */
   rateLimits?(): RateLimitStats;
+  /** Held calls and the approval webhook (absent where no proxy runs). */
+  approvals?(): ApprovalStats;
 }
+
+export interface ApprovalStats {
+  /** Calls held open now, waiting for a decision. */
+  held: number;
+  /** Approvals this process created. */
+  created: number;
+  webhookDelivered: number;
+  /** Attempts that failed (each retry counts). */
+  webhookFailures: number;
+  /** Notifications given up on (out of attempts, or the queue full). */
+  webhookDropped: number;
+}
+
+const NO_APPROVALS: ApprovalStats = { held: 0, created: 0, webhookDelivered: 0, webhookFailures: 0, webhookDropped: 0 };
 
 export interface RateLimitStats {
   counters: number;
@@ -141,6 +157,12 @@ export class Metrics {
     gauge('tcg_rate_limit_store_reachable', '1 while rate limits are shared through the store; 0 while this proxy counts alone.', () => limits().storeReachable);
     counter('tcg_rate_limit_sync_failures_total', 'Rate-limit syncs that could not reach the store.', () => limits().syncFailures);
     gauge('tcg_rate_limit_proxies', 'Live proxies sharing the rate limits.', () => limits().proxies);
+    const approvals = () => self.#sources?.approvals?.() ?? NO_APPROVALS;
+    gauge('tcg_approvals_held', 'Calls held open now, waiting for a person to approve or deny them.', () => approvals().held);
+    counter('tcg_approvals_created_total', 'Approvals created (calls that needed one).', () => approvals().created);
+    counter('tcg_approval_webhook_deliveries_total', 'Approval webhook notifications delivered (2xx).', () => approvals().webhookDelivered);
+    counter('tcg_approval_webhook_failures_total', 'Approval webhook attempts that failed (each retry counts).', () => approvals().webhookFailures);
+    counter('tcg_approval_webhook_dropped_total', 'Approval webhook notifications given up on (out of attempts, or too many queued).', () => approvals().webhookDropped);
     gauge('tcg_proxy_in_flight', 'Proxied calls under way (one per open proxied connection).', () => self.#sources?.inFlight() ?? 0);
     this.upstreamLatency = new Histogram({
       name: 'tcg_proxy_upstream_latency_seconds',

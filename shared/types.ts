@@ -83,6 +83,8 @@ export interface AuditRecord {
   policyPath: string;
   /** The policy gave the final decision (policy replay re-evaluates these only). */
   policyDecided: boolean;
+  /** The approval a held call was forwarded, denied or refused under; null otherwise. */
+  approvalId: string | null;
 }
 
 /**
@@ -98,10 +100,12 @@ export const NO_PROXY_DETAIL = Object.freeze({
   shadowDecision: null,
   policyPath: '',
   policyDecided: false,
+  approvalId: null,
 } as const satisfies Partial<AuditRecord>);
 
 export interface AuditFilter {
   agentId?: string;
+  approvalId?: string;
   mcpSessionId?: string;
   mcpMethod?: string;
   mcpTool?: string;

@@ -70,6 +70,7 @@ const record: AuditRecord = {
   shadowDecision: null,
   policyPath: '/small',
   policyDecided: true,
+  approvalId: null,
 };
 
 /** The compiled `limits` of a rule-less policy, one per [name, tool glob, rate]. */

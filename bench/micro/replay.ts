@@ -35,7 +35,7 @@ try {
         ruleMatched: 'default', source: 'proxy', requestBytes: 0, responseBytes: 100, outputHash: null, output: null,
         outputTruncated: false, requestId: randomUUID(), mcpSessionId: null,
         mcpMethod: i % 3 === 0 ? 'tools/call' : null, mcpTool: i % 3 === 0 ? `tool_${i % 40}` : null,
-        shadowRule: null, shadowDecision: null, policyPath: `/items/${i % 500}`, policyDecided: true,
+        shadowRule: null, shadowDecision: null, policyPath: `/items/${i % 500}`, policyDecided: true, approvalId: null,
       };
       body += store.encode(record);
     }

@@ -64,6 +64,9 @@ export const AUDIT_COLUMNS = [
   { name: 'policy_path', type: 'String CODEC(ZSTD(1))', field: 'policyPath', kind: 'text' },
   // Old rows: allowed under a rule, or refused 403 by one (other refusals after the policy allowed a call, 5xx or 400, kept its rule name).
   { name: 'policy_decided', type: "Bool DEFAULT source = 'proxy' AND rule_matched NOT IN ('', 'target_forbidden', 'uninspectable_body') AND NOT startsWith(rule_matched, 'limit:') AND (decision = 'allowed' OR status_code = 403)", field: 'policyDecided', kind: 'flag' },
+  // Held calls (CONTRACT.md "Held calls"). New columns go last: a spooled line of an
+  // earlier version has fewer fields, and the missing trailing ones take their defaults.
+  { name: 'approval_id', type: 'String', field: 'approvalId', kind: 'empty-is-null' },
 ] as const satisfies readonly AuditColumn[];
 
 export type AuditColumnName = (typeof AUDIT_COLUMNS)[number]['name'];

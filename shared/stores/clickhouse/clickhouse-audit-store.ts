@@ -397,6 +397,7 @@ const EXACT_FILTERS = [
   ['mcpSessionId', 'mcp_session_id'],
   ['mcpMethod', 'mcp_method'],
   ['mcpTool', 'mcp_tool'],
+  ['approvalId', 'approval_id'],
 ] as const satisfies readonly (readonly [keyof AuditFilter, string])[];
 
 function listWhere(orgId: string, filter: AuditFilter): { where: string; params: QueryParams } {

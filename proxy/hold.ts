@@ -1,0 +1,236 @@
+// Stages for held calls (CONTRACT.md "Held calls: a person approves"), and the
+// registry of calls waiting for a decision.
+//
+// hold: a call whose policy decision is `approve` is bound to an approval (a new
+// one, or the one its X-Approval-Id names on a retry: same method, host, path,
+// query and body SHA-256) and waits, open, until a person decides or
+// APPROVAL_HOLD_S passes (then 202). Waiting costs one timer and one map entry:
+// a decision reaches the waiting calls through the metadata change feed (at once
+// in this process, within CHANGE_POLL_MS from another), never by polling per call.
+//
+// claim: just before the forward (after the limits), an approved call claims its
+// approval (approved → used, one conditional update in the store), so of two
+// retries racing through any proxies exactly one is forwarded.
+import { hash } from 'node:crypto';
+import { approvalLocation, HELD_BODY_MAX_BYTES } from '../shared/approvals.js';
+import { isUuid } from '../shared/http.js';
+import type { Logger } from '../shared/log.js';
+import type { MetadataStore } from '../shared/stores/metadata-store.js';
+import type { Approval } from '../shared/types.js';
+import type { ApprovalWebhook } from './approval-webhook.js';
+import type { ProxyExchange, Stage } from './exchange.js';
+
+const EMPTY: Buffer = Buffer.alloc(0);
+
+/** Retry-After of a 202: the retry is held again, so soon is fine; without a hold the agent polls. */
+const RETRY_AFTER_HELD_S = 1;
+const RETRY_AFTER_UNHELD_S = 5;
+
+export interface HeldCalls {
+  /** Calls waiting for a decision now. */
+  readonly size: number;
+  /** Approvals this process created. */
+  readonly created: number;
+  /** Shutdown: every waiting call is answered 202 at once (its approval stays pending). */
+  releaseAll(): void;
+  /** Stops hearing decisions. */
+  close(): void;
+}
+
+interface Waiter {
+  readonly ex: ProxyExchange;
+  readonly approval: Approval;
+  readonly resolve: (result: undefined | false) => void;
+  timer: NodeJS.Timeout | null;
+}
+
+export function createHeldCalls(deps: {
+  store: MetadataStore;
+  /** APPROVAL_HOLD_S. */
+  holdS: number;
+  publicUrl: () => string;
+  webhook: ApprovalWebhook | null;
+  log: Logger;
+}): { hold: Stage; claim: Stage; held: HeldCalls } {
+  const { store, holdS, log } = deps;
+  /** Waiting calls by approval id (two retries of one approval may wait at once). */
+  const waiting = new Map<string, Set<Waiter>>();
+  let size = 0;
+  let created = 0;
+
+  const unsubscribe = store.changes.subscribe({
+    apply(change) {
+      if (change.kind === 'approval' && waiting.has(change.approvalId)) void reread(change.orgId, change.approvalId);
+    },
+    // The feed lost its place: any decision may have been missed.
+    clear() {
+      for (const [id, waiters] of waiting) {
+        const first = waiters.values().next().value;
+        if (first !== undefined) void reread(first.approval.orgId, id);
+      }
+    },
+  });
+
+  async function reread(orgId: string, id: string): Promise<void> {
+    let approval: Approval | undefined;
+    try {
+      approval = await store.getApproval(orgId, id);
+    } catch (err) {
+      // The waiting calls still end at their timer; a later change or the retry sees the decision.
+      log.warn('a decided approval could not be read; its held calls wait on', { approval_id: id, err });
+      return;
+    }
+    if (approval === undefined || approval.status === 'pending') return;
+    for (const waiter of [...(waiting.get(id) ?? [])]) {
+      stopWaiting(waiter);
+      waiter.resolve(settle(waiter.ex, approval));
+    }
+  }
+
+  function stopWaiting(waiter: Waiter): void {
+    const waiters = waiting.get(waiter.approval.id);
+    if (waiters?.delete(waiter)) {
+      size--;
+      if (waiters.size === 0) waiting.delete(waiter.approval.id);
+    }
+    if (waiter.timer !== null) clearTimeout(waiter.timer);
+    waiter.timer = null;
+    waiter.ex.holdRelease = null;
+  }
+
+  function answerPending(ex: ProxyExchange, approval: Approval): false {
+    const toExpiry = Math.ceil((Date.parse(approval.expiresAt) - Date.now()) / 1000);
+    const retryAfter = Math.max(1, Math.min(holdS > 0 ? RETRY_AFTER_HELD_S : RETRY_AFTER_UNHELD_S, toExpiry));
+    return ex.answerPending(approval, retryAfter, approvalLocation(deps.publicUrl(), approval.id));
+  }
+
+  /** Holds the call until a decision, the hold's end or the approval's expiry, whichever comes first. */
+  function wait(ex: ProxyExchange, approval: Approval): undefined | false | Promise<undefined | false> {
+    const untilExpiry = Date.parse(approval.expiresAt) - Date.now();
+    if (untilExpiry <= 0) return ex.answerError('approval_expired', `Approval ${approval.id} expired at ${approval.expiresAt}.`);
+    if (holdS === 0) return answerPending(ex, approval);
+    return new Promise((resolve) => {
+      const waiter: Waiter = { ex, approval, resolve, timer: null };
+      let waiters = waiting.get(approval.id);
+      if (waiters === undefined) waiting.set(approval.id, (waiters = new Set()));
+      waiters.add(waiter);
+      size++;
+      waiter.timer = setTimeout(() => {
+        stopWaiting(waiter);
+        resolve(Date.now() >= Date.parse(approval.expiresAt) ? ex.answerError('approval_expired', `Approval ${approval.id} expired at ${approval.expiresAt}.`) : answerPending(ex, approval));
+      }, Math.min(holdS * 1000, untilExpiry));
+      ex.holdRelease = (answer) => {
+        stopWaiting(waiter);
+        resolve(answer ? answerPending(ex, approval) : false);
+      };
+    });
+  }
+
+  async function hold(ex: ProxyExchange): Promise<undefined | false> {
+    // The body is hashed (the approval is bound to it) and kept for the forward.
+    let bytes: Buffer = EMPTY;
+    const body = ex.body;
+    if (body !== null) {
+      const tooLarge = `A call that needs approval may have a body of at most ${HELD_BODY_MAX_BYTES} bytes.`;
+      if (ex.contentLength > HELD_BODY_MAX_BYTES) return ex.answerError('payload_too_large', tooLarge);
+      const collected = await body.collect(HELD_BODY_MAX_BYTES);
+      if (ex.finished) return false;
+      if (collected === null) return ex.answerError('payload_too_large', tooLarge);
+      bytes = collected;
+    }
+    const bodySha256 = hash('sha256', bytes, 'hex');
+    const agent = ex.agent!;
+    const target = ex.target!;
+
+    if (ex.approvalId !== null) {
+      const id = ex.approvalId.trim().toLowerCase();
+      const approval = isUuid(id) ? await store.getApproval(agent.orgId, id) : undefined;
+      if (ex.finished) return false;
+      if (approval === undefined || approval.agentId !== agent.id) return ex.answerError('not_found', 'No such approval for this agent.');
+      ex.approval = approval;
+      const differs = approval.action !== ex.method ? 'method' : approval.host !== target.authority ? 'host' : approval.path !== target.path ? 'path' : approval.query !== ex.query ? 'query' : approval.bodySha256 !== bodySha256 ? 'body' : null;
+      if (differs !== null) {
+        return ex.answerError('approval_mismatch', `The call's ${differs} differs from the one approval ${approval.id} is for.`, { field: differs });
+      }
+      if (approval.status !== 'pending') return settle(ex, approval);
+      return wait(ex, approval);
+    }
+
+    const approval = await store.createApproval(
+      {
+        orgId: agent.orgId,
+        agentId: agent.id,
+        agentName: agent.name,
+        toolName: target.hostname,
+        action: ex.method,
+        host: target.authority,
+        path: target.path,
+        query: ex.query,
+        reasoning: ex.reasoning,
+        taskId: ex.taskId,
+        ruleMatched: ex.ruleMatched,
+        bodySha256,
+        bodyBytes: bytes.length,
+        timeoutS: ex.decision!.approvalTimeoutS,
+      },
+      bytes.length > 0 ? bytes : null,
+    );
+    created++;
+    deps.webhook?.notify(approval);
+    ex.approval = approval;
+    if (ex.finished) return false;
+    return wait(ex, approval);
+  }
+
+  async function claim(ex: ProxyExchange): Promise<undefined | false> {
+    const approval = ex.approval!;
+    const won = await store.useApproval(approval.orgId, approval.id);
+    if (ex.finished) return false;
+    if (!won) {
+      const now = await store.getApproval(approval.orgId, approval.id);
+      if (ex.finished) return false;
+      // Lost the race (used), or expired meanwhile; never forwarded without the claim.
+      return settle(ex, now !== undefined && (now.status === 'expired' || now.status === 'denied') ? now : { ...approval, status: 'used' });
+    }
+    // A retry forwards the body that was held, which its SHA-256 matched.
+    if (ex.approvalId !== null && ex.body !== null) ex.body.buffer = (await store.approvalBody(approval.orgId, approval.id)) ?? EMPTY;
+    return ex.finished ? false : undefined;
+  }
+
+  return {
+    hold: (ex) => (ex.decision?.decision === 'approve' ? hold(ex) : undefined),
+    claim: (ex) => (ex.approved ? claim(ex) : undefined),
+    held: {
+      get size() {
+        return size;
+      },
+      get created() {
+        return created;
+      },
+      releaseAll() {
+        for (const waiters of [...waiting.values()]) for (const waiter of [...waiters]) waiter.ex.holdRelease?.(true);
+      },
+      close: unsubscribe,
+    },
+  };
+}
+
+/** The answer for a decided approval: approved goes on to be forwarded, anything else is refused. */
+function settle(ex: ProxyExchange, approval: Approval): undefined | false {
+  ex.approval = approval;
+  switch (approval.status) {
+    case 'approved':
+      ex.approved = true;
+      return undefined;
+    case 'denied':
+      // The approver's note when given; who denied it is for operators, not for the agent.
+      return ex.answerError('approval_denied', approval.note ?? undefined);
+    case 'expired':
+      return ex.answerError('approval_expired', `Approval ${approval.id} expired at ${approval.expiresAt}.`);
+    case 'used':
+      return ex.answerError('approval_used', `Approval ${approval.id} was already used for its call; a new call needs a new approval.`);
+    case 'pending':
+      // Not reached: callers wait on a pending approval instead.
+      return ex.answerError('internal');
+  }
+}

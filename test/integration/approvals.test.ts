@@ -1,0 +1,346 @@
+// Held calls end to end in a real all-in-one process (spawned, so that it can be
+// restarted on its data), against a real HTTPS upstream and a real webhook
+// receiver: approve during the hold, deny, the 202 and its retry, reuse,
+// every mismatch, expiry, org isolation, two racing retries, the 413, the
+// webhook's signature and retries, the audit entries, and a held call that
+// survives a restart through its stored body. Split mode: split-mode.test.ts.
+import { createHmac, randomBytes } from 'node:crypto';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { createServer, type IncomingHttpHeaders } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import t from 'tap';
+import { api, createAgent, eventually, login, signup, TLS_DIR, type Session } from '../support/service.js';
+import { spawnService, type SpawnedService } from '../support/spawn-service.js';
+import { patternBytes, startUpstream } from '../support/upstream.js';
+
+const HOLD_S = 2;
+const WEBHOOK_SECRET = 'whsec-test-0123456789abcdef';
+
+// A webhook receiver that refuses every notification's first attempt (500), to see the retry.
+const hooks: { headers: IncomingHttpHeaders; body: Buffer }[] = [];
+const refusedOnce = new Set<string>();
+const receiver = createServer((req, res) => {
+  const chunks: Buffer[] = [];
+  req.on('data', (c: Buffer) => chunks.push(c)).on('end', () => {
+    const body = Buffer.concat(chunks);
+    const id = (JSON.parse(body.toString('utf8')) as { id: string }).id;
+    if (!refusedOnce.has(id)) {
+      refusedOnce.add(id);
+      res.statusCode = 500;
+      res.end();
+      return;
+    }
+    hooks.push({ headers: req.headers, body });
+    res.end('ok');
+  });
+});
+await new Promise<void>((resolve) => receiver.listen(0, '127.0.0.1', resolve));
+
+const root = mkdtempSync(join(tmpdir(), 'tcg-approvals-'));
+const upstream = await startUpstream();
+const env = {
+  PORT: '0',
+  DATA_DIR: join(root, 'data'),
+  GUARD_ALLOW_TARGETS: '127.0.0.1',
+  NODE_EXTRA_CA_CERTS: join(TLS_DIR, 'ca.crt'),
+  AUDIT_BATCH_MS: '20',
+  APPROVAL_HOLD_S: String(HOLD_S),
+  APPROVAL_WEBHOOK_URL: `http://127.0.0.1:${(receiver.address() as AddressInfo).port}/hooks/${randomBytes(8).toString('hex')}`,
+  APPROVAL_WEBHOOK_SECRET: WEBHOOK_SECRET,
+  PUBLIC_URL: 'http://guard.example.test',
+  LOG_LEVEL: 'info',
+};
+let service: SpawnedService = await spawnService('all-in-one', env);
+t.teardown(async () => {
+  await service.stop();
+  await upstream.close();
+  await new Promise((resolve) => receiver.close(resolve));
+  rmSync(root, { recursive: true, force: true });
+});
+
+const ownerEmail = `approver-${Date.now()}@example.com`;
+let owner: Session = await signup(service.url, ownerEmail);
+const stranger: Session = await signup(service.url);
+
+const POLICY = `version: "1"
+rules:
+  - name: payments
+    tool: "127.0.0.1"
+    action: POST
+    path: /echo/**
+    decision: approve
+    approval_timeout: 600
+  - name: short-lived
+    tool: "127.0.0.1"
+    action: PUT
+    decision: approve
+    approval_timeout: 10
+`;
+const payer = await createAgent(service.url, owner, 'payer', 'full');
+const other = await createAgent(service.url, owner, 'other');
+for (const agent of [payer, other]) {
+  const set = await api(service.url, owner, 'POST', `/agents/${agent.id}/policy`, { rules_yaml: POLICY });
+  if (set.status !== 200) throw new Error(`policy: ${set.status} ${set.text}`);
+}
+
+interface Answer {
+  status: number;
+  headers: Headers;
+  json: any;
+  ms: number;
+}
+
+async function call(key: string, init: { method?: string; path?: string; body?: Buffer | string; approvalId?: string; headers?: Record<string, string> } = {}): Promise<Answer> {
+  const started = Date.now();
+  const res = await fetch(`${service.url}/proxy/${key}/${upstream.authority}${init.path ?? '/echo'}`, {
+    method: init.method ?? 'POST',
+    headers: {
+      'x-agent-reasoning': 'paying invoice 42',
+      'x-agent-task-id': 'task-42',
+      ...(init.approvalId !== undefined ? { 'x-approval-id': init.approvalId } : {}),
+      ...init.headers,
+    },
+    ...(init.body !== undefined ? { body: typeof init.body === 'string' ? init.body : new Uint8Array(init.body) } : {}),
+  });
+  const text = await res.text();
+  return { status: res.status, headers: res.headers, json: text.length > 0 && res.headers.get('content-type')?.includes('json') ? JSON.parse(text) : text, ms: Date.now() - started };
+}
+
+/** Ids of the approvals listed so far: pendingFor waits for one that is not among them. */
+const known = new Set<string>();
+
+/** The agent's newest pending approval not seen before (the one of the call just made). */
+async function pendingFor(agentId: string) {
+  const approval = await eventually(async () => {
+    const res = await api(service.url, owner, 'GET', `/approvals?status=pending&agent_id=${agentId}`);
+    return (res.json as any[]).find((a) => !known.has(a.id));
+  }, 5000);
+  known.add(approval.id);
+  return approval;
+}
+
+async function auditOf(approvalId: string, count = 1) {
+  return eventually(async () => {
+    const rows = (await api(service.url, owner, 'GET', `/audit?approval_id=${approvalId}`)).json as any[];
+    return rows.length >= count ? rows : undefined;
+  }, 5000);
+}
+
+// Started first, checked last: an approval that expires (approval_timeout 10 s) while nobody decides.
+const expiring = call(other.api_key, { method: 'PUT', body: 'late' });
+
+t.test('POST /policy/check answers approve with the rule and its timeout', async (t) => {
+  const res = await api(service.url, owner, 'POST', '/policy/check', { agent_id: payer.id, tool: '127.0.0.1', action: 'POST', path: '/echo', reasoning: '' });
+  t.equal(res.status, 200);
+  t.match(res.json, { decision: 'approve', rule_matched: 'payments', approval_timeout: 600 });
+});
+
+t.test('approved during the hold: forwarded at once, the body byte-identical, the approval used, the call audited with its id', async (t) => {
+  const body = patternBytes(100_000);
+  const seenBefore = upstream.seen.length;
+  const pending = call(payer.api_key, { body });
+  const approval = await pendingFor(payer.id);
+  t.match(approval, { agent_id: payer.id, agent_name: 'payer', tool_name: '127.0.0.1', action: 'POST', path: '/echo', reasoning: 'paying invoice 42', task_id: 'task-42', rule_matched: 'payments', status: 'pending', decided_at: null, decided_by: null, note: null, body_bytes: 100_000 });
+  t.equal(approval.body_sha256, (await import('node:crypto')).createHash('sha256').update(body).digest('hex'));
+  t.equal(Date.parse(approval.expires_at) - Date.parse(approval.created_at), 600_000, 'expires_at = created_at + approval_timeout');
+  t.equal(upstream.seen.length, seenBefore, 'nothing is forwarded while held');
+
+  const decided = await api(service.url, owner, 'POST', `/approvals/${approval.id}/approve`, { note: 'fine' });
+  t.equal(decided.status, 200);
+  t.match(decided.json, { id: approval.id, status: 'approved', decided_by: ownerEmail, note: 'fine' });
+  const answer = await pending;
+  t.equal(answer.status, 200, 'the held call is forwarded');
+  t.ok(answer.ms < HOLD_S * 1000 + 1500, `within the hold (${answer.ms} ms)`);
+  t.equal(answer.json.body_sha256, approval.body_sha256, 'the upstream got the held body, byte for byte');
+  t.equal(answer.json.body_bytes, 100_000);
+  t.equal((await api(service.url, owner, 'GET', `/approvals/${approval.id}`)).json.status, 'used');
+  const [row] = await auditOf(approval.id);
+  t.match(row, { decision: 'allowed', status_code: 200, rule_matched: 'payments', approval_id: approval.id });
+
+  const again = await call(payer.api_key, { body, approvalId: approval.id });
+  t.equal(again.status, 409, 'a used approval cannot be used again');
+  t.equal(again.json.error, 'approval_used');
+});
+
+t.test('denied during the hold: 403 approval_denied with the note, audited denied', async (t) => {
+  const seenBefore = upstream.seen.length;
+  const pending = call(payer.api_key, { body: '{"amount": 1000000}' });
+  const approval = await pendingFor(payer.id);
+  const denied = await api(service.url, owner, 'POST', `/approvals/${approval.id}/deny`, { note: 'Too much.' });
+  t.match(denied.json, { status: 'denied', note: 'Too much.', decided_by: ownerEmail });
+  const answer = await pending;
+  t.equal(answer.status, 403);
+  t.match(answer.json, { error: 'approval_denied', message: 'Too much.' });
+  t.equal(upstream.seen.length, seenBefore, 'never forwarded');
+  const again = await api(service.url, owner, 'POST', `/approvals/${approval.id}/approve`);
+  t.equal(again.status, 409, 'the first decision stands');
+  t.equal(again.json.error, 'conflict');
+  const [row] = await auditOf(approval.id);
+  t.match(row, { decision: 'denied', status_code: 403, approval_id: approval.id });
+  const retry = await call(payer.api_key, { body: '{"amount": 1000000}', approvalId: approval.id });
+  t.equal(retry.json.error, 'approval_denied', 'a retry of a denied call is denied too');
+});
+
+t.test('no decision within the hold: 202 with its id, Retry-After and Location, no audit entry; the retry after approval is forwarded once', async (t) => {
+  const body = '{"invoice": 7}';
+  const held = await call(payer.api_key, { body, path: '/echo?currency=eur' });
+  t.equal(held.status, 202);
+  t.ok(held.ms >= HOLD_S * 1000 - 100, `held for APPROVAL_HOLD_S first (${held.ms} ms)`);
+  t.match(held.json, { approval_id: /^[0-9a-f-]{36}$/, status: 'pending' });
+  const id = held.json.approval_id as string;
+  const item = (await api(service.url, owner, 'GET', `/approvals/${id}`)).json;
+  t.equal(held.json.expires_at, item.expires_at);
+  t.equal(held.headers.get('location'), `/approvals/${id}`, 'Location is relative to PUBLIC_URL');
+  t.ok(Number(held.headers.get('retry-after')) >= 1, 'Retry-After in whole seconds');
+  t.equal(item.path, '/echo', 'path without the query');
+
+  const stillHeld = await call(payer.api_key, { body, path: '/echo?currency=eur', approvalId: id });
+  t.equal(stillHeld.status, 202, 'a retry while pending is held again, then 202');
+  t.equal(stillHeld.json.approval_id, id);
+  const rows = (await api(service.url, owner, 'GET', `/audit?approval_id=${id}`)).json as any[];
+  t.equal(rows.length, 0, 'a 202 writes no audit entry');
+
+  await api(service.url, owner, 'POST', `/approvals/${id}/approve`);
+  const seenBefore = upstream.seen.length;
+  const retry = await call(payer.api_key, { body, path: '/echo?currency=eur', approvalId: id });
+  t.equal(retry.status, 200, 'the approved retry is forwarded');
+  t.equal(upstream.seen.length - seenBefore, 1, 'once');
+  const seen = upstream.seen[upstream.seen.length - 1]!;
+  t.equal(seen.headers['x-approval-id'], undefined, 'X-Approval-Id is not forwarded');
+  t.equal(seen.url, '/echo?currency=eur');
+  const reuse = await call(payer.api_key, { body, path: '/echo?currency=eur', approvalId: id });
+  t.equal(reuse.status, 409);
+  t.equal(reuse.json.error, 'approval_used');
+  const audited = await auditOf(id, 2);
+  t.same(audited.map((r) => `${r.decision} ${r.status_code}`).sort(), ['allowed 200', 'denied 409']);
+});
+
+t.test('a retry that differs in method, path, query or body is 409 approval_mismatch and leaves the approval as it was', async (t) => {
+  const held = await call(payer.api_key, { body: 'pay 5', path: '/echo?a=1' });
+  const id = held.json.approval_id as string;
+  await api(service.url, owner, 'POST', `/approvals/${id}/approve`);
+  const cases: [string, Parameters<typeof call>[1]][] = [
+    ['method', { method: 'PUT', body: 'pay 5', path: '/echo?a=1' }],
+    ['body', { body: 'pay 6', path: '/echo?a=1' }],
+    ['query', { body: 'pay 5', path: '/echo?a=2' }],
+    ['path', { body: 'pay 5', path: '/echo/other?a=1' }],
+  ];
+  for (const [field, init] of cases) {
+    const res = await call(payer.api_key, { ...init, approvalId: id });
+    t.equal(res.status, 409, field);
+    t.match(res.json, { error: 'approval_mismatch', field });
+  }
+  t.equal((await api(service.url, owner, 'GET', `/approvals/${id}`)).json.status, 'approved', 'unchanged');
+  const ok = await call(payer.api_key, { body: 'pay 5', path: '/echo?a=1', approvalId: id });
+  t.equal(ok.status, 200, 'the matching retry still goes through');
+});
+
+t.test('an approval id the agent does not own is 404; X-Approval-Id on a call that needs none is ignored', async (t) => {
+  const held = await call(payer.api_key, { body: 'mine' });
+  const id = held.json.approval_id as string;
+  const byOther = await call(other.api_key, { body: 'mine', approvalId: id });
+  t.equal(byOther.status, 404, "another agent's approval");
+  t.equal(byOther.json.error, 'not_found');
+  t.equal((await call(payer.api_key, { body: 'mine', approvalId: 'not-a-uuid' })).status, 404);
+  t.equal((await call(payer.api_key, { body: 'mine', approvalId: '00000000-0000-4000-8000-000000000000' })).status, 404);
+  const free = await call(payer.api_key, { method: 'GET', approvalId: id });
+  t.equal(free.status, 200, 'a GET needs no approval: the header is ignored');
+  t.equal(upstream.seen[upstream.seen.length - 1]!.headers['x-approval-id'], undefined, 'and not forwarded');
+
+  // Another org: 404 everywhere, and an empty list.
+  t.equal((await api(service.url, stranger, 'GET', `/approvals/${id}`)).status, 404);
+  t.equal((await api(service.url, stranger, 'POST', `/approvals/${id}/approve`)).status, 404);
+  t.equal((await api(service.url, stranger, 'POST', `/approvals/${id}/deny`)).status, 404);
+  t.same((await api(service.url, stranger, 'GET', '/approvals')).json, []);
+  t.same((await api(service.url, stranger, 'GET', `/approvals?agent_id=${payer.id}`)).json, [], 'an agent of another org lists nothing');
+  t.equal((await api(service.url, owner, 'GET', `/approvals/${id}`)).json.status, 'pending', 'untouched by the stranger');
+  t.equal((await api(service.url, owner, 'GET', '/approvals?status=maybe')).status, 400, 'a bad status is 400');
+  t.equal((await api(service.url, null, 'GET', '/approvals')).status, 401, 'a JWT is required');
+});
+
+t.test('two retries racing with one approval: exactly one is forwarded', async (t) => {
+  const held = await call(payer.api_key, { body: 'race' });
+  const id = held.json.approval_id as string;
+  await api(service.url, owner, 'POST', `/approvals/${id}/approve`);
+  const seenBefore = upstream.seen.length;
+  const answers = await Promise.all(Array.from({ length: 6 }, () => call(payer.api_key, { body: 'race', approvalId: id })));
+  t.same(answers.map((a) => a.status).sort(), [200, 409, 409, 409, 409, 409]);
+  t.equal(upstream.seen.length - seenBefore, 1, 'the upstream saw one call');
+});
+
+t.test('a body over 1 MiB on a call that needs approval is 413 at once, and no approval is made', async (t) => {
+  const before = ((await api(service.url, owner, 'GET', `/approvals?agent_id=${payer.id}&limit=1000`)).json as any[]).length;
+  const res = await call(payer.api_key, { body: patternBytes(1024 * 1024 + 1) });
+  t.equal(res.status, 413);
+  t.equal(res.json.error, 'payload_too_large');
+  t.ok(res.ms < 1000, 'at once');
+  const exactly = call(payer.api_key, { body: patternBytes(1024 * 1024) });
+  t.equal((await exactly).status, 202, 'exactly 1 MiB is held');
+  const after = ((await api(service.url, owner, 'GET', `/approvals?agent_id=${payer.id}&limit=1000`)).json as any[]).length;
+  t.equal(after, before + 1, 'only the 1 MiB call made an approval');
+});
+
+t.test('the webhook gets each new approval, signed with HMAC-SHA256 of the raw body, retried after a failure', async (t) => {
+  const held = await call(payer.api_key, { body: 'notify me' });
+  const id = held.json.approval_id as string;
+  const hook = await eventually(async () => hooks.find((h) => h.body.includes(id)), 10_000);
+  t.ok(refusedOnce.has(id), 'the first attempt was refused, and it was retried');
+  const expected = `sha256=${createHmac('sha256', WEBHOOK_SECRET).update(hook.body).digest('hex')}`;
+  t.equal(hook.headers['x-guard-signature'], expected, 'signed over the raw body');
+  const json = JSON.parse(hook.body.toString('utf8'));
+  t.match(json, { id, status: 'pending', agent_id: payer.id, approve_url: `http://guard.example.test/approvals/${id}/approve` });
+  t.notOk(service.output().includes(WEBHOOK_SECRET), 'the secret is never logged');
+  t.notOk(service.output().includes(env.APPROVAL_WEBHOOK_URL), "the webhook URL's path is never logged");
+  t.match(service.output(), /approval webhook failed; retrying/, 'the failure is logged');
+  const metrics = await (await fetch(`${service.url}/metrics`)).text();
+  t.match(metrics, /tcg_approval_webhook_failures_total [1-9]/);
+  t.match(metrics, /tcg_approval_webhook_deliveries_total [1-9]/);
+});
+
+t.test('an approval nobody decides expires: the retry is 403 approval_expired, audited', async (t) => {
+  const first = await expiring;
+  t.equal(first.status, 202);
+  const id = first.json.approval_id as string;
+  await eventually(async () => ((await api(service.url, owner, 'GET', `/approvals/${id}`)).json.status === 'expired' ? true : undefined), 15_000);
+  t.same(((await api(service.url, owner, 'GET', '/approvals?status=expired')).json as any[]).map((a) => a.id), [id]);
+  const late = await api(service.url, owner, 'POST', `/approvals/${id}/approve`);
+  t.equal(late.status, 409, 'too late to decide');
+  const retry = await call(other.api_key, { method: 'PUT', body: 'late', approvalId: id });
+  t.equal(retry.status, 403);
+  t.equal(retry.json.error, 'approval_expired');
+  const [row] = await auditOf(id);
+  t.match(row, { decision: 'denied', status_code: 403, approval_id: id });
+});
+
+t.test('after a restart, a pending approval is decided and its retry forwards the stored body', async (t) => {
+  const body = patternBytes(70_000);
+  const held = await call(payer.api_key, { body });
+  const id = held.json.approval_id as string;
+  t.equal(await service.stop(), 0, 'a clean stop');
+  service = await spawnService('all-in-one', env);
+  owner = await login(service.url, ownerEmail);
+  t.equal((await api(service.url, owner, 'GET', `/approvals/${id}`)).json.status, 'pending', 'the approval outlived the process');
+  await api(service.url, owner, 'POST', `/approvals/${id}/approve`);
+  const retry = await call(payer.api_key, { body, approvalId: id });
+  t.equal(retry.status, 200);
+  t.equal(retry.json.body_bytes, 70_000);
+  t.equal(retry.json.body_sha256, (await import('node:crypto')).createHash('sha256').update(body).digest('hex'), 'byte-identical');
+});
+
+t.test('shutdown answers a held call 202 at once instead of holding the drain', async (t) => {
+  const slow = await spawnService('all-in-one', { ...env, DATA_DIR: join(root, 'slow'), APPROVAL_HOLD_S: '60', APPROVAL_WEBHOOK_URL: '', APPROVAL_WEBHOOK_SECRET: '' });
+  t.teardown(() => slow.stop());
+  const session = await signup(slow.url);
+  const agent = await createAgent(slow.url, session, 'held');
+  await api(slow.url, session, 'POST', `/agents/${agent.id}/policy`, { rules_yaml: POLICY });
+  const started = Date.now();
+  const pending = fetch(`${slow.url}/proxy/${agent.api_key}/${upstream.authority}/echo`, { method: 'POST', body: 'wait' });
+  await eventually(async () => ((await api(slow.url, session, 'GET', '/approvals')).json as any[])[0], 5000);
+  const stopped = slow.stop();
+  const res = await pending;
+  t.equal(res.status, 202, 'answered 202: the approval waits for the retry');
+  t.ok(Date.now() - started < 10_000, 'not held for APPROVAL_HOLD_S');
+  t.equal(await stopped, 0);
+});
