@@ -11,7 +11,7 @@ import pdfParse from 'pdf-parse/lib/pdf-parse.js';
 import t from 'tap';
 import { ROUTE_TABLE } from '../../admin/app.js';
 import { auditRows } from '../support/checks.js';
-import { api, createAgent, signup, startTestService, type Session } from '../support/service.js';
+import { api, createAgent, eventually, signup, startTestService, type Session } from '../support/service.js';
 import { startUpstream } from '../support/upstream.js';
 
 const upstream = await startUpstream();
@@ -45,6 +45,10 @@ const ID_INPUTS: Record<RouteKey, { path?: string[]; body?: string[]; query?: st
   'POST /audit': { body: ['agent_id'] },
   'GET /audit': { query: ['agent_id'] },
   'GET /audit/export/pdf': {},
+  'GET /approvals': { query: ['agent_id'] },
+  'GET /approvals/:id': { path: ['id'] },
+  'POST /approvals/:id/approve': { path: ['id'] },
+  'POST /approvals/:id/deny': { path: ['id'] },
 };
 
 const A = await signup(base);
@@ -55,6 +59,11 @@ const policyA = 'version: "1"\ndefault: deny\nrules:\n  - {name: alpha-secret-ru
 await api(base, A, 'POST', `/agents/${agentA.id}/policy`, { rules_yaml: policyA });
 const credA = await api(base, A, 'POST', '/credentials', { name: 'alpha', hostname: upstream.authority, cred_type: 'bearer', value: 'alpha-secret-token' });
 if (credA.status !== 201) throw new Error(credA.text);
+// A held call of A's (left held: shutdown answers it), for the approval routes.
+const heldAgentA = await createAgent(base, A, 'Alpha Payer');
+await api(base, A, 'POST', `/agents/${heldAgentA.id}/policy`, { rules_yaml: 'version: "1"\nrules:\n  - {name: hold-all, tool: "*", action: "*", decision: approve}\n' });
+void fetch(`${base}/proxy/${heldAgentA.api_key}/${upstream.authority}/echo`).then((res) => res.arrayBuffer(), () => undefined);
+const approvalA = await eventually(async () => ((await api(base, A, 'GET', '/approvals')).json as { id: string }[])[0]);
 
 /** Every spelling of A's agent id a caller could send. */
 const spellings = (id: string) => ({
@@ -76,7 +85,7 @@ t.test('path ids in other spellings (upper case, percent-encoded, trailing slash
   const unknown = crypto.randomUUID();
   const forms = spellings(agentA.id);
   for (const route of ROUTE_TABLE.filter((r) => r.pattern.includes(':id'))) {
-    const id = route.pattern.startsWith('/credentials') ? credA.json.id as string : agentA.id;
+    const id = route.pattern.startsWith('/credentials') ? credA.json.id as string : route.pattern.startsWith('/approvals') ? approvalA.id : agentA.id;
     const body = route.method === 'POST' ? { rules_yaml: 'version: "1"\ndefault: allow\nrules: []\n' } : undefined;
     const reference = await api(base, B, route.method, route.pattern.replace(':id', unknown), body);
     t.equal(reference.status, 404, `${route.method} ${route.pattern} with an unknown id`);
@@ -118,6 +127,9 @@ t.test('body and query ids in other spellings: 404 (body) or nothing (filter), l
     t.equal(list.status, 200, `GET /audit?agent_id ${how}`);
     t.same(list.json, [], 'nothing');
     t.equal(list.headers.get('x-total-count'), '0');
+    const approvals = await api(base, B, 'GET', `/approvals?agent_id=${value}`);
+    t.equal(approvals.status, 200, `GET /approvals?agent_id ${how}`);
+    t.same(approvals.json, [], 'nothing');
   }
   // Repeated parameters: the first one is used; a second with A's id changes nothing.
   const repeated = await api(base, B, 'GET', `/audit?agent_id=${agentB.id}&agent_id=${agentA.id}`);
@@ -127,6 +139,7 @@ t.test('body and query ids in other spellings: 404 (body) or nothing (filter), l
   t.equal((await api(base, A, 'POST', '/policy/check', { agent_id: forms.upper, tool: 'x', action: 'GET', reasoning: '' })).status, 200, 'A may, upper-cased');
   const forged = (await api(base, A, 'GET', '/audit?tool_name=forged')).json as unknown[];
   t.same(forged, [], 'no forged entry landed in A');
+  t.equal((await api(base, A, 'GET', `/approvals/${approvalA.id}`)).json.status, 'pending', "A's approval is as it was");
 });
 
 t.test('the proxy never injects another org\'s credential, and each org\'s proxied rows stay its own', async (t) => {

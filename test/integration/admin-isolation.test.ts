@@ -26,6 +26,8 @@ interface Org {
   auditId: string;
   toolName: string;
   taskId: string;
+  /** A held call's approval (the call stays held; shutdown answers it). */
+  approvalId: string;
 }
 
 const POLICY = 'version: "1"\ndefault: allow\nrules:\n  - name: no-deletes\n    tool: "*"\n    action: DELETE\n    decision: deny\n';
@@ -42,7 +44,11 @@ async function makeOrg(label: string): Promise<Org> {
   const taskId = `${label.toLowerCase()}-task`;
   const audit = await api(base, session, 'POST', '/audit', { agent_id: agent.id, tool_name: toolName, action: 'GET', decision: 'allowed', task_id: taskId });
   if (audit.status !== 201) throw new Error(`audit: ${audit.text}`);
-  return { session, agent, credentialId: credential.json.id, auditId: audit.json.id, toolName, taskId };
+  const payer = await createAgent(base, session, `${label} Payer`);
+  await api(base, session, 'POST', `/agents/${payer.id}/policy`, { rules_yaml: 'version: "1"\nrules:\n  - {name: hold-all, tool: "*", action: "*", decision: approve}\n' });
+  void fetch(`${base}/proxy/${payer.api_key}/127.0.0.1:1/pay`, { method: 'POST', body: label }).then((res) => res.arrayBuffer(), () => undefined);
+  const approval = await eventually(async () => ((await api(base, session, 'GET', '/approvals')).json as { id: string }[])[0]);
+  return { session, agent, credentialId: credential.json.id, auditId: audit.json.id, toolName, taskId, approvalId: approval.id };
 }
 
 const A = await makeOrg('Alpha');
@@ -60,6 +66,7 @@ async function snapshot(org: Org) {
     proxyUrl: await get(`/agents/${org.agent.id}/proxy-url`),
     policy: await get(`/agents/${org.agent.id}/policy`),
     audit: await get('/audit?limit=1000'),
+    approvals: await get('/approvals'),
     check: (await api(base, org.session, 'POST', '/policy/check', { agent_id: org.agent.id, tool: 'x', action: 'DELETE', reasoning: '' })).text,
   };
 }
@@ -95,6 +102,9 @@ const PATH_ID_ROUTES: Record<RouteKey, { params: Record<string, (a: Org) => stri
   'GET /agents/:id/policy': { params: { id: (a) => a.agent.id } },
   'POST /agents/:id/policy': { params: { id: (a) => a.agent.id }, body: { rules_yaml: 'version: "1"\ndefault: deny\nrules: []\n' } },
   'DELETE /credentials/:id': { params: { id: (a) => a.credentialId } },
+  'GET /approvals/:id': { params: { id: (a) => a.approvalId } },
+  'POST /approvals/:id/approve': { params: { id: (a) => a.approvalId }, body: { note: 'B approves' } },
+  'POST /approvals/:id/deny': { params: { id: (a) => a.approvalId }, body: { note: 'B denies' } },
 };
 
 /** Routes without a path id: B either names A's ids in the body or query (404 / nothing), or must see none of A's data. */
@@ -102,7 +112,7 @@ const COLLECTION_ROUTES: Record<RouteKey, (t: Test) => Promise<void>> = {
   'GET /agents': async (t) => {
     const res = await api(base, B.session, 'GET', '/agents');
     t.equal(res.status, 200);
-    t.same(res.json.map((a: { id: string }) => a.id), [B.agent.id], 'only B\'s agent');
+    t.same(res.json.map((a: { name: string }) => a.name), ['Bravo Agent', 'Bravo Payer'], 'only B\'s agents');
     t.notOk(res.text.includes(A.agent.id), "no trace of A's agent id");
   },
   'POST /agents': async (t) => {
@@ -159,6 +169,14 @@ const COLLECTION_ROUTES: Record<RouteKey, (t: Test) => Promise<void>> = {
       const expected = query === '' || query === '?limit=1000' || query === '?since=2000-01-01' ? [B.auditId] : [];
       t.same(res.json.map((e: { id: string }) => e.id), expected, `${query || '(no filter)'}: only B's own entries`);
       t.equal(res.headers.get('x-total-count'), String(expected.length), `${query || '(no filter)'}: the total counts only B's`);
+    }
+  },
+  'GET /approvals': async (t) => {
+    for (const query of ['', `?agent_id=${A.agent.id}`, '?status=pending']) {
+      const res = await api(base, B.session, 'GET', `/approvals${query}`);
+      t.equal(res.status, 200, `GET /approvals${query}`);
+      t.notOk(res.text.includes(A.approvalId), `${query || '(no filter)'}: no approval of A`);
+      t.same(res.json.map((a: { id: string }) => a.id), query.includes(A.agent.id) ? [] : [B.approvalId], `${query || '(no filter)'}: only B's own`);
     }
   },
   'GET /audit/export/pdf': async (t) => {
