@@ -95,7 +95,7 @@ rules:
   const invalid = await api(service.url, owner, 'POST', '/policy/check', { agent_id: agent.id, tool: 'x', action: 'GET', reasoning: '', rules_yaml: 'version: "1"\nrules:\n  - tool: "*"\n    action: GET\n    decision: maybe\n' });
   t.equal(invalid.status, 400);
   t.equal(invalid.json.error, 'invalid_policy');
-  t.match(invalid.json.message, /rule 1 \(line 5\): 'decision' must be allow or deny/);
+  t.match(invalid.json.message, /rule 1 \(line 5\): 'decision' must be allow, deny or approve/);
   const badMode = await api(service.url, owner, 'POST', '/policy/check', { agent_id: agent.id, tool: 'x', action: 'GET', reasoning: '', rules_yaml: 'version: "1"\nrules:\n  - tool: "*"\n    action: GET\n    decision: deny\n    mode: dry-run\n' });
   t.match(badMode.json, { error: 'invalid_policy', message: /'mode' must be enforce or shadow, not 'dry-run'/ });
   const kept = await api(service.url, owner, 'GET', `/agents/${agent.id}/policy`);

@@ -174,6 +174,59 @@ t.test('a rate limit holds across two proxies under load: together they pass at 
   t.match(metrics, /tcg_rate_limit_store_reachable 1/);
 });
 
+t.test('held calls: a decision made through the admin process reaches the proxy holding the call within 1 s, and two retries racing through two proxies forward once', async (t) => {
+  const agent = await createAgent(proxyA.url, owner, 'split-payer');
+  const policy = 'version: "1"\nrules:\n  - {name: pay, tool: "127.0.0.1", action: POST, decision: approve}\n';
+  t.equal((await api(proxyA.url, owner, 'POST', `/agents/${agent.id}/policy`, { rules_yaml: policy })).status, 200);
+  const target = (proxy: SpawnedService) => `${proxy.url}/proxy/${agent.api_key}/${upstream.authority}/echo`;
+  const newPending = async (known: Set<string>) => {
+    const approval = await eventually(async () => ((await api(admin.url, owner, 'GET', '/approvals?status=pending')).json as { id: string }[]).find((a) => !known.has(a.id)), 5000);
+    known.add(approval.id);
+    return approval;
+  };
+  const known = new Set<string>();
+  // The policy reaches proxy A within CHANGE_POLL_MS; a call before that would be allowed.
+  await new Promise((resolve) => setTimeout(resolve, 300));
+
+  // Held on A, approved through the admin process (via proxy B's pass-through).
+  const held = fetch(target(proxyA), { method: 'POST', body: 'pay 1' });
+  const first = await newPending(known);
+  const decidedAt = Date.now();
+  t.equal((await api(proxyB.url, owner, 'POST', `/approvals/${first.id}/approve`)).status, 200);
+  const answer = await held;
+  const waited = Date.now() - decidedAt;
+  t.equal(answer.status, 200, 'the held call is forwarded');
+  await answer.arrayBuffer();
+  t.ok(waited < 1000, `the decision reached proxy A in ${waited} ms`);
+
+  // Denied through the admin process: the proxy answers 403 within 1 s.
+  const heldAgain = fetch(target(proxyB), { method: 'POST', body: 'pay 2' });
+  const second = await newPending(known);
+  const deniedAt = Date.now();
+  await api(proxyA.url, owner, 'POST', `/approvals/${second.id}/deny`, { note: 'no' });
+  const refused = await heldAgain;
+  t.equal(refused.status, 403);
+  t.ok(Date.now() - deniedAt < 1000, 'within 1 s');
+  t.match(await refused.json(), { error: 'approval_denied', message: 'no' });
+
+  // A held call whose agent gave up leaves a pending approval; approved, then retried through both proxies at once.
+  const controller = new AbortController();
+  const abandoned = fetch(target(proxyA), { method: 'POST', body: 'pay 3', signal: controller.signal }).catch(() => null);
+  const third = await newPending(known);
+  controller.abort();
+  await abandoned;
+  await api(admin.url, owner, 'POST', `/approvals/${third.id}/approve`);
+  const seenBefore = upstream.seen.length;
+  const retries = await Promise.all(
+    [proxyA, proxyB, proxyA, proxyB].map((proxy) =>
+      fetch(target(proxy), { method: 'POST', body: 'pay 3', headers: { 'x-approval-id': third.id } }).then(async (res) => ({ status: res.status, body: await res.text() })),
+    ),
+  );
+  t.same(retries.map((r) => r.status).sort(), [200, 409, 409, 409], 'exactly one is forwarded');
+  t.equal(upstream.seen.length - seenBefore, 1, 'the upstream saw it once');
+  t.equal((await api(admin.url, owner, 'GET', `/approvals/${third.id}`)).json.status, 'used');
+});
+
 t.test('ClickHouse down for seconds under a steady stream: every call is audited once', async (t) => {
   const agent = await createAgent(proxyA.url, owner, 'steady');
   let calls = 0;

@@ -60,10 +60,10 @@ t.test('rules are tried in order and the first match decides', async (t) => {
 t.test('no matching rule falls to the default, allow unless set, reported as "default"', async (t) => {
   const rule = '{tool: api.github.com, action: DELETE, decision: deny}';
   const allowByDefault = evaluatePolicy(policyOf([rule]), 'example.com', 'GET', '/');
-  t.strictSame(allowByDefault, { decision: 'allow', ruleMatched: 'default', message: 'No rule matched; the default is allow.' });
+  t.strictSame(allowByDefault, { decision: 'allow', ruleMatched: 'default', message: 'No rule matched; the default is allow.', approvalTimeoutS: 0 });
 
   const denyByDefault = evaluatePolicy(policyOf([rule], 'deny'), 'example.com', 'GET', '/');
-  t.strictSame(denyByDefault, { decision: 'deny', ruleMatched: 'default', message: 'No rule matched; the default is deny.' });
+  t.strictSame(denyByDefault, { decision: 'deny', ruleMatched: 'default', message: 'No rule matched; the default is deny.', approvalTimeoutS: 0 });
 
   const noRules = parsePolicy(fixture('valid-minimal.yaml'));
   t.equal(decide(noRules, 'anything.example', 'DELETE'), 'allow default');
@@ -74,6 +74,7 @@ t.test('no policy set allows everything, reported as "default"', async (t) => {
     decision: 'allow',
     ruleMatched: 'default',
     message: 'No policy is set; the default is allow.',
+    approvalTimeoutS: 0,
   });
   t.equal(evaluatePolicy(null, 'a', 'GET', '/'), NO_POLICY_DECISION);
 });
@@ -85,8 +86,8 @@ t.test('a rule without a name is reported as rule-<n>, its 1-based position', as
     '{tool: c.example, action: GET, decision: allow}',
   ]);
   t.strictSame(policy.rules.map((rule) => rule.name), ['named', 'rule-2', 'rule-3']);
-  t.strictSame(evaluatePolicy(policy, 'b.example', 'GET', '/'), { decision: 'deny', ruleMatched: 'rule-2', message: "Denied by rule 'rule-2'." });
-  t.strictSame(evaluatePolicy(policy, 'c.example', 'GET', '/'), { decision: 'allow', ruleMatched: 'rule-3', message: "Allowed by rule 'rule-3'." });
+  t.strictSame(evaluatePolicy(policy, 'b.example', 'GET', '/'), { decision: 'deny', ruleMatched: 'rule-2', message: "Denied by rule 'rule-2'.", approvalTimeoutS: 0 });
+  t.strictSame(evaluatePolicy(policy, 'c.example', 'GET', '/'), { decision: 'allow', ruleMatched: 'rule-3', message: "Allowed by rule 'rule-3'.", approvalTimeoutS: 0 });
 });
 
 t.test('the message names the rule and its decision, or is the rule\'s own message', async (t) => {
@@ -95,16 +96,19 @@ t.test('the message names the rule and its decision, or is the rule\'s own messa
     decision: 'deny',
     ruleMatched: 'no-deletes',
     message: 'Deletes need a human; ask in #ops.',
+    approvalTimeoutS: 0,
   });
   t.strictSame(evaluatePolicy(policy, 'api.github.com', 'GET', '/repos/x/issues'), {
     decision: 'allow',
     ruleMatched: 'github-issues',
     message: "Allowed by rule 'github-issues'.",
+    approvalTimeoutS: 0,
   });
   t.strictSame(evaluatePolicy(policy, 'api.github.com', 'GET', '/admin/users'), {
     decision: 'deny',
     ruleMatched: 'rule-3',
     message: "Denied by rule 'rule-3'.",
+    approvalTimeoutS: 0,
   });
   t.equal(decide(policy, 'api.example.com', 'GET'), 'allow rule-4');
   t.equal(decide(policy, 'unknown.example', 'GET'), 'deny default');
@@ -280,7 +284,7 @@ const BROKEN: ReadonlyArray<[file: string, message: RegExp]> = [
   ['missing-decision.yaml', /^rule 1 \(line 3\): missing key 'decision'/],
   ['unknown-key.yaml', /^rule 2 \(line 7\): unknown key 'decison' \(did you mean 'decision'\?\)/],
   ['unknown-top-level-key.yaml', /^line 2: unknown key 'defualt' at the top level \(did you mean 'default'\?\)/],
-  ['bad-decision.yaml', /^rule 1 \(line 5\): 'decision' must be allow or deny, not 'block'$/],
+  ['bad-decision.yaml', /^rule 1 \(line 5\): 'decision' must be allow, deny or approve, not 'block'$/],
   ['bad-default.yaml', /^line 2: 'default' must be allow or deny, not 'reject'$/],
   ['bad-version.yaml', /^line 1: unsupported version '2'; the only version is "1"$/],
   ['bad-version-float.yaml', /^line 1: unsupported version '1.0'; the only version is "1"$/],
@@ -404,4 +408,34 @@ t.test('MCP globs match a megabyte-long tool name in linear time (no backtrackin
   t.ok(ms < 200, `decided in ${ms.toFixed(1)} ms`);
   t.equal(evaluatePolicy(policy, 'h', 'POST', '/', { method: 'tools/call', tool: 'get_issue_by_repo_id' }).decision, 'deny');
   t.equal(evaluatePolicy(policy, 'h', 'POST', '/', { method: 'tools/call', tool: 'get_id' }).decision, 'allow', 'parts may not overlap');
+});
+
+t.test('decision: approve holds the call, with approval_timeout (10 to 86400 s, default 3600); validation names the line', async (t) => {
+  const policy = policyOf([
+    '{name: pay, tool: "api.stripe.com", action: POST, decision: approve, approval_timeout: 900}',
+    '{name: delete, tool: "*", action: DELETE, decision: approve}',
+    '{name: read, tool: "*", action: GET, decision: allow}',
+  ], 'deny');
+  const pay = evaluatePolicy(policy, 'api.stripe.com', 'post', '/v1/charges');
+  t.match(pay, { decision: 'approve', ruleMatched: 'pay', approvalTimeoutS: 900, message: "Held for approval by rule 'pay'." });
+  t.equal(evaluatePolicy(policy, 'x', 'DELETE', '/').approvalTimeoutS, 3600, 'the default timeout');
+  t.equal(evaluatePolicy(policy, 'x', 'GET', '/').approvalTimeoutS, 0, 'allow and deny carry no timeout');
+  t.equal(evaluatePolicy(policy, 'x', 'PUT', '/').approvalTimeoutS, 0);
+  t.equal(NO_POLICY_DECISION.approvalTimeoutS, 0);
+  t.equal(evaluateShadow(policyOf(['{name: s, tool: "*", action: "*", decision: approve, mode: shadow}']), 'x', 'GET', '/')?.result.decision, 'approve', 'a shadow rule may say approve');
+
+  const cases: [string, RegExp][] = [
+    ['{tool: "*", action: POST, decision: approve, approval_timeout: 9}', /^rule 1 \(line 3\): 'approval_timeout' must be a whole number of seconds from 10 to 86400/],
+    ['{tool: "*", action: POST, decision: approve, approval_timeout: 86401}', /from 10 to 86400/],
+    ['{tool: "*", action: POST, decision: approve, approval_timeout: 60.5}', /from 10 to 86400/],
+    ['{tool: "*", action: POST, decision: approve, approval_timeout: "60"}', /from 10 to 86400/],
+    ['{tool: "*", action: POST, decision: allow, approval_timeout: 60}', /'approval_timeout' applies only to a rule with decision: approve/],
+    ['{tool: "*", action: POST, decision: hold}', /'decision' must be allow, deny or approve, not 'hold'/],
+  ];
+  for (const [rule, expected] of cases) {
+    const err = refusal(`version: "1"\nrules:\n  - ${rule}\n`);
+    t.equal(err.code, 'invalid_policy');
+    t.match(err.message, expected, rule);
+  }
+  t.match(refusal('version: "1"\ndefault: approve\nrules: []\n').message, /^line 2: 'default' must be allow or deny, not 'approve' \(approve is a rule's decision/);
 });
