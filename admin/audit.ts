@@ -14,6 +14,8 @@ export const AUDIT_LIMIT_MAX = 1000;
 export const AUDIT_OFFSET_MAX = 1_000_000;
 export const PDF_DAYS_DEFAULT = 7;
 export const PDF_DAYS_MAX = 365;
+/** Approvals listed in a PDF report, at most (pending first). */
+export const PDF_APPROVALS_MAX = 200;
 const INT32_MAX = 2_147_483_647;
 
 export function auditJson(r: AuditRecord) {
@@ -153,6 +155,8 @@ export function auditHandlers(ctx: AdminContext) {
     const since = new Date(until.getTime() - days * 86_400_000);
     const data = await ctx.auditStore.report(caller.orgId, since, until, ctx.config.pdfMaxEntries, 10);
     const user = await ctx.store.findUserById(caller.userId);
+    // One more than shown, so that the report can say that more exist.
+    const approvals = await ctx.store.listApprovals(caller.orgId, { createdSince: since.toISOString(), createdUntil: until.toISOString(), limit: PDF_APPROVALS_MAX + 1 });
     // In a worker thread, started on first use: the event loop that serves calls
     // never renders, and pdfkit (~15 MB) loads only where a report is asked for.
     pdfRenderer ??= createPdfRenderer();
@@ -165,6 +169,8 @@ export function auditHandlers(ctx: AdminContext) {
       generatedAt: until,
       maxEntries: ctx.config.pdfMaxEntries,
       data,
+      approvals,
+      maxApprovals: PDF_APPROVALS_MAX,
     });
     return {
       status: 200,

@@ -1,6 +1,7 @@
 // The audit report behind GET /audit/export/pdf (contract: "Audit"): the org and
 // window, totals, calls per day, per-agent and top-tool tables, the most recent
-// denied calls, then the entries cut at a stated cap.
+// denied calls, the approvals of held calls made in the window (pending first),
+// then the entries cut at a stated cap.
 //
 // Only the 14 standard PDF fonts are used, so no font file ships with the
 // service. They are encoded as WinAnsi (pdfkit writes any other code point as
@@ -11,6 +12,7 @@
 import PDFDocument from 'pdfkit';
 import type { ReportEntry } from '../../shared/audit/audit-codec.js';
 import type { AuditReportData } from '../../shared/stores/audit-store.js';
+import type { Approval } from '../../shared/types.js';
 
 export interface AuditPdfInput {
   orgName: string;
@@ -23,6 +25,9 @@ export interface AuditPdfInput {
   /** The cap the store applied to `data.entries`; stated in the report. */
   maxEntries: number;
   data: AuditReportData;
+  /** The org's approvals created in the window, newest first, at most `maxApprovals` (+1 to tell that more exist). */
+  approvals?: readonly Approval[];
+  maxApprovals?: number;
 }
 
 const REPORT_TITLE = 'Tool-Call Guard — audit report';
@@ -118,6 +123,7 @@ export function renderAuditPdf(input: AuditPdfInput): Promise<Buffer> {
       drawAgentTable(cursor, data.perAgent ?? []);
       drawToolTable(cursor, data.topTools ?? []);
       drawRecentDenied(cursor, data.recentDenied ?? []);
+      if (input.approvals !== undefined) drawApprovals(cursor, input.approvals, input.maxApprovals ?? Infinity);
       drawEntries(cursor, data.entries ?? [], totals.calls, input.maxEntries);
       drawFooters(doc, orgName);
       doc.end();
@@ -313,6 +319,29 @@ function drawRecentDenied(c: Cursor, recentDenied: readonly ReportEntry[]): void
     toWinAnsi(r.reasoning),
   ]);
   section(c, 'Most recent denied calls', columns, rows, 'No call was denied in this window.');
+}
+
+function drawApprovals(c: Cursor, approvals: readonly Approval[], maxApprovals: number): void {
+  const pendingFirst = [...approvals].sort((a, b) => Number(b.status === 'pending') - Number(a.status === 'pending'));
+  const shown = pendingFirst.slice(0, maxApprovals);
+  const columns: Column[] = [
+    { header: 'Created (UTC)', weight: 1.75 },
+    { header: 'Agent', weight: 1.2 },
+    { header: 'Call', weight: 2.5 },
+    { header: 'Status', weight: 0.85 },
+    { header: 'Decided by', weight: 1.7 },
+    { header: 'Decided (UTC)', weight: 1.75 },
+  ];
+  const rows: Cell[][] = shown.map((a) => [
+    formatTime(a.createdAt),
+    toWinAnsi(a.agentName || a.agentId),
+    toWinAnsi(`${a.action} ${a.toolName}${a.path}`),
+    a.status === 'denied' || a.status === 'expired' ? { text: a.status, color: COLOR.denied } : a.status,
+    toWinAnsi(a.decidedBy ?? '—'),
+    a.decidedAt === null ? '—' : formatTime(a.decidedAt),
+  ]);
+  const note = approvals.length > shown.length ? `Showing the first ${formatCount(shown.length)}; more were made in this window (GET /approvals lists them all).` : undefined;
+  section(c, 'Approvals of held calls', columns, rows, 'No call was held for approval in this window.', note);
 }
 
 function drawEntries(c: Cursor, entries: readonly ReportEntry[], totalCalls: number, maxEntries: number): void {

@@ -345,6 +345,8 @@ t.test('the error-code check catches a missing, an unknown, an unused and a misp
   const unused = copy();
   delete at(unused, 'paths', '/auth/signup', 'post', 'responses')['409'];
   delete at(unused, 'paths', '/credentials', 'post', 'responses')['409'];
+  delete at(unused, 'paths', '/approvals/{approval_id}/approve', 'post', 'responses')['409'];
+  delete at(unused, 'paths', '/approvals/{approval_id}/deny', 'post', 'responses')['409'];
   t.match(errorCodeProblems(unused, ERRORS), [/conflict \(409\) is in no path response with status 409/]);
   // rate_limited moved under 400: a code under the wrong status, and none left at 429.
   const misplaced = copy();

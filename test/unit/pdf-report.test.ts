@@ -421,3 +421,47 @@ t.test('hostile strings and numbers render as a PDF instead of throwing', async 
   t.same(entry!.slice(4), ['denied', '—', '—'], 'an infinite status and a NaN latency show as —');
   checkPages(t, parsed, 'Tool-Call Guard audit report · Zürich? AG?');
 });
+
+t.test('the approvals of held calls are listed, pending first, with who decided them, cut at the cap with a note', async (t) => {
+  const data: AuditReportData = {
+    totals: { calls: 0, allowed: 0, denied: 0, p50LatencyMs: 0, p95LatencyMs: 0 },
+    perDay: [],
+    perAgent: [],
+    topTools: [],
+    recentDenied: [],
+    entries: [],
+  };
+  const approval = (n: number, status: 'pending' | 'approved' | 'denied' | 'expired' | 'used', decidedBy: string | null) => ({
+    id: `00000000-0000-4000-8000-00000000000${n}`,
+    orgId: ORG_ID,
+    agentId: 'a',
+    agentName: 'billing-bot',
+    toolName: 'api.stripe.com',
+    action: 'POST',
+    host: 'api.stripe.com',
+    path: `/v1/c/${n}`,
+    query: '',
+    reasoning: '',
+    taskId: '',
+    ruleMatched: 'payments',
+    status,
+    createdAt: `2026-03-0${n}T10:00:00.000Z`,
+    expiresAt: '2026-03-09T10:00:00.000Z',
+    decidedAt: decidedBy === null ? null : `2026-03-0${n}T10:05:00.000Z`,
+    decidedBy,
+    note: null,
+    bodySha256: '0'.repeat(64),
+    bodyBytes: 0,
+  });
+  const approvals = [approval(4, 'used', 'alice@example.com'), approval(3, 'denied', 'bob@example.com'), approval(2, 'pending', null), approval(1, 'approved', 'carol@example.com')];
+  const parsed = await parsePdf(await renderAuditPdf(input({ data, approvals, maxApprovals: 3 })));
+  t.ok(hasLine(parsed, ['Approvals of held calls']));
+  t.ok(hasLine(parsed, ['2026-03-02 10:00:00', 'billing-bot', 'POST api.stripe.com/v1/c/2', 'pending', '—', '—']), 'the pending one, first');
+  t.ok(hasLine(parsed, ['2026-03-04 10:00:00', 'billing-bot', 'POST api.stripe.com/v1/c/4', 'used', 'alice@example.com', '2026-03-04 10:05:00']));
+  t.ok(hasLine(parsed, ['2026-03-03 10:00:00', 'billing-bot', 'POST api.stripe.com/v1/c/3', 'denied', 'bob@example.com', '2026-03-03 10:05:00']));
+  const text = allLines(parsed).flat().join('\n');
+  t.notOk(text.includes('carol@example.com'), 'cut at the cap');
+  t.match(text, /Showing the first 3; more were made in this window/);
+  const empty = await parsePdf(await renderAuditPdf(input({ data, approvals: [] })));
+  t.ok(hasLine(empty, ['No call was held for approval in this window.']));
+});
