@@ -55,8 +55,12 @@ const INPUTS: Record<RouteKey, { body?: string[]; query?: string[] }> = {
   'POST /policy/check': { body: ['agent_id', 'tool', 'action', 'reasoning', 'path', 'rules_yaml', 'mcp_method', 'mcp_tool'] },
   'POST /policy/replay': { body: ['agent_id', 'rules_yaml', 'since', 'until'] },
   'POST /audit': { body: ['agent_id', 'tool_name', 'action', 'decision', 'tool_url', 'reasoning', 'task_id', 'latency_ms', 'status_code'] },
-  'GET /audit': { query: ['agent_id', 'decision', 'tool_name', 'task_id', 'mcp_session_id', 'mcp_method', 'mcp_tool', 'since', 'until', 'limit', 'offset'] },
+  'GET /audit': { query: ['agent_id', 'decision', 'tool_name', 'task_id', 'mcp_session_id', 'mcp_method', 'mcp_tool', 'approval_id', 'since', 'until', 'limit', 'offset'] },
   'GET /audit/export/pdf': { query: ['days'] },
+  'GET /approvals': { query: ['status', 'agent_id', 'limit'] },
+  'GET /approvals/:id': {},
+  'POST /approvals/:id/approve': { body: ['note'] },
+  'POST /approvals/:id/deny': { body: ['note'] },
 };
 
 // ---------------------------------------------------------------------------
