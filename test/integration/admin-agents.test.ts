@@ -143,7 +143,7 @@ t.test('policy', async (t) => {
     t.equal(res.status, 200);
     t.same(res.json, { agent_id: agent.id, rules_yaml: null, updated_at: null });
     const check = await api(base, owner, 'POST', '/policy/check', { agent_id: agent.id, tool: 'api.x.com', action: 'DELETE', reasoning: '' });
-    t.same(check.json, { decision: 'allow', rule_matched: 'default', message: check.json.message, shadow_rule: null, shadow_decision: null, limits: [] }, 'no policy allows everything');
+    t.same(check.json, { decision: 'allow', rule_matched: 'default', message: check.json.message, approval_timeout: null, shadow_rule: null, shadow_decision: null, limits: [] }, 'no policy allows everything');
     t.type(check.json.message, 'string');
   });
 
@@ -206,7 +206,7 @@ t.test('policy', async (t) => {
       api(base, owner, 'POST', '/policy/check', { agent_id: agentId, tool, action, reasoning: 'because' });
     const named = await check('api.github.com', 'DELETE');
     t.equal(named.status, 200);
-    t.same(named.json, { decision: 'deny', rule_matched: 'no-deletes', message: 'Deletes need a human.', shadow_rule: null, shadow_decision: null, limits: [] }, "a named rule, with its own message");
+    t.same(named.json, { decision: 'deny', rule_matched: 'no-deletes', message: 'Deletes need a human.', approval_timeout: null, shadow_rule: null, shadow_decision: null, limits: [] }, "a named rule, with its own message");
     const numbered = await check('api.github.com', 'get');
     t.same(numbered.json.decision, 'allow');
     t.equal(numbered.json.rule_matched, 'rule-2', 'an unnamed rule is rule-<n>, 1-based');

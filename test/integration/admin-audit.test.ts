@@ -18,7 +18,7 @@ const foreign = await createAgent(base, stranger, 'Foreign Agent');
 
 const ISO_MS = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z$/;
 const ENTRY_KEYS = [
-  'action', 'agent_id', 'agent_name', 'decision', 'id', 'latency_ms', 'mcp_method', 'mcp_session_id', 'mcp_tool', 'output', 'output_hash', 'output_truncated', 'reasoning',
+  'action', 'agent_id', 'agent_name', 'approval_id', 'decision', 'id', 'latency_ms', 'mcp_method', 'mcp_session_id', 'mcp_tool', 'output', 'output_hash', 'output_truncated', 'reasoning',
   'request_bytes', 'request_id', 'response_bytes', 'rule_matched', 'shadow_decision', 'shadow_rule', 'source', 'status_code', 'task_id', 'timestamp', 'tool_name', 'tool_url',
 ];
 
@@ -88,6 +88,7 @@ t.test('POST /audit answers 201 with the stored entry, every contract field', as
       mcp_tool: null,
       shadow_rule: null,
       shadow_decision: null,
+      approval_id: null,
     },
   );
   written.push(e);
