@@ -99,7 +99,11 @@ export class ApprovalWebhook {
         bodyTimeout: ATTEMPT_TIMEOUT_MS,
       });
       await response.body.dump();
-      if (response.statusCode < 200 || response.statusCode > 299) problem = `status ${response.statusCode}`;
+      if (response.statusCode < 200 || response.statusCode > 299) {
+        problem = `status ${response.statusCode}`;
+        // A refusal that a retry cannot change (a 4xx other than 408 and 429): not retried.
+        if (response.statusCode >= 400 && response.statusCode < 500 && response.statusCode !== 408 && response.statusCode !== 429) delivery.attempts = ATTEMPTS;
+      }
     } catch (err) {
       problem = (err as { code?: string }).code ?? (err as Error).name;
     } finally {

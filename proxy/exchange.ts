@@ -79,8 +79,12 @@ export class ProxyExchange {
   mcpCalls: readonly (McpCall | null)[] | null = null;
   /** The request the audit names (a batch: its first denied element, else its first); null when the body was not inspected or is not JSON-RPC. */
   mcpCall: McpCall | null = null;
-  /** Fields the answer carries besides its own, [name, value, ...]: the RateLimit fields of a limited call. */
+  /** Fields the answer carries besides its own, [name, value, ...]: the RateLimit fields of a limited call, the approval of an approved one. */
   answerHeaders: string[] | null = null;
+
+  addAnswerHeader(name: string, value: string): void {
+    (this.answerHeaders ??= []).push(name, value);
+  }
   address = '';
   /** Every address the guard checked for the target, `address` first. */
   addresses: readonly string[] = [];
@@ -91,7 +95,7 @@ export class ProxyExchange {
   approvalId: string | null = null;
   /** The approval this call is held under or retried with; its id is audited. */
   approval: Approval | null = null;
-  /** Approved: the approval is claimed (approved → used) just before the forward (claim-approval.ts). */
+  /** Approved: the approval is claimed (approved → used) just before the forward (hold.ts, claim). */
   approved = false;
   /** The call waits for a decision: ends the wait (a client gone, or shutdown: then answered 202). */
   holdRelease: ((answer: boolean) => void) | null = null;
@@ -178,7 +182,8 @@ export class ProxyExchange {
     } else if (name === 'x-agent-task-id') {
       this.taskId = value.length > MAX_TASK_ID_CHARS ? value.slice(0, MAX_TASK_ID_CHARS) : value;
     } else if (name === APPROVAL_ID_HEADER) {
-      this.approvalId = value;
+      // An empty one names nothing: the call is treated as one without it.
+      if (value.trim() !== '') this.approvalId = value;
     }
   }
 

@@ -13,7 +13,7 @@
 // retries racing through any proxies exactly one is forwarded.
 import { hash } from 'node:crypto';
 import { approvalLocation, HELD_BODY_MAX_BYTES } from '../shared/approvals.js';
-import { isUuid } from '../shared/http.js';
+import { APPROVAL_ID_HEADER, isUuid } from '../shared/http.js';
 import type { Logger } from '../shared/log.js';
 import type { MetadataStore } from '../shared/stores/metadata-store.js';
 import type { Approval } from '../shared/types.js';
@@ -21,6 +21,13 @@ import type { ApprovalWebhook } from './approval-webhook.js';
 import type { ProxyExchange, Stage } from './exchange.js';
 
 const EMPTY: Buffer = Buffer.alloc(0);
+
+/**
+ * Bodies of held calls kept in memory by one process, at most: past it a new
+ * held call is answered 202 at once (its body is in the store for the retry),
+ * so that open connections cannot pin unbounded memory.
+ */
+export const HELD_BODIES_MAX_BYTES = 256 * 1024 * 1024;
 
 /** Retry-After of a 202: the retry is held again, so soon is fine; without a hold the agent polls. */
 const RETRY_AFTER_HELD_S = 1;
@@ -41,6 +48,8 @@ interface Waiter {
   readonly ex: ProxyExchange;
   readonly approval: Approval;
   readonly resolve: (result: undefined | false) => void;
+  /** The held body's bytes, counted in heldBytes while it waits. */
+  readonly bytes: number;
   timer: NodeJS.Timeout | null;
 }
 
@@ -56,7 +65,10 @@ export function createHeldCalls(deps: {
   /** Waiting calls by approval id (two retries of one approval may wait at once). */
   const waiting = new Map<string, Set<Waiter>>();
   let size = 0;
+  let heldBytes = 0;
   let created = 0;
+  /** Shutdown has begun: nothing is held any more. */
+  let closing = false;
 
   const unsubscribe = store.changes.subscribe({
     apply(change) {
@@ -91,6 +103,7 @@ export function createHeldCalls(deps: {
     const waiters = waiting.get(waiter.approval.id);
     if (waiters?.delete(waiter)) {
       size--;
+      heldBytes -= waiter.bytes;
       if (waiters.size === 0) waiting.delete(waiter.approval.id);
     }
     if (waiter.timer !== null) clearTimeout(waiter.timer);
@@ -104,17 +117,23 @@ export function createHeldCalls(deps: {
     return ex.answerPending(approval, retryAfter, approvalLocation(deps.publicUrl(), approval.id));
   }
 
-  /** Holds the call until a decision, the hold's end or the approval's expiry, whichever comes first. */
-  function wait(ex: ProxyExchange, approval: Approval): undefined | false | Promise<undefined | false> {
+  /**
+   * Holds the call until a decision, the hold's end or the approval's expiry,
+   * whichever comes first. Once registered, the approval is read again: a
+   * decision committed between the read that found it pending and the
+   * registration (whose change the feed delivered to nobody) is not missed.
+   */
+  function wait(ex: ProxyExchange, approval: Approval, bytes: number): undefined | false | Promise<undefined | false> {
     const untilExpiry = Date.parse(approval.expiresAt) - Date.now();
     if (untilExpiry <= 0) return ex.answerError('approval_expired', `Approval ${approval.id} expired at ${approval.expiresAt}.`);
-    if (holdS === 0) return answerPending(ex, approval);
+    if (holdS === 0 || closing || heldBytes + bytes > HELD_BODIES_MAX_BYTES) return answerPending(ex, approval);
     return new Promise((resolve) => {
-      const waiter: Waiter = { ex, approval, resolve, timer: null };
+      const waiter: Waiter = { ex, approval, resolve, bytes, timer: null };
       let waiters = waiting.get(approval.id);
       if (waiters === undefined) waiting.set(approval.id, (waiters = new Set()));
       waiters.add(waiter);
       size++;
+      heldBytes += bytes;
       waiter.timer = setTimeout(() => {
         stopWaiting(waiter);
         resolve(Date.now() >= Date.parse(approval.expiresAt) ? ex.answerError('approval_expired', `Approval ${approval.id} expired at ${approval.expiresAt}.`) : answerPending(ex, approval));
@@ -123,6 +142,7 @@ export function createHeldCalls(deps: {
         stopWaiting(waiter);
         resolve(answer ? answerPending(ex, approval) : false);
       };
+      void reread(approval.orgId, approval.id);
     });
   }
 
@@ -153,7 +173,7 @@ export function createHeldCalls(deps: {
         return ex.answerError('approval_mismatch', `The call's ${differs} differs from the one approval ${approval.id} is for.`, { field: differs });
       }
       if (approval.status !== 'pending') return settle(ex, approval);
-      return wait(ex, approval);
+      return wait(ex, approval, bytes.length);
     }
 
     const approval = await store.createApproval(
@@ -179,11 +199,15 @@ export function createHeldCalls(deps: {
     deps.webhook?.notify(approval);
     ex.approval = approval;
     if (ex.finished) return false;
-    return wait(ex, approval);
+    return wait(ex, approval, bytes.length);
   }
 
+  /** The claim is the last await before the forward: nothing that can fail comes between using the approval and sending the call. */
   async function claim(ex: ProxyExchange): Promise<undefined | false> {
     const approval = ex.approval!;
+    // A retry forwards the body that was held (its own matched its SHA-256), read first.
+    const stored = ex.approvalId !== null && ex.body !== null ? (await store.approvalBody(approval.orgId, approval.id)) ?? EMPTY : null;
+    if (ex.finished) return false;
     const won = await store.useApproval(approval.orgId, approval.id);
     if (ex.finished) return false;
     if (!won) {
@@ -192,9 +216,8 @@ export function createHeldCalls(deps: {
       // Lost the race (used), or expired meanwhile; never forwarded without the claim.
       return settle(ex, now !== undefined && (now.status === 'expired' || now.status === 'denied') ? now : { ...approval, status: 'used' });
     }
-    // A retry forwards the body that was held, which its SHA-256 matched.
-    if (ex.approvalId !== null && ex.body !== null) ex.body.buffer = (await store.approvalBody(approval.orgId, approval.id)) ?? EMPTY;
-    return ex.finished ? false : undefined;
+    if (stored !== null) ex.body!.buffer = stored;
+    return undefined;
   }
 
   return {
@@ -208,6 +231,7 @@ export function createHeldCalls(deps: {
         return created;
       },
       releaseAll() {
+        closing = true;
         for (const waiters of [...waiting.values()]) for (const waiter of [...waiters]) waiter.ex.holdRelease?.(true);
       },
       close: unsubscribe,
@@ -221,6 +245,8 @@ function settle(ex: ProxyExchange, approval: Approval): undefined | false {
   switch (approval.status) {
     case 'approved':
       ex.approved = true;
+      // Whatever answers the call now (the upstream, or a limit), the agent learns which approval let it through.
+      ex.addAnswerHeader(APPROVAL_ID_HEADER, approval.id);
       return undefined;
     case 'denied':
       // The approver's note when given; who denied it is for operators, not for the agent.

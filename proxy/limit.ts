@@ -16,12 +16,15 @@ export function createLimit(deps: { limiter: RateLimiter; metrics: Metrics | nul
     if (verdict === null) return undefined;
     const refused = verdict.refused;
     if (refused === null) {
-      ex.answerHeaders = ['ratelimit-policy', verdict.policyHeader, 'ratelimit', verdict.stateHeader];
+      ex.addAnswerHeader('ratelimit-policy', verdict.policyHeader);
+      ex.addAnswerHeader('ratelimit', verdict.stateHeader);
       return undefined;
     }
     const retryAfter = verdict.retryAfter;
     ex.ruleMatched = `limit:${refused.name}`;
-    ex.answerHeaders = ['retry-after', String(retryAfter), 'ratelimit-policy', verdict.policyHeader, 'ratelimit', verdict.stateHeader];
+    ex.addAnswerHeader('retry-after', String(retryAfter));
+    ex.addAnswerHeader('ratelimit-policy', verdict.policyHeader);
+    ex.addAnswerHeader('ratelimit', verdict.stateHeader);
     metrics?.recordRateLimited(refused.name, agentId);
     const burst = refused.burst > 0 ? ` with a burst of ${refused.burst}` : '';
     return ex.answerError('rate_limited', `Rate limit '${refused.name}' (${refused.rate}${burst}) is used up; retry in ${retryAfter} s.`, {

@@ -103,8 +103,9 @@ export async function startService(config: Readonly<Config>, log: Logger = creat
     rateLimits: () => pipeline?.rateLimits() ?? { counters: 0, storeReachable: 1, syncFailures: 0, proxies: 1 },
     approvals: () => pipeline?.approvals() ?? { held: 0, created: 0, webhookDelivered: 0, webhookFailures: 0, webhookDropped: 0 },
   });
-  if (role === 'proxy' && pipeline !== null) {
-    // The caches subscribe to store.changes; following adds other processes' commits.
+  // A proxy shares its store with other processes (split mode, or all-in-ones on one MongoDB).
+  if (pipeline !== null && (role === 'proxy' || config.mongodbUrl !== null)) {
+    // The caches and held calls subscribe to store.changes; following adds other processes' commits.
     await store.changes.follow({
       pollMs: config.changePollMs,
       onError: (err) => log.warn('metadata change feed unavailable; caches rely on their TTL until it answers', { err }),

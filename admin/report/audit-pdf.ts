@@ -340,7 +340,7 @@ function drawApprovals(c: Cursor, approvals: readonly Approval[], maxApprovals: 
     toWinAnsi(a.decidedBy ?? '—'),
     a.decidedAt === null ? '—' : formatTime(a.decidedAt),
   ]);
-  const note = approvals.length > shown.length ? `Showing the first ${formatCount(shown.length)}; more were made in this window (GET /approvals lists them all).` : undefined;
+  const note = approvals.length > shown.length ? `Showing ${formatCount(shown.length)} of them; more were made in this window (GET /approvals lists them).` : undefined;
   section(c, 'Approvals of held calls', columns, rows, 'No call was held for approval in this window.', note);
 }
 

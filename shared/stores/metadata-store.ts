@@ -281,11 +281,12 @@ export function createMetadataStore(driver: MetadataDriver): MetadataStore {
       const change: MetadataChange = { kind: 'approval', orgId, approvalId: id };
       const outcome = await driver.decideApproval(orgId, id, { status: verdict, decided_at: now(), decided_by: decidedBy, note, now: now() }, change);
       if (outcome === 'missing') throw new GuardError('not_found', 'Approval not found.');
+      // Told before anything else can fail: a call held in this process waits on it.
+      if (outcome === 'written') changes.publish(change);
       const row = await driver.approvalInOrg(orgId, id);
       if (row === undefined) throw new GuardError('not_found', 'Approval not found.');
       const approval = toApproval(row, now());
       if (outcome === 'not_pending') throw new GuardError('conflict', `The approval is ${approval.status}; only a pending one can be decided.`, { status: approval.status });
-      changes.publish(change);
       return approval;
     },
 

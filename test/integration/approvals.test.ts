@@ -155,6 +155,7 @@ t.test('approved during the hold: forwarded at once, the body byte-identical, th
   t.ok(answer.ms < HOLD_S * 1000 + 1500, `within the hold (${answer.ms} ms)`);
   t.equal(answer.json.body_sha256, approval.body_sha256, 'the upstream got the held body, byte for byte');
   t.equal(answer.json.body_bytes, 100_000);
+  t.equal(answer.headers.get('x-approval-id'), approval.id, 'the answer names the approval that let it through');
   t.equal((await api(service.url, owner, 'GET', `/approvals/${approval.id}`)).json.status, 'used');
   const [row] = await auditOf(approval.id);
   t.match(row, { decision: 'allowed', status_code: 200, rule_matched: 'payments', approval_id: approval.id });

@@ -498,6 +498,7 @@ export function metadataStoreContract(t: TapTest, name: string, stores: Contract
       const uses = await Promise.all([store.useApproval(orgA, first.id), other.useApproval(orgA, first.id)]);
       t.same(uses.sort(), [false, true], 'of two racing uses exactly one gets it');
       t.equal((await store.getApproval(orgA, first.id))!.status, 'used');
+      t.equal(await store.approvalBody(orgA, first.id), null, 'its body is dropped once used');
       t.equal(await store.useApproval(orgA, first.id), false, 'and never again');
     }
     t.equal(await store.useApproval(orgA, second.id), false, 'a pending approval cannot be used');

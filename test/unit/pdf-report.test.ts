@@ -461,7 +461,7 @@ t.test('the approvals of held calls are listed, pending first, with who decided 
   t.ok(hasLine(parsed, ['2026-03-03 10:00:00', 'billing-bot', 'POST api.stripe.com/v1/c/3', 'denied', 'bob@example.com', '2026-03-03 10:05:00']));
   const text = allLines(parsed).flat().join('\n');
   t.notOk(text.includes('carol@example.com'), 'cut at the cap');
-  t.match(text, /Showing the first 3; more were made in this window/);
+  t.match(text, /Showing 3 of them; more were made in this window/);
   const empty = await parsePdf(await renderAuditPdf(input({ data, approvals: [] })));
   t.ok(hasLine(empty, ['No call was held for approval in this window.']));
 });

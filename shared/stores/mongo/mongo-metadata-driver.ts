@@ -489,9 +489,10 @@ export class MongoMetadataDriver implements MetadataDriver {
   async decideApproval(orgId: string, id: string, decision: ApprovalDecision, change: MetadataChange): Promise<'written' | 'missing' | 'not_pending'> {
     return this.#write<'written' | 'missing' | 'not_pending'>(async (session) => {
       const { now, ...fields } = decision;
+      // A denied call's body is dropped: nothing will forward it.
       const updated = await this.#approvals.updateOne(
         { _id: id, org_id: orgId, status: 'pending', expires_at: { $gt: now } },
-        { $set: fields },
+        { $set: fields.status === 'denied' ? { ...fields, body: null } : fields },
         { session },
       );
       if (updated.modifiedCount === 1) {
@@ -507,7 +508,7 @@ export class MongoMetadataDriver implements MetadataDriver {
   async useApproval(orgId: string, id: string, now: string): Promise<boolean> {
     const updated = await this.#approvals.updateOne(
       { _id: id, org_id: orgId, status: 'approved', expires_at: { $gt: now } },
-      { $set: { status: 'used', used_at: now } },
+      { $set: { status: 'used', used_at: now, body: null } },
     );
     return updated.modifiedCount === 1;
   }

@@ -146,7 +146,7 @@ const MIGRATIONS: readonly string[] = [
     used_at      TEXT,
     body_sha256  TEXT NOT NULL,
     body_bytes   INTEGER NOT NULL,
-    body         BLOB
+    body         BLOB            -- dropped once used or denied
   ) STRICT;
   CREATE INDEX approvals_by_org_created ON approvals (org_id, created_at);
 
@@ -290,11 +290,13 @@ function prepareStatements(db: Database.Database) {
        ORDER BY created_at DESC, rowid DESC LIMIT @limit`,
     ),
     decideApproval: db.prepare<[ApprovalDecision & { org_id: string; id: string }]>(
-      `UPDATE approvals SET status = @status, decided_at = @decided_at, decided_by = @decided_by, note = @note
+      `UPDATE approvals SET status = @status, decided_at = @decided_at, decided_by = @decided_by, note = @note,
+         body = CASE WHEN @status = 'denied' THEN NULL ELSE body END
        WHERE org_id = @org_id AND id = @id AND status = 'pending' AND expires_at > @now`,
     ),
     useApproval: db.prepare<[{ org_id: string; id: string; now: string }]>(
-      "UPDATE approvals SET status = 'used', used_at = @now WHERE org_id = @org_id AND id = @id AND status = 'approved' AND expires_at > @now",
+      // The body is dropped with the use: it was kept only for this forward.
+      "UPDATE approvals SET status = 'used', used_at = @now, body = NULL WHERE org_id = @org_id AND id = @id AND status = 'approved' AND expires_at > @now",
     ),
 
     ping: db.prepare<[], { ok: number }>('SELECT 1 AS ok'),
