@@ -2,6 +2,7 @@
 import { randomUUID } from 'node:crypto';
 import { isUuid } from '../shared/http.js';
 import { GuardError } from '../shared/errors.js';
+import { auditJson } from '../shared/audit/entry-json.js';
 import { NO_PROXY_DETAIL, type AuditDecision, type AuditFilter, type AuditRecord } from '../shared/types.js';
 import type { AdminContext, Handler } from './context.js';
 import { enumField, integerField, json, queryInteger, readJsonObject, stringField } from './http.js';
@@ -18,36 +19,6 @@ export const PDF_DAYS_MAX = 365;
 export const PDF_APPROVALS_MAX = 200;
 const INT32_MAX = 2_147_483_647;
 
-export function auditJson(r: AuditRecord) {
-  return {
-    id: r.id,
-    timestamp: r.timestamp,
-    agent_id: r.agentId,
-    agent_name: r.agentName,
-    tool_name: r.toolName,
-    action: r.action,
-    tool_url: r.toolUrl,
-    decision: r.decision,
-    reasoning: r.reasoning,
-    task_id: r.taskId,
-    latency_ms: r.latencyMs,
-    status_code: r.statusCode,
-    rule_matched: r.ruleMatched,
-    source: r.source,
-    request_bytes: r.requestBytes,
-    response_bytes: r.responseBytes,
-    output_hash: r.outputHash,
-    output: r.output,
-    output_truncated: r.outputTruncated,
-    request_id: r.requestId,
-    mcp_session_id: r.mcpSessionId,
-    mcp_method: r.mcpMethod,
-    mcp_tool: r.mcpTool,
-    shadow_rule: r.shadowRule,
-    shadow_decision: r.shadowDecision,
-    approval_id: r.approvalId,
-  };
-}
 
 function isoParam(query: URLSearchParams, name: string): string | undefined {
   const raw = query.get(name);
@@ -155,8 +126,10 @@ export function auditHandlers(ctx: AdminContext) {
     const since = new Date(until.getTime() - days * 86_400_000);
     const data = await ctx.auditStore.report(caller.orgId, since, until, ctx.config.pdfMaxEntries, 10);
     const user = await ctx.store.findUserById(caller.userId);
-    // One more than shown, so that the report can say that more exist.
-    const approvals = await ctx.store.listApprovals(caller.orgId, { createdSince: since.toISOString(), createdUntil: until.toISOString(), limit: PDF_APPROVALS_MAX + 1 });
+    // Pending ones first (however old in the window), then the newest; one more than shown, so that the report can say that more exist.
+    const window = { createdSince: since.toISOString(), createdUntil: until.toISOString(), limit: PDF_APPROVALS_MAX + 1 };
+    const [pending, newest] = await Promise.all([ctx.store.listApprovals(caller.orgId, { ...window, status: 'pending' }), ctx.store.listApprovals(caller.orgId, window)]);
+    const approvals = [...pending, ...newest.filter((a) => a.status !== 'pending')];
     // In a worker thread, started on first use: the event loop that serves calls
     // never renders, and pdfkit (~15 MB) loads only where a report is asked for.
     pdfRenderer ??= createPdfRenderer();

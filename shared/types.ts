@@ -85,6 +85,12 @@ export interface AuditRecord {
   policyDecided: boolean;
   /** The approval a held call was forwarded, denied or refused under; null otherwise. */
   approvalId: string | null;
+  /**
+   * Read back from the store: the entry_hash written with the row (null for a row
+   * written before entries were hashed). Absent on a record not yet written: the
+   * hash is computed from it (shared/audit/entry-json.ts).
+   */
+  entryHash?: string | null;
 }
 
 /**

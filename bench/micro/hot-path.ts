@@ -8,6 +8,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { AuditJournal } from '../../shared/audit/audit-journal.js';
 import { encodeAuditRow } from '../../shared/audit/audit-codec.js';
+import { entryHash } from '../../shared/audit/entry-json.js';
 import { evaluatePolicy, parsePolicy } from '../../shared/policy/index.js';
 import { normalizePolicyPath, parseTarget } from '../../shared/target.js';
 import type { AuditRecord } from '../../shared/types.js';
@@ -102,7 +103,8 @@ const results = [
   measure('normalizePolicyPath', () => normalizePolicyPath('/repos/a/b/issues')),
   measure('evaluatePolicy (2 rules)', () => evaluatePolicy(policy, '127.0.0.1', 'GET', '/small')),
   measure('classifyAddress (public IPv4)', () => classifyAddress('93.184.216.34')),
-  measure('encodeAuditRow', () => encodeAuditRow(record)),
+  measure('encodeAuditRow (entry_hash included)', () => encodeAuditRow(record)),
+  measure('entryHash (canonical JSON + SHA-256)', () => entryHash(record)),
   measure('RateLimiter.decide (warm counter, admitted)', () =>
     warmLimiter.decide(record.agentId, warmLimits, '127.0.0.1', 'GET', '/small'),
   ),

@@ -5,6 +5,7 @@
 // with these; the batcher and the spool only move the lines.
 import { compress, decompress } from '@mongodb-js/zstd';
 import type { AuditRecord } from '../types.js';
+import { entryHash } from './entry-json.js';
 
 export const AUDIT_TABLE = 'audit_log';
 
@@ -13,9 +14,11 @@ export const AUDIT_TABLE = 'audit_log';
  * timestamp as DateTime64(3, 'UTC'); `count` a non-negative integer (checked: it
  * goes in unquoted); `empty-is-null` a string whose null is stored as '';
  * `text-or-null` a string whose null is stored as '' and told apart by the
- * field's `presence` column (1 when not null); `flag` a boolean as 0/1.
+ * field's `presence` column (1 when not null); `flag` a boolean as 0/1;
+ * `entry-hash` the record's entry_hash, computed as the row is encoded
+ * (entry-json.ts), read back as null for rows written before it existed.
  */
-type ColumnKind = 'text' | 'instant' | 'count' | 'empty-is-null' | 'text-or-null' | 'presence' | 'flag';
+type ColumnKind = 'text' | 'instant' | 'count' | 'empty-is-null' | 'text-or-null' | 'presence' | 'flag' | 'entry-hash';
 
 interface AuditColumn {
   readonly name: string;
@@ -67,6 +70,8 @@ export const AUDIT_COLUMNS = [
   // Held calls (CONTRACT.md "Held calls"). New columns go last: a spooled line of an
   // earlier version has fewer fields, and the missing trailing ones take their defaults.
   { name: 'approval_id', type: 'String', field: 'approvalId', kind: 'empty-is-null' },
+  // CONTRACT.md "Tamper-evident audit": SHA-256 of the entry's canonical JSON, written with the row and never changed.
+  { name: 'entry_hash', type: 'String', field: 'entryHash', kind: 'entry-hash' },
 ] as const satisfies readonly AuditColumn[];
 
 export type AuditColumnName = (typeof AUDIT_COLUMNS)[number]['name'];
@@ -184,6 +189,7 @@ function fieldExpression({ field, kind }: AuditColumn): string {
     case 'text-or-null': return `tsv(r.${field} ?? '')`;
     case 'presence': return `(r.${field} !== null ? 1 : 0)`;
     case 'flag': return `(r.${field} ? 1 : 0)`;
+    case 'entry-hash': return 'entryHash(r)';
   }
 }
 
@@ -196,9 +202,9 @@ function fieldExpression({ field, kind }: AuditColumn): string {
  * table above, never from input.
  */
 export const encodeAuditRow = new Function(
-  'tsv', 'instant', 'uint',
+  'tsv', 'instant', 'uint', 'entryHash',
   `return function encodeAuditRow(r) { return \`${AUDIT_COLUMNS.map((c) => `\${${fieldExpression(c)}}`).join('\\t')}\\n\`; };`,
-)(tsv, instant, uint) as (record: AuditRecord) => string;
+)(tsv, instant, uint, entryHash) as (record: AuditRecord) => string;
 
 /** Records as concatenated lines, ready for one insert. */
 export function encodeAuditRows(rows: readonly AuditRecord[]): string {
@@ -243,7 +249,8 @@ function decodeColumns(row: Partial<AuditRow>): Record<string, unknown> {
       case 'text-or-null': record[field] = value; break;
       case 'instant': record[field] = fromChDateTime(String(value)); break;
       case 'count': record[field] = Number(value); break;
-      case 'empty-is-null': record[field] = value === '' ? null : value; break;
+      case 'empty-is-null':
+      case 'entry-hash': record[field] = value === '' ? null : value; break;
       case 'presence': if (!truthy(value)) record[field] = null; break;
       case 'flag': record[field] = truthy(value); break;
     }

@@ -3,7 +3,8 @@
 //
 // The stores share one table across runs on a server, so every test writes to an
 // org of its own (a fresh UUID) and looks only at that org.
-import { randomUUID } from 'node:crypto';
+import { createHash, randomUUID } from 'node:crypto';
+import canonicalize from 'canonicalize';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -14,6 +15,7 @@ import { loadConfig } from '../../shared/config.js';
 import { isStoreUnavailable, StoreUnavailableError } from '../../shared/errors.js';
 import type { AuditStore } from '../../shared/stores/audit-store.js';
 import { AUDIT_COLUMNS, AUDIT_TABLE, REPORT_COLUMNS } from '../../shared/audit/audit-codec.js';
+import { auditJson, entryHash } from '../../shared/audit/entry-json.js';
 import { openAuditStoreWhenReachable } from '../../shared/stores/open-stores.js';
 import { ClickHouseAuditStore, REPORT_RECENT_DENIED } from '../../shared/stores/clickhouse/clickhouse-audit-store.js';
 import type { AuditFilter, AuditRecord } from '../../shared/types.js';
@@ -102,12 +104,31 @@ export function auditStoreContract(t: TapTest, openStore: () => Promise<AuditSto
     });
     await store.insert([hashed, emptyOutput, fullOutput]);
     const page = await store.list(org, {}, 10, 0);
-    t.strictSame(page, { rows: [fullOutput, emptyOutput, hashed], total: 3 });
+    t.strictSame(page, { rows: [fullOutput, emptyOutput, hashed].map((r) => ({ ...r, entryHash: entryHash(r) })), total: 3 }, 'with the entry_hash written with each');
     t.equal(page.rows[2]?.output, null, 'output never stored reads back as null');
     t.equal(page.rows[1]?.output, '', 'an empty stored output reads back as the empty string');
     t.equal(page.rows[1]?.outputHash, null, 'no hash reads back as null');
     t.equal(page.rows[2]?.requestBytes, 5_000_000_000, 'UInt64 byte counts come back as exact numbers');
     t.match(page.rows[0]?.timestamp, /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z$/, 'ISO 8601 UTC with milliseconds');
+  });
+
+  t.test('entry_hash is written with the row and is the hash of the entry as it reads back (RFC 8785, computed independently)', async (t) => {
+    const org = randomUUID();
+    const base = Date.now() - 20_000;
+    const odd = [
+      record(org, { timestamp: iso(base), reasoning: 'lone \uD800 surrogate, NUL \u0000, tab \t, CR \r, emoji 🚀, U+2028 \u2028', mcpSessionId: '' }),
+      record(org, { timestamp: new Date(base + 1).toISOString().replace('Z', '+00:00'), output: 'line\nnext\\ "q"', outputTruncated: true, shadowRule: 'r', shadowDecision: 'approve', approvalId: randomUUID() }),
+      record(org, { timestamp: iso(base + 2), requestBytes: Number.MAX_SAFE_INTEGER, taskId: '\u00e9\u0301 combining', mcpMethod: 'tools/call', mcpTool: 'x' }),
+    ];
+    await store.insert(odd);
+    const rows = (await store.list(org, {}, 10, 0)).rows;
+    t.equal(rows.length, 3);
+    for (const row of rows) {
+      const entry = auditJson(row);
+      t.match(entry.entry_hash, /^[0-9a-f]{64}$/, 'stored');
+      const { entry_hash: stored, ...rest } = entry;
+      t.equal(stored, createHash('sha256').update(canonicalize(rest)!).digest('hex'), `${row.id}: the stored hash is that of the entry as GET /audit returns it`);
+    }
   });
 
   t.test('a timestamp with an offset is stored as the same instant in UTC', async (t) => {

@@ -5,6 +5,7 @@
 //
 // The server runs in a child process, so this process never opens chDB, except
 // in the one in-process subtest (pause/resume), which uses its own data directory.
+import { entryHash } from '../../shared/audit/entry-json.js';
 import { spawn } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
 import { mkdtempSync, rmSync } from 'node:fs';
@@ -290,8 +291,9 @@ t.test('the audit store over the server, through outages', async (t) => {
   const newestFirst = [...rows].reverse();
   const page = await store.list(org, {}, 5, 0);
   t.equal(page.total, 12);
-  t.strictSame(page.rows, newestFirst.slice(0, 5), 'records read back field for field, newest first');
-  t.strictSame((await store.list(org, {}, 5, 10)).rows, newestFirst.slice(10), 'the last page');
+  const hashed = newestFirst.map((r) => ({ ...r, entryHash: entryHash(r) }));
+  t.strictSame(page.rows, hashed.slice(0, 5), 'records read back field for field (with their entry_hash), newest first');
+  t.strictSame((await store.list(org, {}, 5, 10)).rows, hashed.slice(10), 'the last page');
   const denied = await store.list(org, { decision: 'denied', agentId: agents[0] }, 50, 0);
   t.strictSame(denied.rows.map((r) => r.id), newestFirst.filter((r) => r.decision === 'denied' && r.agentId === agents[0]).map((r) => r.id),
     'filters: decision and agent');
@@ -321,7 +323,7 @@ t.test('the audit store over the server, through outages', async (t) => {
   t.comment('outage 2: SIGKILL (a crash)');
   await restart('SIGKILL');
   t.equal(await store.count(org), 13, 'acknowledged inserts survived a crash');
-  t.strictSame((await store.list(org, {}, 1, 0)).rows, [later]);
+  t.strictSame((await store.list(org, {}, 1, 0)).rows, [{ ...later, entryHash: entryHash(later) }]);
 });
 
 t.test('the shared audit-store suite passes against the server', async (t) => {
