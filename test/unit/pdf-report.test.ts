@@ -334,8 +334,9 @@ t.test('a 30-day report holds every section, cut at the cap and paginated with r
   checkPages(t, parsed);
 });
 
-t.test('a window without calls renders one page of zero totals and empty sections', async (t) => {
-  const data: AuditReportData = {
+/** A window without calls. */
+function emptyData(): AuditReportData {
+  return {
     totals: { calls: 0, allowed: 0, denied: 0, p50LatencyMs: 0, p95LatencyMs: 0 },
     perDay: [],
     perAgent: [],
@@ -343,6 +344,10 @@ t.test('a window without calls renders one page of zero totals and empty section
     recentDenied: [],
     entries: [],
   };
+}
+
+t.test('a window without calls renders one page of zero totals and empty sections', async (t) => {
+  const data = emptyData();
   const pdf = await renderAuditPdf(input({ data }));
   t.equal(pdf.subarray(0, 5).toString('latin1'), '%PDF-');
   const parsed = await parsePdf(pdf);
@@ -423,14 +428,7 @@ t.test('hostile strings and numbers render as a PDF instead of throwing', async 
 });
 
 t.test('the approvals of held calls are listed, pending first, with who decided them, cut at the cap with a note', async (t) => {
-  const data: AuditReportData = {
-    totals: { calls: 0, allowed: 0, denied: 0, p50LatencyMs: 0, p95LatencyMs: 0 },
-    perDay: [],
-    perAgent: [],
-    topTools: [],
-    recentDenied: [],
-    entries: [],
-  };
+  const data = emptyData();
   const approval = (n: number, status: 'pending' | 'approved' | 'denied' | 'expired' | 'used', decidedBy: string | null) => ({
     id: `00000000-0000-4000-8000-00000000000${n}`,
     orgId: ORG_ID,
