@@ -57,6 +57,8 @@ export function createHeldCalls(deps: {
   store: MetadataStore;
   /** APPROVAL_HOLD_S. */
   holdS: number;
+  /** APPROVAL_MAX_PENDING. */
+  maxPending: number;
   publicUrl: () => string;
   webhook: ApprovalWebhook | null;
   log: Logger;
@@ -194,7 +196,9 @@ export function createHeldCalls(deps: {
         timeoutS: ex.decision!.approvalTimeoutS,
       },
       bytes.length > 0 ? bytes : null,
+      deps.maxPending,
     );
+    if (approval === undefined) return tooManyPending(ex, deps.maxPending);
     created++;
     deps.webhook?.notify(approval);
     ex.approval = approval;
@@ -238,6 +242,23 @@ export function createHeldCalls(deps: {
     },
   };
 }
+
+/**
+ * The agent has APPROVAL_MAX_PENDING approvals waiting: a call that needs one more
+ * is refused like a used-up rate limit, so that a looping agent cannot flood the
+ * inbox and the webhook.
+ */
+function tooManyPending(ex: ProxyExchange, maxPending: number): false {
+  ex.ruleMatched = `limit:${PENDING_LIMIT}`;
+  ex.addAnswerHeader('retry-after', String(PENDING_RETRY_AFTER_S));
+  return ex.answerError('rate_limited', `The agent has ${maxPending} approvals pending (APPROVAL_MAX_PENDING); decide or let some expire first.`, {
+    limit: PENDING_LIMIT,
+    retry_after: PENDING_RETRY_AFTER_S,
+  });
+}
+
+const PENDING_LIMIT = 'pending_approvals';
+const PENDING_RETRY_AFTER_S = 60;
 
 /** The answer for a decided approval: approved goes on to be forwarded, anything else is refused. */
 function settle(ex: ProxyExchange, approval: Approval): undefined | false {

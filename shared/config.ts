@@ -53,6 +53,8 @@ export interface Config {
   rateLimitMaxCounters: number;
   /** How long the proxy holds a call that needs approval before answering 202 (0: at once). */
   approvalHoldS: number;
+  /** Pending approvals one agent may have at once; beyond, a call that needs one is refused 429. */
+  approvalMaxPending: number;
   /** Where each new pending approval is POSTed (null: nowhere), signed with approvalWebhookSecret. */
   approvalWebhookUrl: string | null;
   approvalWebhookSecret: string | null;
@@ -153,6 +155,7 @@ export const CONFIG_SPECS: readonly Spec[] = [
   { env: 'RATE_LIMIT_SYNC_MS', key: 'rateLimitSyncMs', doc: 'split mode and MongoDB: how often a proxy shares its rate-limit counts through the metadata store (0: each proxy counts alone)', parse: integer(0, 60_000), fallback: 250 },
   { env: 'RATE_LIMIT_MAX_COUNTERS', key: 'rateLimitMaxCounters', doc: 'rate-limit counters (agent × limit in use) a proxy keeps, at most; beyond, new ones are refused 429', parse: integer(1000, 100_000_000), fallback: 2_000_000 },
   { env: 'APPROVAL_HOLD_S', key: 'approvalHoldS', doc: 'how long the proxy keeps a call that needs approval open, waiting for a decision, before it answers 202 (0: at once)', parse: integer(0, 3600), fallback: 25 },
+  { env: 'APPROVAL_MAX_PENDING', key: 'approvalMaxPending', doc: 'pending approvals one agent may have at once; a call that needs another is refused 429 until some are decided or expire', parse: integer(1, 1_000_000), fallback: 100 },
   { env: 'APPROVAL_WEBHOOK_URL', key: 'approvalWebhookUrl', doc: 'each new pending approval is POSTed here as JSON (set it on every proxy process)', parse: url, fallback: null },
   { env: 'APPROVAL_WEBHOOK_SECRET', key: 'approvalWebhookSecret', doc: 'HMAC-SHA256 key of the webhook\'s X-Guard-Signature, at least 16 characters; required with APPROVAL_WEBHOOK_URL', parse: (r) => {
     if (r.length < 16) throw new ConfigError('must be at least 16 characters');

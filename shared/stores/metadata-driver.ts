@@ -186,8 +186,13 @@ export interface MetadataDriver extends ChangeLog {
   /** Inserts or replaces the policy and appends `change`, in one transaction; 'missing_parent' when the agent does not exist. */
   upsertPolicy(row: PolicyRow, change: MetadataChange): Awaitable<'written' | 'missing_parent'>;
 
-  /** The row and its held body (null: none) in one write. */
-  insertApproval(row: ApprovalRow, body: Buffer | null): Awaitable<void>;
+  /**
+   * The row and its held body (null: none) in one write, unless the agent already
+   * has `maxPending` approvals pending and unexpired at `row.created_at`:
+   * 'too_many' then, and nothing written. Atomic on SQLite; on MongoDB a burst
+   * may pass the bound by the writes in flight.
+   */
+  insertApproval(row: ApprovalRow, body: Buffer | null, maxPending: number): Awaitable<'written' | 'too_many'>;
   approvalInOrg(orgId: string, id: string): Awaitable<ApprovalRow | undefined>;
   /** The held body; null when the call had none (or the approval is unknown). */
   approvalBody(orgId: string, id: string): Awaitable<Buffer | null>;

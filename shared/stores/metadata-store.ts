@@ -88,8 +88,11 @@ export interface MetadataStore {
   /** Throws GuardError('not_found') when the agent does not exist (e.g. deleted meanwhile). */
   setPolicy(agentId: string, rulesYaml: string): Promise<PolicyRecord>;
 
-  /** Records a held call (pending) with its body (null: none). */
-  createApproval(approval: NewApproval, body: Buffer | null): Promise<Approval>;
+  /**
+   * Records a held call (pending) with its body (null: none); undefined, and
+   * nothing recorded, when its agent already has `maxPending` pending approvals.
+   */
+  createApproval(approval: NewApproval, body: Buffer | null, maxPending?: number): Promise<Approval | undefined>;
   /** undefined when the id is unknown or belongs to another org. */
   getApproval(orgId: string, id: string): Promise<Approval | undefined>;
   approvalBody(orgId: string, id: string): Promise<Buffer | null>;
@@ -228,7 +231,7 @@ export function createMetadataStore(driver: MetadataDriver): MetadataStore {
       return policy;
     },
 
-    async createApproval(approval, body) {
+    async createApproval(approval, body, maxPending = Number.MAX_SAFE_INTEGER) {
       const createdAt = new Date();
       const { timeoutS, ...fields } = approval;
       const row: ApprovalRow = {
@@ -253,7 +256,7 @@ export function createMetadataStore(driver: MetadataDriver): MetadataStore {
         body_sha256: fields.bodySha256,
         body_bytes: fields.bodyBytes,
       };
-      await driver.insertApproval(row, body);
+      if ((await driver.insertApproval(row, body, maxPending)) === 'too_many') return undefined;
       return toApproval(row, createdAt.toISOString());
     },
 

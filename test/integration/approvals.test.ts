@@ -47,6 +47,7 @@ const env = {
   NODE_EXTRA_CA_CERTS: join(TLS_DIR, 'ca.crt'),
   AUDIT_BATCH_MS: '20',
   APPROVAL_HOLD_S: String(HOLD_S),
+  APPROVAL_MAX_PENDING: '20',
   APPROVAL_WEBHOOK_URL: `http://127.0.0.1:${(receiver.address() as AddressInfo).port}/hooks/${randomBytes(8).toString('hex')}`,
   APPROVAL_WEBHOOK_SECRET: WEBHOOK_SECRET,
   PUBLIC_URL: 'http://guard.example.test',
@@ -281,6 +282,24 @@ t.test('a body over 1 MiB on a call that needs approval is 413 at once, and no a
   t.equal((await exactly).status, 202, 'exactly 1 MiB is held');
   const after = ((await api(service.url, owner, 'GET', `/approvals?agent_id=${payer.id}&limit=1000`)).json as any[]).length;
   t.equal(after, before + 1, 'only the 1 MiB call made an approval');
+});
+
+t.test('an agent with APPROVAL_MAX_PENDING approvals pending gets 429 for the next call that needs one, and no approval is made', async (t) => {
+  const eager = await createAgent(service.url, owner, 'eager');
+  await api(service.url, owner, 'POST', `/agents/${eager.id}/policy`, { rules_yaml: POLICY });
+  const answers = await Promise.all(Array.from({ length: 25 }, (_, i) => call(eager.api_key, { body: `call ${i}` })));
+  const refused = answers.filter((a) => a.status === 429);
+  t.equal(answers.filter((a) => a.status === 202).length, 20, 'up to the bound, held');
+  t.equal(refused.length, 5, 'beyond it, refused');
+  t.match(refused[0]!.json, { error: 'rate_limited', limit: 'pending_approvals', retry_after: 60 });
+  t.equal(refused[0]!.headers.get('retry-after'), '60');
+  t.ok(refused.every((a) => a.ms < 1000), 'at once, not after the hold');
+  t.equal(((await api(service.url, owner, 'GET', `/approvals?agent_id=${eager.id}&status=pending`)).json as any[]).length, 20, 'no approval was made for them');
+  const rows = await eventually(async () => {
+    const list = (await api(service.url, owner, 'GET', `/audit?agent_id=${eager.id}&decision=denied`)).json as any[];
+    return list.length === 5 ? list : undefined;
+  });
+  t.ok(rows.every((r) => r.rule_matched === 'limit:pending_approvals' && r.status_code === 429), 'audited as a limit');
 });
 
 t.test('the webhook gets each new approval, signed with HMAC-SHA256 of the raw body, retried after a failure', async (t) => {

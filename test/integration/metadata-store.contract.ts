@@ -461,7 +461,7 @@ export function metadataStoreContract(t: TapTest, name: string, stores: Contract
       timeoutS,
     });
     const body = Buffer.from([0, 1, 255]);
-    const first = await store.createApproval(held('/v1/charges'), body);
+    const first = (await store.createApproval(held('/v1/charges'), body))!;
     t.match(first, { id: UUID, status: 'pending', decidedAt: null, decidedBy: null, note: null, host: 'api.stripe.test:8443', query: 'a=1', bodyBytes: 3 });
     t.match(first.createdAt, ISO_UTC_MS);
     t.equal(Date.parse(first.expiresAt) - Date.parse(first.createdAt), 3_600_000, 'expires_at = created_at + approval_timeout');
@@ -470,7 +470,7 @@ export function metadataStoreContract(t: TapTest, name: string, stores: Contract
     t.equal(await store.getApproval(orgB, first.id), undefined, 'another org does not see it');
     t.equal(await store.approvalBody(orgB, first.id), null, 'nor its body');
     await new Promise((resolve) => setTimeout(resolve, 5));
-    const second = await store.createApproval({ ...held('/v1/refunds'), bodySha256: 'cd'.repeat(32), bodyBytes: 0 }, null);
+    const second = (await store.createApproval({ ...held('/v1/refunds'), bodySha256: 'cd'.repeat(32), bodyBytes: 0 }, null))!;
     t.equal(await store.approvalBody(orgA, second.id), null, 'no body: null');
     t.same((await store.listApprovals(orgA, { limit: 10 })).map((a) => a.id), [second.id, first.id], 'newest first');
     t.same(await store.listApprovals(orgB, { limit: 10 }), [], 'another org lists none');
@@ -507,16 +507,33 @@ export function metadataStoreContract(t: TapTest, name: string, stores: Contract
     t.same((await store.listApprovals(orgA, { createdSince: second.createdAt, limit: 10 })).map((x) => x.id), [second.id], 'created_at window');
   });
 
+  t.test(`${name}: an agent's pending approvals are bounded: past maxPending none is made until one is decided`, async (t) => {
+    const store = await stores.open();
+    t.teardown(() => store.close());
+    const { orgA } = await twoOrgs(store);
+    const agent = await store.createAgent(newAgent(orgA, 'eager'));
+    const other = await store.createAgent(newAgent(orgA, 'calm'));
+    const held = (agentId: string) => ({ orgId: orgA, agentId, agentName: 'a', toolName: 't', action: 'POST', host: 't', path: '/', query: '', reasoning: '', taskId: '', ruleMatched: 'r', bodySha256: '0'.repeat(64), bodyBytes: 0, timeoutS: 60 });
+    const made = [];
+    for (let i = 0; i < 3; i++) made.push(await store.createApproval(held(agent.id), null, 3));
+    t.ok(made.every((a) => a !== undefined), 'up to the bound');
+    t.equal(await store.createApproval(held(agent.id), null, 3), undefined, 'then none');
+    t.ok(await store.createApproval(held(other.id), null, 3), "another agent's count is its own");
+    await store.decideApproval(orgA, made[0]!.id, 'denied', 'a@example.test', null);
+    t.ok(await store.createApproval(held(agent.id), null, 3), 'a decided one frees a place');
+    t.equal((await store.listApprovals(orgA, { agentId: agent.id, status: 'pending', limit: 10 })).length, 3);
+  });
+
   t.test(`${name}: an approval past expires_at reads expired, can be neither decided nor used, and lists as expired`, async (t) => {
     const store = await stores.open();
     t.teardown(() => store.close());
     const { orgA } = await twoOrgs(store);
     const agent = await store.createAgent(newAgent(orgA, 'slow'));
     // A timeout of 0 is below the policy's minimum, which the store does not check: expired at once.
-    const approval = await store.createApproval(
+    const approval = (await store.createApproval(
       { orgId: orgA, agentId: agent.id, agentName: agent.name, toolName: 't', action: 'GET', host: 't', path: '/', query: '', reasoning: '', taskId: '', ruleMatched: 'r', bodySha256: '0'.repeat(64), bodyBytes: 0, timeoutS: 0 },
       null,
-    );
+    ))!;
     t.equal((await store.getApproval(orgA, approval.id))!.status, 'expired');
     t.equal(((await rejectionOf(store.decideApproval(orgA, approval.id, 'approved', 'a@example.test', null))) as GuardError).code, 'conflict');
     t.equal(await store.useApproval(orgA, approval.id), false);

@@ -360,10 +360,10 @@ t.test('sqlite: a file of schema version 2 gains approvals and keeps its change 
   t.same(await reopened.findUserById(user.id), user, 'the data is untouched');
   t.equal(await reopened.changes.follow({ pollMs: 60_000, onError: () => {} }).then(() => 'following'), 'following');
   reopened.changes.stop();
-  const approval = await reopened.createApproval(
+  const approval = (await reopened.createApproval(
     { orgId: user.orgId, agentId: agent.id, agentName: 'a', toolName: 't', action: 'GET', host: 't', path: '/', query: '', reasoning: '', taskId: '', ruleMatched: 'r', bodySha256: '0'.repeat(64), bodyBytes: 0, timeoutS: 60 },
     null,
-  );
+  ))!;
   await reopened.decideApproval(user.orgId, approval.id, 'approved', 'v2@example.test', null);
   const seqs = inspect(file, (db) => (db.prepare('SELECT seq, kind FROM changes ORDER BY seq').all() as { seq: number; kind: string }[]));
   t.same(seqs, [{ seq: 1, kind: 'policy' }, { seq: 3, kind: 'approval' }], 'the change log carries on past the highest seq ever issued, with the new kind');

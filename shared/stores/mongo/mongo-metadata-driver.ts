@@ -453,8 +453,15 @@ export class MongoMetadataDriver implements MetadataDriver {
     return stop;
   }
 
-  async insertApproval(row: ApprovalRow, body: Buffer | null): Promise<void> {
+  /** Counted, then inserted: a burst may pass the bound by the inserts in flight (documented). */
+  async insertApproval(row: ApprovalRow, body: Buffer | null, maxPending: number): Promise<'written' | 'too_many'> {
+    const pending = await this.#approvals.countDocuments(
+      { org_id: row.org_id, agent_id: row.agent_id, status: 'pending', expires_at: { $gt: row.created_at } },
+      { limit: maxPending },
+    );
+    if (pending >= maxPending) return 'too_many';
     await this.#approvals.insertOne({ ...docOf(row), body: body === null ? null : new Binary(body), used_at: null, insert_order: new ObjectId() });
+    return 'written';
   }
 
   async approvalInOrg(orgId: string, id: string): Promise<ApprovalRow | undefined> {
@@ -705,7 +712,10 @@ async function createIndexes(db: Db): Promise<void> {
     // refuses the same index with other options.
     { key: { at: 1 }, name: 'changes_expire', expireAfterSeconds: CHANGE_RETENTION_SECONDS },
   ]);
-  await db.collection('approvals').createIndexes([{ key: { org_id: 1, created_at: -1, insert_order: -1 }, name: 'approvals_by_org_created' }]);
+  await db.collection('approvals').createIndexes([
+    { key: { org_id: 1, created_at: -1, insert_order: -1 }, name: 'approvals_by_org_created' },
+    { key: { agent_id: 1, status: 1, expires_at: 1 }, name: 'approvals_by_agent_status' },
+  ]);
   // Rate-limit counts go when their slot leaves every window; readers skip expired ones meanwhile.
   await db.collection('rate_counts').createIndexes([
     { key: { expires_at: 1 }, name: 'rate_counts_expire', expireAfterSeconds: 0 },

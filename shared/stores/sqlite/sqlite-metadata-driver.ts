@@ -149,6 +149,7 @@ const MIGRATIONS: readonly string[] = [
     body         BLOB            -- dropped once used or denied
   ) STRICT;
   CREATE INDEX approvals_by_org_created ON approvals (org_id, created_at);
+  CREATE INDEX approvals_by_agent_status ON approvals (agent_id, status, expires_at);
 
   -- The change log learns the 'approval' kind (a decision for a proxy holding the
   -- call). SQLite cannot alter a CHECK, so the table is rebuilt; its seq carries on
@@ -272,9 +273,12 @@ function prepareStatements(db: Database.Database) {
     ),
     pruneRateCounts: db.prepare<[now: number]>('DELETE FROM rate_counts WHERE expires_at <= ?'),
 
-    insertApproval: db.prepare<[ApprovalRow & { body: Buffer | null }]>(
+    // One statement: the bound is checked and the row written under SQLite's one write lock.
+    insertApproval: db.prepare<[ApprovalRow & { body: Buffer | null; max_pending: number }]>(
       `INSERT INTO approvals (${APPROVAL_COLUMNS}, body)
-       VALUES (${APPROVAL_COLUMNS.split(', ').map((c) => `@${c}`).join(', ')}, @body)`,
+       SELECT ${APPROVAL_COLUMNS.split(', ').map((c) => `@${c}`).join(', ')}, @body
+       WHERE (SELECT count(*) FROM approvals
+              WHERE org_id = @org_id AND agent_id = @agent_id AND status = 'pending' AND expires_at > @created_at) < @max_pending`,
     ),
     approvalInOrg: db.prepare<[orgId: string, id: string], ApprovalRow>(`SELECT ${APPROVAL_COLUMNS} FROM approvals WHERE org_id = ? AND id = ?`),
     approvalBody: db.prepare<[orgId: string, id: string], { body: Buffer | null }>('SELECT body FROM approvals WHERE org_id = ? AND id = ?'),
@@ -507,8 +511,8 @@ export class SqliteMetadataDriver implements MetadataDriver {
     return this.#sql.lastChangeSeq.get()?.seq ?? 0;
   }
 
-  insertApproval(row: ApprovalRow, body: Buffer | null): void {
-    this.#sql.insertApproval.run({ ...row, body });
+  insertApproval(row: ApprovalRow, body: Buffer | null, maxPending: number): 'written' | 'too_many' {
+    return this.#sql.insertApproval.run({ ...row, body, max_pending: maxPending }).changes === 1 ? 'written' : 'too_many';
   }
 
   approvalInOrg(orgId: string, id: string): ApprovalRow | undefined {
