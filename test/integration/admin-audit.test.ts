@@ -18,7 +18,7 @@ const foreign = await createAgent(base, stranger, 'Foreign Agent');
 
 const ISO_MS = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z$/;
 const ENTRY_KEYS = [
-  'action', 'agent_id', 'agent_name', 'approval_id', 'decision', 'id', 'latency_ms', 'mcp_method', 'mcp_session_id', 'mcp_tool', 'output', 'output_hash', 'output_truncated', 'reasoning',
+  'action', 'agent_id', 'agent_name', 'approval_id', 'decision', 'entry_hash', 'id', 'latency_ms', 'mcp_method', 'mcp_session_id', 'mcp_tool', 'output', 'output_hash', 'output_truncated', 'reasoning',
   'request_bytes', 'request_id', 'response_bytes', 'rule_matched', 'shadow_decision', 'shadow_rule', 'source', 'status_code', 'task_id', 'timestamp', 'tool_name', 'tool_url',
 ];
 
@@ -67,14 +67,16 @@ t.test('POST /audit answers 201 with the stored entry, every contract field', as
   t.same(Object.keys(e).sort(), ENTRY_KEYS);
   t.match(e.id, /^[0-9a-f-]{36}$/);
   t.match(e.timestamp, ISO_MS, 'ISO 8601 UTC with milliseconds');
+  t.match(e.entry_hash, /^[0-9a-f]{64}$/, 'entry_hash: lowercase hex SHA-256');
   t.ok(Date.parse(e.timestamp) >= before - 1000 && Date.parse(e.timestamp) <= Date.now() + 1000, 'timestamp is now');
   t.same(
-    { ...e, id: undefined, timestamp: undefined, request_id: undefined },
+    { ...e, id: undefined, timestamp: undefined, request_id: undefined, entry_hash: undefined },
     {
       ...body,
       id: undefined,
       timestamp: undefined,
       request_id: undefined,
+      entry_hash: undefined,
       agent_name: 'Scout Agent',
       rule_matched: '',
       source: 'api',
