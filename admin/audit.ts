@@ -2,7 +2,7 @@
 import { randomUUID } from 'node:crypto';
 import { isUuid } from '../shared/http.js';
 import { GuardError } from '../shared/errors.js';
-import { auditJson } from '../shared/audit/entry-json.js';
+import { auditJson, entryHash, wellFormed } from '../shared/audit/entry-json.js';
 import { NO_PROXY_DETAIL, type AuditDecision, type AuditFilter, type AuditRecord } from '../shared/types.js';
 import type { AdminContext, Handler } from './context.js';
 import { enumField, integerField, json, queryInteger, readJsonObject, stringField } from './http.js';
@@ -57,12 +57,13 @@ export function auditHandlers(ctx: AdminContext) {
       orgId: caller.orgId,
       agentId: agent.id,
       agentName: agent.name,
-      toolName,
-      action,
-      toolUrl,
+      // As the store will keep them (UTF-8: a lone surrogate becomes U+FFFD), so that the answer is the entry GET returns and its hash verifies.
+      toolName: wellFormed(toolName),
+      action: wellFormed(action),
+      toolUrl: wellFormed(toolUrl),
       decision,
-      reasoning,
-      taskId,
+      reasoning: wellFormed(reasoning),
+      taskId: wellFormed(taskId),
       latencyMs,
       statusCode,
       ruleMatched: '',
@@ -75,6 +76,7 @@ export function auditHandlers(ctx: AdminContext) {
       requestId: randomUUID(),
       ...NO_PROXY_DETAIL,
     };
+    record.entryHash = entryHash(record);
     try {
       await ctx.auditBatcher.enqueueDurable(record);
     } catch {

@@ -15,6 +15,8 @@ import { hash } from 'node:crypto';
 import { approvalLocation, HELD_BODY_MAX_BYTES } from '../shared/approvals.js';
 import { APPROVAL_ID_HEADER, isUuid } from '../shared/http.js';
 import type { Logger } from '../shared/log.js';
+import type { Metrics } from '../shared/metrics.js';
+import { PENDING_APPROVALS_LIMIT as PENDING_LIMIT } from '../shared/policy/index.js';
 import type { MetadataStore } from '../shared/stores/metadata-store.js';
 import type { Approval } from '../shared/types.js';
 import type { ApprovalWebhook } from './approval-webhook.js';
@@ -59,6 +61,8 @@ export function createHeldCalls(deps: {
   holdS: number;
   /** APPROVAL_MAX_PENDING. */
   maxPending: number;
+  /** Null when METRICS_ENABLED is off. */
+  metrics: Metrics | null;
   publicUrl: () => string;
   webhook: ApprovalWebhook | null;
   log: Logger;
@@ -198,7 +202,7 @@ export function createHeldCalls(deps: {
       bytes.length > 0 ? bytes : null,
       deps.maxPending,
     );
-    if (approval === undefined) return tooManyPending(ex, deps.maxPending);
+    if (approval === undefined) return tooManyPending(ex, deps.maxPending, deps.metrics);
     created++;
     deps.webhook?.notify(approval);
     ex.approval = approval;
@@ -248,8 +252,9 @@ export function createHeldCalls(deps: {
  * is refused like a used-up rate limit, so that a looping agent cannot flood the
  * inbox and the webhook.
  */
-function tooManyPending(ex: ProxyExchange, maxPending: number): false {
+function tooManyPending(ex: ProxyExchange, maxPending: number, metrics: Metrics | null): false {
   ex.ruleMatched = `limit:${PENDING_LIMIT}`;
+  metrics?.recordRateLimited(PENDING_LIMIT, ex.agent!.id);
   ex.addAnswerHeader('retry-after', String(PENDING_RETRY_AFTER_S));
   return ex.answerError('rate_limited', `The agent has ${maxPending} approvals pending (APPROVAL_MAX_PENDING); decide or let some expire first.`, {
     limit: PENDING_LIMIT,
@@ -257,7 +262,6 @@ function tooManyPending(ex: ProxyExchange, maxPending: number): false {
   });
 }
 
-const PENDING_LIMIT = 'pending_approvals';
 const PENDING_RETRY_AFTER_S = 60;
 
 /** The answer for a decided approval: approved goes on to be forwarded, anything else is refused. */

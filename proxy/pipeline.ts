@@ -79,7 +79,7 @@ export function createProxyPipeline(deps: {
   const webhook = config.approvalWebhookUrl !== null && config.approvalWebhookSecret !== null
     ? new ApprovalWebhook({ url: config.approvalWebhookUrl, secret: config.approvalWebhookSecret, publicUrl: deps.publicUrl, log })
     : null;
-  const { hold, claim, held } = createHeldCalls({ store: deps.store, holdS: config.approvalHoldS, maxPending: config.approvalMaxPending, publicUrl: deps.publicUrl, webhook, log });
+  const { hold, claim, held } = createHeldCalls({ store: deps.store, holdS: config.approvalHoldS, maxPending: config.approvalMaxPending, metrics: config.metricsEnabled ? metrics : null, publicUrl: deps.publicUrl, webhook, log });
 
   // The agent is resolved first, so that every refusal after it is audited.
   const stages: readonly Stage[] = [

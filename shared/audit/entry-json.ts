@@ -13,8 +13,9 @@
 // library: the entry has only strings, nulls, booleans and safe integers, whose
 // RFC 8785 forms are JSON.stringify's, and the keys are ASCII, so sorting them
 // once is the RFC's ordering. A general library costs ~13 µs an entry (measured:
-// `canonicalize` 5.1), this ~1 µs (bench/micro/hot-path.ts, entryHash); the
-// unit test checks the two agree on random entries and on the RFC's vectors.
+// `canonicalize` 5.1); this, with the SHA-256, ~2.7 µs (bench/micro/hot-path.ts,
+// entryHash; docs/performance.md has it in a profile under load). The unit test
+// checks the two agree on random entries and on the RFC's vectors.
 import { hash } from 'node:crypto';
 import type { AuditRecord } from '../types.js';
 
@@ -47,7 +48,8 @@ export function auditJson(r: AuditRecord) {
     shadow_rule: r.shadowRule,
     shadow_decision: r.shadowDecision,
     approval_id: r.approvalId,
-    entry_hash: r.entryHash === undefined ? entryHash(r) : r.entryHash,
+    // The hash the row was written with; never one recomputed here from what may have been changed.
+    entry_hash: r.entryHash ?? null,
   };
 }
 
@@ -102,9 +104,14 @@ const ISO_MS = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z$/;
 const LONE_SURROGATE = /[\uD800-\uDFFF]/u;
 const LONE_SURROGATES = /[\uD800-\uDFFF]/gu;
 
-/** A string as it reads back from UTF-8 storage (a lone surrogate becomes U+FFFD), in its RFC 8785 form (JSON.stringify's escaping). */
+/** A string as UTF-8 storage keeps it: a lone surrogate becomes U+FFFD. */
+export function wellFormed(value: string): string {
+  return LONE_SURROGATE.test(value) ? value.replace(LONE_SURROGATES, '\uFFFD') : value;
+}
+
+/** A string as it reads back from storage, in its RFC 8785 form (JSON.stringify's escaping). */
 function str(value: string): string {
-  return JSON.stringify(LONE_SURROGATE.test(value) ? value.replace(LONE_SURROGATES, '\uFFFD') : value);
+  return JSON.stringify(wellFormed(value));
 }
 
 function strOrNull(value: string | null): string {
@@ -124,7 +131,7 @@ function valueOf(kind: Kind, field: string): string {
   switch (kind) {
     case 's': return `str(r.${field})`;
     case 'u': return `'"' + r.${field} + '"'`;
-    case 'un': return `(r.${field} === null ? 'null' : '"' + r.${field} + '"')`;
+    case 'un': return `(r.${field} === null || r.${field} === '' ? 'null' : '"' + r.${field} + '"')`;
     case 'sn': return `strOrNull(r.${field})`;
     case 'on': return `(r.${field} === null ? 'null' : str(r.${field}))`;
     case 'n': return `int(r.${field})`;

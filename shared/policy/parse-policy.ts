@@ -30,7 +30,7 @@ import { isAlias, isMap, isPair, isScalar, isSeq, LineCounter, parseDocument, vi
 import type { Alias, Document, Node, Pair, YAMLMap } from 'yaml';
 import { GuardError } from '../errors.js';
 import { PathMatch, ToolMatch } from './types.js';
-import { APPROVAL_TIMEOUT, RATE_PERIODS } from './types.js';
+import { APPROVAL_TIMEOUT, PENDING_APPROVALS_LIMIT, RATE_PERIODS } from './types.js';
 import type { CallMatcher, CompiledLimit, CompiledPolicy, CompiledRule, PolicyDecision, PolicyVerdict, RatePeriod, RuleVerdict } from './types.js';
 
 /** The largest policy text accepted, in UTF-8 bytes (256 KiB). Checked before parsing. */
@@ -291,6 +291,9 @@ function compileLimit(
   const nameWhere = fieldWhere.name ?? where;
   if (!LIMIT_NAME.test(name)) {
     fail(`${nameWhere}: a limit's name must be 1 to 100 printable ASCII characters (it is sent in the RateLimit headers), not ${quoted(name)}`);
+  }
+  if (name === PENDING_APPROVALS_LIMIT) {
+    fail(`${nameWhere}: the limit name '${PENDING_APPROVALS_LIMIT}' is reserved for the bound on an agent's pending approvals; choose another`);
   }
   claimName(positionByName, name, n, 'limit', nameWhere);
 

@@ -10,6 +10,9 @@ export type RuleVerdict = PolicyVerdict | 'approve';
 /** `approval_timeout` of an `approve` rule: whole seconds, this range, this default. */
 export const APPROVAL_TIMEOUT = { min: 10, max: 86_400, fallback: 3600 } as const;
 
+/** The `limit` of the 429 an agent gets at APPROVAL_MAX_PENDING pending approvals; a policy's limit may not take the name. */
+export const PENDING_APPROVALS_LIMIT = 'pending_approvals';
+
 /** One JSON-RPC 2.0 request of an MCP call's body: its method, and the tool (params.name of tools/call and prompts/get, params.uri of resources/read). */
 export interface McpCall {
   readonly method: string;

@@ -1,5 +1,7 @@
 // The audit API: POST /audit, the filtered, paged list, and the PDF export, against
 // the real service (embedded ClickHouse).
+import { createHash } from 'node:crypto';
+import canonicalize from 'canonicalize';
 import pdfParse from 'pdf-parse/lib/pdf-parse.js';
 import t, { type Test } from 'tap';
 import { assertError, type Reply } from '../support/checks.js';
@@ -276,4 +278,14 @@ t.test('GET /audit/export/pdf', async (t) => {
     const bad = await api(base, owner, 'GET', `/audit/export/pdf?days=${days}`);
     t.test(`days=${days}`, async (t) => assertError(t, bad, 400, 'invalid_request', 'days'));
   }
+});
+
+t.test('entry_hash: the answer of POST /audit and the listed entry carry one hash, that of the entry as returned (RFC 8785), lone surrogates included', async (t) => {
+  const res = await api(base, owner, 'POST', '/audit', { agent_id: scout.id, tool_name: 'bad\ud800tool', action: 'GET', decision: 'allowed', reasoning: 'x\udc00y' });
+  t.equal(res.status, 201);
+  t.equal(res.json.tool_name, 'bad\ufffdtool', 'a lone surrogate is answered as the store keeps it');
+  const { entry_hash: hashed, ...rest } = res.json;
+  t.equal(hashed, createHash('sha256').update(canonicalize(rest)!).digest('hex'), 'the answer verifies with a general RFC 8785 implementation');
+  const listed = ((await api(base, owner, 'GET', `/audit?agent_id=${scout.id}&limit=1000`)).json as { id: string; entry_hash: string }[]).find((e) => e.id === res.json.id);
+  t.equal(listed?.entry_hash, hashed, 'GET returns the same hash');
 });

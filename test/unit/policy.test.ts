@@ -439,3 +439,8 @@ t.test('decision: approve holds the call, with approval_timeout (10 to 86400 s, 
   }
   t.match(refusal('version: "1"\ndefault: approve\nrules: []\n').message, /^line 2: 'default' must be allow or deny, not 'approve' \(approve is a rule's decision/);
 });
+
+t.test("the limit name 'pending_approvals' is reserved for the bound on pending approvals", async (t) => {
+  const err = refusal('version: "1"\nrules: []\nlimits:\n  - {name: pending_approvals, tool: "*", rate: 1/minute}\n');
+  t.match(err.message, /^limit 1 \(line 4\): the limit name 'pending_approvals' is reserved/);
+});
