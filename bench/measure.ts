@@ -36,7 +36,7 @@ export function targetOf(ctx: BenchContext, name: TargetName): Target {
 
 /** The comparators of a proxy scenario, in the order they are interleaved in each round. */
 export function runningComparators(ctx: BenchContext): TargetName[] {
-  return (['direct', 'guard', 'nginx', 'node-peer'] as const).filter((name) => ctx.targets.has(name));
+  return (['direct', 'guard', 'nginx', 'node-peer', 'bare'] as const).filter((name) => ctx.targets.has(name));
 }
 
 /** A variant that puts `request` through `targetName` under load. */
@@ -112,6 +112,7 @@ export const COMPARATOR_LABELS: Record<TargetName, string> = {
   'guard-quiet': 'client → guard (metrics off, LOG_LEVEL=error) → upstream',
   nginx: 'client → nginx → upstream',
   'node-peer': 'client → fastify + @fastify/http-proxy → upstream',
+  bare: 'client → bare uWebSockets.js + undici forwarder (no features: the stack\'s floor) → upstream',
 };
 
 /**

@@ -102,24 +102,56 @@ function scenarioTable(s: ScenarioResult): string {
   return [`| ${head.join(' | ')} |`, `|${head.map((_, i) => (i === 0 ? '---' : '---:')).join('|')}|`, ...rows].join('\n');
 }
 
-const SUMMARY_BASELINES = ['direct', 'nginx', 'node-peer'];
+const SUMMARY_BASELINES = ['direct', 'nginx', 'node-peer', 'bare'];
 
 /** The one-line-per-scenario table at the top. */
 function summaryTable(report: BenchReport): string {
   const lines = [
-    '| scenario | metric | guard | guard ÷ direct | guard ÷ nginx | guard ÷ node-peer | guard ÷ own baseline | guard CPU µs/req |',
-    '|---|---|---:|---:|---:|---:|---:|---:|',
+    '| scenario | metric | guard | guard ÷ direct | guard ÷ nginx | guard ÷ node-peer | guard ÷ bare | guard ÷ own baseline | guard CPU µs/req |',
+    '|---|---|---:|---:|---:|---:|---:|---:|---:|',
   ];
   for (const s of report.scenarios) {
     if (s.skipped !== null) {
-      lines.push(`| ${s.title} | skipped: ${s.skipped} | | | | | | |`);
+      lines.push(`| ${s.title} | skipped: ${s.skipped} | | | | | | | |`);
       continue;
     }
     const column = s.columns.find((c) => c.key === s.headline)!;
     const own = s.variants.find((v) => v.name !== s.subject && !SUMMARY_BASELINES.includes(v.name));
     const ratio = (name: string): string => (s.variants.some((v) => v.name === name) ? ratioText(s.ratios[name]?.[s.headline]) : '');
-    lines.push(`| ${s.title} | ${column.label} | ${fmt(s.medians[s.subject]?.[s.headline], column.digits)} | ${ratio('direct')} | ${ratio('nginx')} | ${ratio('node-peer')} | ${own !== undefined ? `${ratio(own.name)} (vs ${own.name})` : ''} | ${fmt(s.medians[s.subject]?.cpu, 1)} |`);
+    lines.push(`| ${s.title} | ${column.label} | ${fmt(s.medians[s.subject]?.[s.headline], column.digits)} | ${ratio('direct')} | ${ratio('nginx')} | ${ratio('node-peer')} | ${ratio('bare')} | ${own !== undefined ? `${ratio(own.name)} (vs ${own.name})` : ''} | ${fmt(s.medians[s.subject]?.cpu, 1)} |`);
   }
+  return lines.join('\n');
+}
+
+/**
+ * Issue 12's goals, each with the ratio this run measured and whether it is met.
+ * `ratio` is guard ÷ comparator for a scenario's metric (req/s: higher is
+ * better; CPU µs/req: lower is better).
+ */
+const GOALS: readonly { goal: string; scenario: string; comparator: string; metric: string; atLeast?: number; atMost?: number }[] = [
+  { goal: 'small GET req/s ≥ 0.5× nginx (aim 0.75×)', scenario: 'small-get', comparator: 'nginx', metric: 'rps', atLeast: 0.5 },
+  { goal: '64 KiB GET req/s ≥ 0.45× nginx', scenario: 'get-64k', comparator: 'nginx', metric: 'rps', atLeast: 0.45 },
+  { goal: '16 KiB POST req/s ≥ 0.5× nginx', scenario: 'post-16k', comparator: 'nginx', metric: 'rps', atLeast: 0.5 },
+  { goal: 'small GET CPU µs/req ≤ 1.3× the bare uWS + undici forwarder', scenario: 'small-get', comparator: 'bare', metric: 'cpu', atMost: 1.3 },
+  { goal: 'small GET req/s ≥ 3× @fastify/http-proxy', scenario: 'small-get', comparator: 'node-peer', metric: 'rps', atLeast: 3 },
+];
+
+export function goalsTable(report: BenchReport): string {
+  const lines = ['| goal | measured (guard ÷ comparator) | verdict |', '|---|---:|---|'];
+  for (const g of GOALS) {
+    const s = report.scenarios.find((x) => x.id === g.scenario);
+    const ratio = s !== undefined && s.skipped === null ? s.ratios[g.comparator]?.[g.metric] : undefined;
+    if (ratio === undefined || ratio === null || !Number.isFinite(ratio)) {
+      lines.push(`| ${g.goal} | – | not measured (${s === undefined ? 'scenario not run' : s.skipped ?? `no ${g.comparator} in this run`}) |`);
+      continue;
+    }
+    const met = g.atLeast !== undefined ? ratio >= g.atLeast : ratio <= g.atMost!;
+    lines.push(`| ${g.goal} | ${ratioText(ratio)} | ${met ? 'met' : 'not met'} |`);
+  }
+  lines.push(
+    '| fixed-rate p99 at 2,000 req/s within 1 ms of direct | – | see the fixed-rate section (needs wrk2) |',
+    '| split-mode proxy at least as fast as all-in-one; its RSS ≤ 150 MB; audit ≤ 10 % of CPU | – | not measured by this bench yet |',
+  );
   return lines.join('\n');
 }
 
@@ -133,6 +165,7 @@ export function renderMarkdown(report: BenchReport, svgFile: string | null): str
   out.push('Ratios are guard ÷ comparator, the median of per-round ratios (comparators are interleaved in every round). ' +
     'For req/s and MiB/s below 1 means the guard is slower; for latency and CPU above 1 means the guard costs more. See bench/README.md.', '');
   out.push('## Summary', '', summaryTable(report), '');
+  out.push('## Against the performance goals (issue 12)', '', goalsTable(report), '');
   if (svgFile !== null) out.push(`![guard ÷ comparator, headline metric](${svgFile})`, '');
   if (report.problems.length > 0) out.push('## Problems seen', '', ...report.problems.map((p) => `- ${p}`), '');
   for (const s of report.scenarios) {

@@ -16,6 +16,7 @@ import { BenchHttp } from './http-client.js';
 import { GuardOrg, guardHealth, startGuard, waitAuditFlushed } from './launch/guard.js';
 import { startNginx } from './launch/nginx.js';
 import { startNodePeer } from './launch/node-peer.js';
+import { startBare } from './launch/bare.js';
 import { startUpstream } from './launch/upstream.js';
 import { pickFixedRateGenerator, pickLoadGenerator } from './load/index.js';
 import { parseBenchArgs, USAGE, type BenchOptions } from './options.js';
@@ -88,6 +89,8 @@ export async function runBench(options: BenchOptions, progress: (line: string) =
     } else {
       missing.set('node-peer', 'turned off (--no-node-peer)');
     }
+    targets.set('bare', await startBare(upstream.origin, bearer));
+    comparators.bare = 'uWebSockets.js + undici, forwarding with the bearer added and nothing else (bench/bare-forwarder-server.ts): the stack\'s floor';
     for (const [name, reason] of missing) {
       comparators[name] = `not run: ${reason}`;
       progress(`bench: comparator ${name} skipped: ${reason}`);

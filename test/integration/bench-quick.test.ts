@@ -21,8 +21,13 @@ t.test('npm run bench -- --quick runs, reports every comparator, and the audit r
   const small = report.scenarios.find((s) => s.id === 'small-get')!;
   t.ok((small.medians.guard?.rps ?? 0) > 0, 'the guard answered under load');
   t.ok((small.medians.direct?.rps ?? 0) > 0, 'direct ran beside it');
+  t.ok((small.medians.bare?.rps ?? 0) > 0, 'and the bare uWS + undici forwarder (the floor)');
+  t.ok(Number.isFinite(small.ratios.bare?.cpu ?? NaN), 'CPU per request against the floor');
   t.ok(small.ratios.guard !== undefined, 'ratios computed');
   t.ok(report.audit?.ok, `audit check: ${report.audit?.note}`);
-  t.match(readFileSync(files.markdown, 'utf8'), /## Summary/);
+  const markdown = readFileSync(files.markdown, 'utf8');
+  t.match(markdown, /## Summary/);
+  t.match(markdown, /\| small GET CPU µs\/req ≤ 1\.3× the bare uWS \+ undici forwarder \| [0-9.]+ \| (met|not met) \|/, 'the goals, each marked');
+  t.match(markdown, /small GET req\/s ≥ 0\.5× nginx .* \| not measured/, 'a goal whose comparator did not run says so');
   t.ok(lines.length > 3, 'progress printed while it ran');
 });
