@@ -36,7 +36,7 @@ export function targetOf(ctx: BenchContext, name: TargetName): Target {
 
 /** The comparators of a proxy scenario, in the order they are interleaved in each round. */
 export function runningComparators(ctx: BenchContext): TargetName[] {
-  return (['direct', 'guard', 'nginx', 'node-peer', 'bare'] as const).filter((name) => ctx.targets.has(name));
+  return (['direct', 'guard', 'guard-split', 'nginx', 'node-peer', 'bare'] as const).filter((name) => ctx.targets.has(name));
 }
 
 /** A variant that puts `request` through `targetName` under load. */
@@ -113,6 +113,7 @@ export const COMPARATOR_LABELS: Record<TargetName, string> = {
   nginx: 'client → nginx → upstream',
   'node-peer': 'client → fastify + @fastify/http-proxy → upstream',
   bare: 'client → bare uWebSockets.js + undici forwarder (no features: the stack\'s floor) → upstream',
+  'guard-split': 'client → guard split-mode proxy (audit over HTTP to ClickHouse in another process) → upstream',
 };
 
 /**

@@ -18,6 +18,8 @@ export interface BenchOptions {
   loadgen: 'auto' | 'wrk' | 'autocannon';
   nginx: boolean;
   nodePeer: boolean;
+  /** Run the guard in split mode too (proxy, admin and ClickHouse over HTTP as processes). */
+  split: boolean;
   /** Where <timestamp>.json/.md/.svg and latest.md go. */
   outDir: string;
   /** Agents of the many-agents scenario. */
@@ -28,7 +30,7 @@ export interface BenchOptions {
   sseRequests: number;
 }
 
-export const FULL: Omit<BenchOptions, 'scenarios' | 'loadgen' | 'nginx' | 'nodePeer' | 'outDir'> = {
+export const FULL: Omit<BenchOptions, 'scenarios' | 'loadgen' | 'nginx' | 'nodePeer' | 'split' | 'outDir'> = {
   quick: false,
   durationSec: 10,
   warmupSec: 1,
@@ -66,6 +68,7 @@ export const USAGE = `usage: npm run bench -- [options]
   --sse-requests <n>   sequential SSE requests per comparator   (BENCH_SSE_REQUESTS)
   --no-nginx           skip the nginx comparator
   --no-node-peer       skip the @fastify/http-proxy comparator
+  --no-split           skip the guard in split mode
   --out <dir>          results directory (default bench/results) (BENCH_OUT)
   (BENCH_QUICK=1 is --quick)`;
 
@@ -81,7 +84,7 @@ export function parseBenchArgs(argv: readonly string[], env: NodeJS.ProcessEnv =
   const switches = new Set<string>();
   for (let i = 0; i < argv.length; i++) {
     const arg = argv[i]!;
-    if (arg === '--quick' || arg === '--no-nginx' || arg === '--no-node-peer' || arg === '--help') {
+    if (arg === '--quick' || arg === '--no-nginx' || arg === '--no-node-peer' || arg === '--no-split' || arg === '--help') {
       switches.add(arg);
       continue;
     }
@@ -117,6 +120,7 @@ export function parseBenchArgs(argv: readonly string[], env: NodeJS.ProcessEnv =
     loadgen,
     nginx: !switches.has('--no-nginx'),
     nodePeer: !switches.has('--no-node-peer'),
+    split: !switches.has('--no-split'),
     outDir: pick('out', 'BENCH_OUT') ?? DEFAULT_RESULTS_DIR,
     agents: value('agents', 'BENCH_AGENTS', base.agents, true),
     downloadBytes: downloadMiB === undefined ? base.downloadBytes : Math.round(positive('--download-mib', downloadMiB, false) * 1024 ** 2),

@@ -33,8 +33,17 @@ export function benchScript(name: string): string[] {
 
 /** `node` arguments that run the all-in-one guard (`node dist/server/main.js`). */
 export function guardScript(): string[] {
-  if (FROM_SOURCE) return [...process.execArgv, join(REPO_ROOT, 'server', 'main.ts')];
-  const file = join(REPO_ROOT, 'dist', 'server', 'main.js');
-  if (!existsSync(file)) throw new Error('bench: dist/server/main.js is missing; run `npm run build` first');
+  return serviceScript('server/main');
+}
+
+/**
+ * `node` arguments that run a module of the service or its test support, by its
+ * path from the package root without extension (`server/main-proxy`,
+ * `test/support/clickhouse-http-server-main`): from dist/ when compiled.
+ */
+export function serviceScript(module: string): string[] {
+  if (FROM_SOURCE) return [...process.execArgv, join(REPO_ROOT, `${module}.ts`)];
+  const file = join(REPO_ROOT, 'dist', `${module}.js`);
+  if (!existsSync(file)) throw new Error(`bench: dist/${module}.js is missing; run \`npm run build\` first`);
   return [file];
 }

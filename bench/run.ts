@@ -17,6 +17,7 @@ import { GuardOrg, guardHealth, startGuard, waitAuditFlushed } from './launch/gu
 import { startNginx } from './launch/nginx.js';
 import { startNodePeer } from './launch/node-peer.js';
 import { startBare } from './launch/bare.js';
+import { startGuardSplit } from './launch/guard-split.js';
 import { startUpstream } from './launch/upstream.js';
 import { pickFixedRateGenerator, pickLoadGenerator } from './load/index.js';
 import { parseBenchArgs, USAGE, type BenchOptions } from './options.js';
@@ -90,6 +91,12 @@ export async function runBench(options: BenchOptions, progress: (line: string) =
       missing.set('node-peer', 'turned off (--no-node-peer)');
     }
     targets.set('bare', await startBare(upstream.origin, bearer));
+    if (options.split) {
+      targets.set('guard-split', await startGuardSplit(tmpDir, upstream.authority, bearer));
+      comparators['guard-split'] = 'the guard in split mode: node dist/server/main-proxy.js (the process measured), an admin process and ClickHouse over HTTP in processes of their own, one SQLite file; the same policy, log_outputs none';
+    } else {
+      missing.set('guard-split', 'turned off (--no-split)');
+    }
     comparators.bare = 'uWebSockets.js + undici, forwarding with the bearer added and nothing else (bench/bare-forwarder-server.ts): the stack\'s floor';
     for (const [name, reason] of missing) {
       comparators[name] = `not run: ${reason}`;

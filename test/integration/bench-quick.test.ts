@@ -1,5 +1,6 @@
 // The bench works end to end (it asserts no speed): a tiny --quick run of two
-// scenarios against the real guard, upstream and the Node peer, driven by
+// scenarios against the real guard (all-in-one and split mode), upstream, the Node peer
+// and the bare forwarder, driven by
 // autocannon (the default on a machine without wrk), with the audit
 // check exact against the guard's own count of proxied calls.
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
@@ -23,11 +24,13 @@ t.test('npm run bench -- --quick runs, reports every comparator, and the audit r
   t.ok((small.medians.direct?.rps ?? 0) > 0, 'direct ran beside it');
   t.ok((small.medians.bare?.rps ?? 0) > 0, 'and the bare uWS + undici forwarder (the floor)');
   t.ok(Number.isFinite(small.ratios.bare?.cpu ?? NaN), 'CPU per request against the floor');
+  t.ok((small.medians['guard-split']?.rps ?? 0) > 0, 'and the guard in split mode');
   t.ok(small.ratios.guard !== undefined, 'ratios computed');
   t.ok(report.audit?.ok, `audit check: ${report.audit?.note}`);
   const markdown = readFileSync(files.markdown, 'utf8');
   t.match(markdown, /## Summary/);
   t.match(markdown, /\| small GET CPU µs\/req ≤ 1\.3× the bare uWS \+ undici forwarder \| [0-9.]+ \| (met|not met) \|/, 'the goals, each marked');
   t.match(markdown, /small GET req\/s ≥ 0\.5× nginx .* \| not measured/, 'a goal whose comparator did not run says so');
+  t.match(markdown, /\| split-mode proxy RSS under load ≤ 150 MB \| peak \d+ MiB \| (met|not met) \|/);
   t.ok(lines.length > 3, 'progress printed while it ran');
 });
