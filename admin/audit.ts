@@ -3,7 +3,7 @@ import { randomUUID } from 'node:crypto';
 import { isUuid } from '../shared/http.js';
 import { GuardError } from '../shared/errors.js';
 import { auditJson, entryHash, wellFormed } from '../shared/audit/entry-json.js';
-import { NO_PROXY_DETAIL, type AuditDecision, type AuditFilter, type AuditRecord } from '../shared/types.js';
+import { AUDIT_EXACT_FILTERS, NO_PROXY_DETAIL, type AuditDecision, type AuditFilter, type AuditRecord } from '../shared/types.js';
 import type { AdminContext, Handler } from './context.js';
 import { enumField, integerField, json, queryInteger, readJsonObject, stringField } from './http.js';
 import { requireAgent } from './agents.js';
@@ -100,18 +100,10 @@ export function auditHandlers(ctx: AdminContext) {
       }
       filter.decision = decision as AuditDecision;
     }
-    const toolName = q.get('tool_name');
-    if (toolName !== null) filter.toolName = toolName;
-    const taskId = q.get('task_id');
-    if (taskId !== null) filter.taskId = taskId;
-    const mcpSessionId = q.get('mcp_session_id');
-    if (mcpSessionId !== null) filter.mcpSessionId = mcpSessionId;
-    const mcpMethod = q.get('mcp_method');
-    if (mcpMethod !== null) filter.mcpMethod = mcpMethod;
-    const mcpTool = q.get('mcp_tool');
-    if (mcpTool !== null) filter.mcpTool = mcpTool;
-    const approvalId = q.get('approval_id');
-    if (approvalId !== null) filter.approvalId = approvalId;
+    for (const [field, param] of AUDIT_EXACT_FILTERS) {
+      const value = q.get(param);
+      if (value !== null) filter[field] = value;
+    }
     const since = isoParam(q, 'since');
     if (since !== undefined) filter.since = since;
     const until = isoParam(q, 'until');

@@ -64,16 +64,17 @@ export function policyHandlers(ctx: AdminContext) {
       const policy = await ctx.store.getPolicy(agent.id);
       compiled = policy ? parsePolicy(policy.rulesYaml) : null;
     }
-    const result = evaluatePolicy(compiled, inputs.tool, action.toUpperCase(), inputs.path, mcp);
+    const method = action.toUpperCase();
+    const result = evaluatePolicy(compiled, inputs.tool, method, inputs.path, mcp);
     // The limits that would count the call if the rules allow it; nothing is counted here.
-    const limits = result.decision === 'deny' ? [] : matchingLimits(compiled, inputs.tool, action.toUpperCase(), inputs.path, mcp).map((limit) => ({
+    const limits = result.decision === 'deny' ? [] : matchingLimits(compiled, inputs.tool, method, inputs.path, mcp).map((limit) => ({
       name: limit.name,
       rate: limit.rate,
       burst: limit.burst,
       quota: limit.quota,
       window_seconds: limit.windowMs / 1000,
     }));
-    const shadow = evaluateShadow(compiled, inputs.tool, action.toUpperCase(), inputs.path, mcp === null ? null : [mcp]);
+    const shadow = evaluateShadow(compiled, inputs.tool, method, inputs.path, mcp === null ? null : [mcp]);
     return json(200, {
       decision: result.decision,
       message: result.message,

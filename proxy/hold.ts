@@ -131,7 +131,7 @@ export function createHeldCalls(deps: {
    */
   function wait(ex: ProxyExchange, approval: Approval, bytes: number): undefined | false | Promise<undefined | false> {
     const untilExpiry = Date.parse(approval.expiresAt) - Date.now();
-    if (untilExpiry <= 0) return ex.answerError('approval_expired', `Approval ${approval.id} expired at ${approval.expiresAt}.`);
+    if (untilExpiry <= 0) return settle(ex, { ...approval, status: 'expired' });
     if (holdS === 0 || closing || heldBytes + bytes > HELD_BODIES_MAX_BYTES) return answerPending(ex, approval);
     return new Promise((resolve) => {
       const waiter: Waiter = { ex, approval, resolve, bytes, timer: null };
@@ -142,7 +142,7 @@ export function createHeldCalls(deps: {
       heldBytes += bytes;
       waiter.timer = setTimeout(() => {
         stopWaiting(waiter);
-        resolve(Date.now() >= Date.parse(approval.expiresAt) ? ex.answerError('approval_expired', `Approval ${approval.id} expired at ${approval.expiresAt}.`) : answerPending(ex, approval));
+        resolve(Date.now() >= Date.parse(approval.expiresAt) ? settle(ex, { ...approval, status: 'expired' }) : answerPending(ex, approval));
       }, Math.min(holdS * 1000, untilExpiry));
       ex.holdRelease = (answer) => {
         stopWaiting(waiter);

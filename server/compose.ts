@@ -13,7 +13,7 @@ import { AuditJournal } from '../shared/audit/audit-journal.js';
 import { AuditSpool } from '../shared/audit/audit-spool.js';
 import type { Config } from '../shared/config.js';
 import { createLogger, type Logger } from '../shared/log.js';
-import { Metrics } from '../shared/metrics.js';
+import { Metrics, NO_APPROVALS } from '../shared/metrics.js';
 import { loadSecrets } from '../shared/secrets.js';
 import type { AuditStore } from '../shared/stores/audit-store.js';
 import type { MetadataStore } from '../shared/stores/metadata-store.js';
@@ -101,7 +101,7 @@ export async function startService(config: Readonly<Config>, log: Logger = creat
     auditStats: () => ({ ...auditBatcher.stats, pending: auditBatcher.pending, spooledBatches: auditBatcher.spooledBatches }),
     inFlight: () => pipeline?.inFlight ?? 0,
     rateLimits: () => pipeline?.rateLimits() ?? { counters: 0, storeReachable: 1, syncFailures: 0, proxies: 1 },
-    approvals: () => pipeline?.approvals() ?? { held: 0, created: 0, webhookDelivered: 0, webhookFailures: 0, webhookDropped: 0 },
+    approvals: () => pipeline?.approvals() ?? NO_APPROVALS,
   });
   // A proxy shares its store with other processes (split mode, or all-in-ones on one MongoDB).
   if (pipeline !== null && (role === 'proxy' || config.mongodbUrl !== null)) {

@@ -42,7 +42,8 @@ export interface ApprovalStats {
   webhookDropped: number;
 }
 
-const NO_APPROVALS: ApprovalStats = { held: 0, created: 0, webhookDelivered: 0, webhookFailures: 0, webhookDropped: 0 };
+/** A process without a proxy: nothing held, nothing sent. */
+export const NO_APPROVALS: ApprovalStats = { held: 0, created: 0, webhookDelivered: 0, webhookFailures: 0, webhookDropped: 0 };
 
 export interface RateLimitStats {
   counters: number;

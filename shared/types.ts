@@ -109,6 +109,19 @@ export const NO_PROXY_DETAIL = Object.freeze({
   approvalId: null,
 } as const satisfies Partial<AuditRecord>);
 
+/**
+ * The filters of GET /audit that are an exact match on a string column, as
+ * [AuditFilter field, column]: the query parameter has the column's name.
+ */
+export const AUDIT_EXACT_FILTERS = [
+  ['toolName', 'tool_name'],
+  ['taskId', 'task_id'],
+  ['mcpSessionId', 'mcp_session_id'],
+  ['mcpMethod', 'mcp_method'],
+  ['mcpTool', 'mcp_tool'],
+  ['approvalId', 'approval_id'],
+] as const satisfies readonly (readonly [keyof AuditFilter, string])[];
+
 export interface AuditFilter {
   agentId?: string;
   approvalId?: string;

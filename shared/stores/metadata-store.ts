@@ -282,7 +282,8 @@ export function createMetadataStore(driver: MetadataDriver): MetadataStore {
 
     async decideApproval(orgId, id, verdict, decidedBy, note) {
       const change: MetadataChange = { kind: 'approval', orgId, approvalId: id };
-      const outcome = await driver.decideApproval(orgId, id, { status: verdict, decided_at: now(), decided_by: decidedBy, note, now: now() }, change);
+      const at = now();
+      const outcome = await driver.decideApproval(orgId, id, { status: verdict, decided_at: at, decided_by: decidedBy, note, now: at }, change);
       if (outcome === 'missing') throw new GuardError('not_found', 'Approval not found.');
       // Told before anything else can fail: a call held in this process waits on it.
       if (outcome === 'written') changes.publish(change);

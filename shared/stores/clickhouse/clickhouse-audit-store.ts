@@ -23,7 +23,7 @@ import {
   toChDateTime,
   type AuditRow,
 } from '../../audit/audit-codec.js';
-import type { AuditFilter, AuditRecord } from '../../types.js';
+import { AUDIT_EXACT_FILTERS, type AuditFilter, type AuditRecord } from '../../types.js';
 import type { AuditPage, AuditReportData, AuditStore, ReplayGroup, ReplayGroupKey, ReplaySample } from '../audit-store.js';
 import { guardBoundary, unreachableClassifier } from '../store-boundary.js';
 
@@ -390,15 +390,6 @@ function truthyValue(v: unknown): boolean {
   return v === true || v === 1 || v === '1' || v === 'true';
 }
 
-/** The filters of GET /audit that are an exact match on a string column. */
-const EXACT_FILTERS = [
-  ['toolName', 'tool_name'],
-  ['taskId', 'task_id'],
-  ['mcpSessionId', 'mcp_session_id'],
-  ['mcpMethod', 'mcp_method'],
-  ['mcpTool', 'mcp_tool'],
-  ['approvalId', 'approval_id'],
-] as const satisfies readonly (readonly [keyof AuditFilter, string])[];
 
 function listWhere(orgId: string, filter: AuditFilter): { where: string; params: QueryParams } {
   const clauses = ['org_id = {org:UUID}'];
@@ -414,7 +405,7 @@ function listWhere(orgId: string, filter: AuditFilter): { where: string; params:
     clauses.push('decision = {decision:String}');
     params.decision = filter.decision;
   }
-  for (const [field, column] of EXACT_FILTERS) {
+  for (const [field, column] of AUDIT_EXACT_FILTERS) {
     const value = filter[field];
     if (value !== undefined) {
       clauses.push(`${column} = {${field}:String}`);
