@@ -6,6 +6,7 @@ import type { Logger } from '../shared/log.js';
 import { agentHandlers } from './agents.js';
 import { approvalHandlers } from './approvals.js';
 import { auditHandlers } from './audit.js';
+import { auditSealHandlers } from './audit-seals.js';
 import { createAuth } from './auth.js';
 import type { AdminContext, Handler } from './context.js';
 import { credentialHandlers } from './credentials.js';
@@ -47,6 +48,9 @@ export const ROUTE_TABLE = [
   { method: 'POST', pattern: '/audit', auth: true, handler: 'audit.write' },
   { method: 'GET', pattern: '/audit', auth: true, handler: 'audit.list' },
   { method: 'GET', pattern: '/audit/export/pdf', auth: true, handler: 'audit.exportPdf' },
+  { method: 'GET', pattern: '/audit/public-key', auth: true, handler: 'audit.publicKey' },
+  { method: 'GET', pattern: '/audit/seals', auth: true, handler: 'audit.seals' },
+  { method: 'GET', pattern: '/audit/verify', auth: true, handler: 'audit.verify' },
   { method: 'GET', pattern: '/approvals', auth: true, handler: 'approvals.list' },
   { method: 'GET', pattern: '/approvals/:id', auth: true, handler: 'approvals.get' },
   { method: 'POST', pattern: '/approvals/:id/approve', auth: true, handler: 'approvals.approve' },
@@ -80,6 +84,7 @@ export function createAdminApp(ctx: AdminContext, log: Logger): AdminApp {
   const policy = policyHandlers(ctx);
   const audit = auditHandlers(ctx);
   const approvals = approvalHandlers(ctx);
+  const auditSeals = auditSealHandlers(ctx);
 
   const handlers: Record<HandlerName, Handler> = {
     'auth.signup': (req) => auth.signup(req),
@@ -98,6 +103,9 @@ export function createAdminApp(ctx: AdminContext, log: Logger): AdminApp {
     'audit.write': audit.write,
     'audit.list': audit.list,
     'audit.exportPdf': audit.exportPdf,
+    'audit.publicKey': auditSeals.publicKey,
+    'audit.seals': auditSeals.seals,
+    'audit.verify': auditSeals.verify,
     'approvals.list': approvals.list,
     'approvals.get': approvals.get,
     'approvals.approve': approvals.approve,

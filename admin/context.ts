@@ -3,6 +3,7 @@ import type { Config } from '../shared/config.js';
 import type { AuditBatcher } from '../shared/audit/audit-batcher.js';
 import type { Metrics } from '../shared/metrics.js';
 import type { Secrets } from '../shared/secrets.js';
+import type { SigningKey } from '../shared/audit/seal.js';
 import type { AuditStore } from '../shared/stores/audit-store.js';
 import type { MetadataStore } from '../shared/stores/metadata-store.js';
 import type { Caller } from './auth.js';
@@ -13,6 +14,8 @@ export interface AdminContext {
   /** PUBLIC_URL, or the local origin once the listener knows its port. */
   publicUrl(): string;
   secrets: Secrets;
+  /** Signs audit seals; the admin side reads only its public half. */
+  signingKey: SigningKey;
   store: MetadataStore;
   auditStore: AuditStore;
   auditBatcher: AuditBatcher;

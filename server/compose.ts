@@ -14,7 +14,8 @@ import { AuditSpool } from '../shared/audit/audit-spool.js';
 import type { Config } from '../shared/config.js';
 import { createLogger, type Logger } from '../shared/log.js';
 import { Metrics, NO_APPROVALS } from '../shared/metrics.js';
-import { loadSecrets } from '../shared/secrets.js';
+import { loadAuditSigningKey, loadSecrets } from '../shared/secrets.js';
+import { SEAL_LINE_PREFIX, Sealer, sealHeadsOf } from '../shared/audit/seal.js';
 import type { AuditStore } from '../shared/stores/audit-store.js';
 import type { MetadataStore } from '../shared/stores/metadata-store.js';
 import { openAuditStoreWhenReachable, openMetadataStore } from '../shared/stores/open-stores.js';
@@ -59,11 +60,13 @@ export async function startService(config: Readonly<Config>, log: Logger = creat
   const uws = loadUws();
   mkdirSync(config.dataDir, { recursive: true, mode: 0o700 });
   const secrets = loadSecrets(config, { allowGenerate: role === 'all-in-one' });
+  const signingKey = loadAuditSigningKey(config, { allowGenerate: role === 'all-in-one' });
+  const sealer = new Sealer(signingKey);
   const store = await openMetadataStore(config);
   const auditStore = await openAuditStoreWhenReachable(config, (err) =>
     log.warn('ClickHouse cannot be reached; audit batches are spooled until it answers', { err }));
   const spool = AuditSpool.open(config.spoolDir!, config.spoolMaxBytes);
-  const journal = await recoverJournal(spool, join(config.spoolDir!, 'journal'), log);
+  const journal = await recoverJournal(spool, join(config.spoolDir!, 'journal'), sealer, log);
   const metrics = new Metrics({ agentLabel: config.metricsAgentLabel });
   const auditBatcher = new AuditBatcher(auditStore, {
     maxRows: config.auditBatchRows,
@@ -72,19 +75,27 @@ export async function startService(config: Readonly<Config>, log: Logger = creat
     maxQueuedBytes: config.auditQueueMaxBytes,
     spool,
     journal,
+    sealer,
     onError: (err, rows, stage) => {
-      const next = { encode: 'the record is dropped', insert: 'spooling it for replay', spool: 'keeping it in memory and retrying', replay: 'retrying later' }[stage];
+      const next = { encode: 'the record is dropped', seal: 'its rows are written unsealed', insert: 'spooling it for replay', spool: 'keeping it in memory and retrying', replay: 'retrying later' }[stage];
       log.error(`audit ${stage} failed; ${next}`, { rows, err });
     },
     onBatchWritten: (rows, ms) => {
       metrics.batchRows.observe(rows);
       metrics.flushSeconds.observe(ms / 1000);
     },
+    // The seals landed: their chains' heads are recorded outside ClickHouse, so a
+    // chain cut short there shows. A head not recorded (store down) only weakens
+    // that check until the next batch moves it on.
+    onBodyWritten: (body) => {
+      const heads = sealHeadsOf(body);
+      if (heads.length > 0) void store.recordSealHeads(heads).catch((err: unknown) => log.warn('audit chain heads could not be recorded', { err }));
+    },
   });
   if (spool.batches.length > 0) log.warn('replaying audit batches left in the spool', { batches: spool.batches.length });
 
   let publicUrl = config.publicUrl ?? '';
-  const admin = role === 'proxy' ? null : createAdminApp({ config, publicUrl: () => publicUrl, secrets, store, auditStore, auditBatcher, metrics }, log);
+  const admin = role === 'proxy' ? null : createAdminApp({ config, publicUrl: () => publicUrl, secrets, signingKey, store, auditStore, auditBatcher, metrics }, log);
   const passThrough = role === 'proxy' ? createAdminPassThrough(config.adminUrl!) : null;
   const pipeline = role === 'admin' ? null : createProxyPipeline({
     config,
@@ -165,19 +176,21 @@ export async function startService(config: Readonly<Config>, log: Logger = creat
  * Opens the audit journal; what a killed predecessor left in it (records of
  * answered calls) moves to the spool, which replays it with its tokens.
  */
-async function recoverJournal(spool: AuditSpool, dir: string, log: Logger): Promise<AuditJournal> {
+async function recoverJournal(spool: AuditSpool, dir: string, sealer: Sealer, log: Logger): Promise<AuditJournal> {
   const { journal, recovered } = AuditJournal.open(dir);
   let records = 0;
   for (const batch of recovered) {
+    // The batch a killed process had open was never sealed: this process seals it, in its own chain.
+    const lines = batch.lines.some((line) => line.startsWith(SEAL_LINE_PREFIX)) ? batch.lines : batch.lines.concat(sealer.sealLines(batch.lines).lines);
     try {
-      await spool.write(batch.lines, batch.token);
+      await spool.write(lines, batch.token);
     } catch (err) {
       // Kept in the journal: the next start tries again.
       log.error('audit records left in the journal could not be spooled; kept for the next start', { records: batch.lines.length, err });
       continue;
     }
     journal.forget(batch.segment);
-    records += batch.lines.length;
+    records += batch.lines.filter((line) => !line.startsWith(SEAL_LINE_PREFIX)).length;
   }
   if (records > 0) log.warn('audit records of a stopped process recovered from its journal', { batches: recovered.length, records });
   return journal;

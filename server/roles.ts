@@ -12,6 +12,7 @@ export function startProblems(config: Readonly<Config>, role: Role): string[] {
   if (role !== 'all-in-one') {
     if (config.jwtSecret === null) problems.push('JWT_SECRET must be set (every process must share it)');
     if (config.secretKey === null) problems.push('SECRET_KEY must be set (every process must share it)');
+    if (config.auditSigningKey === null) problems.push('AUDIT_SIGNING_KEY must be set (every process must share it: seals are verified with its public key)');
     if (config.clickhouseUrl === null) problems.push('CLICKHOUSE_URL must be set (the embedded engine is one process\'s own)');
     if (role === 'proxy' && config.adminUrl === null) problems.push('ADMIN_URL must be set (where this proxy passes admin paths)');
   }

@@ -3,6 +3,7 @@
 import { existsSync, readFileSync } from 'node:fs';
 import { resolve } from 'node:path';
 import { parseEnv } from 'node:util';
+import { signingKeyFromPem } from './audit/seal.js';
 
 export type LogLevel = 'debug' | 'info' | 'warn' | 'error';
 export type SpoolFullPolicy = 'reject' | 'drop';
@@ -18,6 +19,8 @@ export interface Config {
   adminUrl: string | null;
   jwtSecret: string | null;
   secretKey: string | null;
+  /** PKCS#8 PEM of the Ed25519 key that signs audit seals; null: generated into DATA_DIR (all-in-one only). */
+  auditSigningKey: string | null;
   allowTargets: readonly string[];
   logLevel: LogLevel;
   jwtTtlSeconds: number;
@@ -127,6 +130,15 @@ export const CONFIG_SPECS: readonly Spec[] = [
     if (!/^[0-9a-fA-F]{64}$/.test(r)) throw new ConfigError('must be 64 hex characters (32 bytes)');
     return r.toLowerCase();
   }, fallback: null },
+  { env: 'AUDIT_SIGNING_KEY', key: 'auditSigningKey', doc: 'Ed25519 private key (PKCS#8 PEM; `\\n` for newlines) that signs audit seals; generated into DATA_DIR when unset (all-in-one)', parse: (r) => {
+    const pem = r.replaceAll('\\n', '\n');
+    try {
+      signingKeyFromPem(pem);
+    } catch (err) {
+      throw new ConfigError((err as Error).message);
+    }
+    return pem;
+  }, fallback: null },
   { env: 'GUARD_ALLOW_TARGETS', key: 'allowTargets', doc: 'hosts and CIDRs the SSRF guard lets through', parse: (r) =>
     Object.freeze(r.split(',').map((s) => s.trim().toLowerCase()).filter(Boolean)), fallback: Object.freeze([]) },
   { env: 'LOG_LEVEL', key: 'logLevel', doc: 'debug, info, warn, error', parse: oneOf(['debug', 'info', 'warn', 'error'] as const), fallback: 'info' },
@@ -205,7 +217,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = readEnvironment()): Readonly
     try {
       out[spec.key] = spec.parse(raw.trim());
     } catch (err) {
-      problems.push(`${spec.env}=${JSON.stringify(spec.env.includes('SECRET') ? '***' : raw)}: ${(err as Error).message}`);
+      problems.push(`${spec.env}=${JSON.stringify(/SECRET|_KEY$/.test(spec.env) ? '***' : raw)}: ${(err as Error).message}`);
     }
   }
   if (problems.length > 0) throw new Error(`invalid configuration:\n  ${problems.join('\n  ')}`);

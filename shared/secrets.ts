@@ -1,10 +1,11 @@
 // Secrets: the JWT signing key, the credential encryption key (AES-256-GCM), agent
 // API keys and their hashes.
 import { API_KEY_LENGTH, API_KEY_PREFIX } from './http.js';
-import { createCipheriv, createDecipheriv, hash, randomBytes } from 'node:crypto';
+import { createCipheriv, createDecipheriv, generateKeyPairSync, hash, randomBytes } from 'node:crypto';
 import { chmodSync, existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Config } from './config.js';
+import { signingKeyFromPem, type SigningKey } from './audit/seal.js';
 
 export interface Secrets {
   jwtSecret: Uint8Array;
@@ -32,6 +33,35 @@ export function loadSecrets(config: Readonly<Config>, options: { allowGenerate: 
     key ??= generated.secret_key;
   }
   return { jwtSecret: new TextEncoder().encode(jwt), encryptionKey: Buffer.from(key, 'hex') };
+}
+
+/** The file an all-in-one process keeps its generated audit signing key in. */
+export const AUDIT_KEY_FILE = 'audit-signing-key.pem';
+
+/**
+ * The Ed25519 key that signs audit seals: AUDIT_SIGNING_KEY, else (all-in-one
+ * only) DATA_DIR/audit-signing-key.pem, generated once with mode 0600.
+ */
+export function loadAuditSigningKey(config: Readonly<Config>, options: { allowGenerate: boolean }): SigningKey {
+  if (config.auditSigningKey !== null) return signingKeyFromPem(config.auditSigningKey);
+  if (!options.allowGenerate) throw new Error('AUDIT_SIGNING_KEY must be set in split mode (every process must share it)');
+  const file = join(config.dataDir, AUDIT_KEY_FILE);
+  if (!existsSync(file)) {
+    mkdirSync(config.dataDir, { recursive: true, mode: 0o700 });
+    const { privateKey } = generateKeyPairSync('ed25519');
+    try {
+      writeFileSync(file, privateKey.export({ type: 'pkcs8', format: 'pem' }), { mode: 0o600, flag: 'wx' });
+    } catch (err) {
+      // Another process made it first: read theirs.
+      if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw err;
+    }
+    chmodSync(file, 0o600);
+  }
+  try {
+    return signingKeyFromPem(readFileSync(file, 'utf8'));
+  } catch (err) {
+    throw new Error(`${file} is damaged (${(err as Error).message}); restore it, or remove it to start a new key (seals signed with the old one then need its public key to verify)`);
+  }
 }
 
 function readOrCreateGenerated(dataDir: string): GeneratedSecrets {

@@ -91,6 +91,8 @@ export interface AuditRecord {
    * hash is computed from it (shared/audit/entry-json.ts).
    */
   entryHash?: string | null;
+  /** Read back from the store: the batch whose seal covers the row (null when none). Not part of the entry's JSON. */
+  batchId?: string | null;
 }
 
 /**

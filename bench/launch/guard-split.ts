@@ -3,7 +3,7 @@
 // server over HTTP in a process of its own (the test support's ClickHouse HTTP
 // interface over chDB), sharing one SQLite file. The proxy has no chDB in it, as
 // in production: issue 12 asks that it be at least as fast as all-in-one.
-import { randomBytes } from 'node:crypto';
+import { generateKeyPairSync, randomBytes } from 'node:crypto';
 import { mkdtempSync } from 'node:fs';
 import { join } from 'node:path';
 import { CA_FILE, serviceScript } from '../paths.js';
@@ -29,6 +29,7 @@ export async function startGuardSplit(tmpDir: string, upstreamAuthority: string,
     DATA_DIR: join(dir, 'shared'),
     JWT_SECRET: randomBytes(32).toString('base64url'),
     SECRET_KEY: randomBytes(32).toString('hex'),
+    AUDIT_SIGNING_KEY: generateKeyPairSync('ed25519').privateKey.export({ type: 'pkcs8', format: 'pem' }).toString(),
     CLICKHOUSE_URL: `${clickhouse.match[1]}/audit`,
     GUARD_ALLOW_TARGETS: '127.0.0.1',
     NODE_EXTRA_CA_CERTS: CA_FILE,

@@ -6,12 +6,18 @@
 // twice. Nothing accepted is dropped: when neither the store nor the spool can
 // take a batch, it stays in memory and is retried, and the batcher reports
 // itself saturated so that callers refuse new work.
+//
+// With a sealer, every row carries its batch's id, and closing a batch seals it:
+// one signed seal per org (seal.ts), appended to the batch as lines after its
+// rows, so the journal, the spool, a replay and the deduplication token carry the
+// seals exactly as they carry the rows.
 import { randomUUID } from 'node:crypto';
 import type { AuditStore } from '../stores/audit-store.js';
 import type { AuditRecord } from '../types.js';
 import { countEncodedRows } from './audit-codec.js';
 import type { AuditJournal } from './audit-journal.js';
 import type { AuditSpool } from './audit-spool.js';
+import type { Sealer } from './seal.js';
 
 export interface AuditBatcherOptions {
   maxRows: number;
@@ -29,14 +35,20 @@ export interface AuditBatcherOptions {
   /** Where each record goes at enqueue, so a killed process loses none (audit-journal.ts). */
   journal?: AuditJournal;
   /** A failed insert (then spooled), spool write (then kept in memory) or replay (then retried). */
-  onError?: (err: unknown, batchRows: number, stage: 'encode' | 'insert' | 'spool' | 'replay') => void;
+  onError?: (err: unknown, batchRows: number, stage: 'encode' | 'seal' | 'insert' | 'spool' | 'replay') => void;
   /** Each insert the store took: its rows and how long it took. */
   onBatchWritten?: (rows: number, ms: number) => void;
+  /** Seals each closed batch (seal.ts); without one rows are written unsealed. */
+  sealer?: Sealer;
+  /** A batch's body (rows, then seal lines) is in the store: the chain heads it carries can be recorded. */
+  onBodyWritten?: (body: string) => void;
 }
 
 interface Batch {
   /** Encoded by the store at enqueue (AuditStore.encode): one string a record. */
   rows: string[];
+  /** Its seal lines (seal.ts), made when the batch is closed; written after the rows. */
+  seals: string[];
   /** The rows' encoded length (UTF-16 code units, close to bytes). */
   bytes: number;
   token: string;
@@ -62,6 +74,7 @@ export class AuditBatcher {
   readonly #options: AuditBatcherOptions;
   readonly #spool: AuditSpool | undefined;
   readonly #journal: AuditJournal | undefined;
+  readonly #sealer: Sealer | undefined;
   #open: Batch = newBatch();
   readonly #sealed: Batch[] = [];
   #held = 0;
@@ -81,6 +94,7 @@ export class AuditBatcher {
     this.#options = options;
     this.#spool = options.spool;
     this.#journal = options.journal;
+    this.#sealer = options.sealer;
     // Batches a previous run left in the spool are replayed from the start.
     if (this.#spool !== undefined && this.#spool.batches.length > 0) this.#schedule(0);
   }
@@ -121,7 +135,7 @@ export class AuditBatcher {
   #add(record: AuditRecord): void {
     let line: string;
     try {
-      line = this.#store.encode(record);
+      line = this.#store.encode(record, this.#sealer === undefined ? '' : this.#open.token);
     } catch (err) {
       // A record the store cannot encode is a bug upstream of here; it is reported, not thrown into the proxy.
       this.#options.onError?.(err, 1, 'encode');
@@ -152,6 +166,15 @@ export class AuditBatcher {
 
   /** The open batch joins the sealed ones; its journal segment is closed with its token first. */
   #sealOpen(): void {
+    if (this.#sealer !== undefined) {
+      try {
+        this.#open.seals = this.#sealer.sealLines(this.#open.rows).lines;
+        for (const line of this.#open.seals) this.#journal?.append(line);
+      } catch (err) {
+        // A seal that cannot be made leaves the rows unsealed (verify names them); they are still written.
+        this.#options.onError?.(err, this.#open.rows.length, 'seal');
+      }
+    }
     this.#open.segment = this.#journal?.seal(this.#open.token);
     this.#sealed.push(this.#open);
     this.#open = newBatch();
@@ -194,9 +217,11 @@ export class AuditBatcher {
     while ((batch = this.#sealed[0]) !== undefined) {
       try {
         const started = performance.now();
-        await this.#store.insertEncoded(batch.rows.join(''), batch.token);
+        const body = batchBody(batch);
+        await this.#store.insertEncoded(body, batch.token);
         if (this.#stopped) return; // close() spooled it meanwhile; its token makes the second copy a no-op
         this.#options.onBatchWritten?.(batch.rows.length, performance.now() - started);
+        if (batch.seals.length > 0) this.#options.onBodyWritten?.(body);
         this.stats.written += batch.rows.length;
         this.stats.batches += 1;
         this.#retryMs = RETRY_MIN_MS;
@@ -216,7 +241,7 @@ export class AuditBatcher {
   async #trySpool(batch: Batch): Promise<boolean> {
     if (this.#spool === undefined) return false;
     try {
-      await this.#spool.write(batch.rows, batch.token);
+      await this.#spool.write(batch.seals.length > 0 ? batch.rows.concat(batch.seals) : batch.rows, batch.token);
       this.stats.spooled += batch.rows.length;
       if (!this.#stopped) this.#schedule(this.#retryMs);
       this.#retryMs = Math.min(this.#retryMs * 2, RETRY_MAX_MS);
@@ -236,6 +261,7 @@ export class AuditBatcher {
       try {
         const body = await spool.read(spooled);
         await this.#store.insertEncoded(body, spooled.token);
+        this.#options.onBodyWritten?.(body);
         const rows = countEncodedRows(body);
         await spool.remove(spooled);
         this.stats.written += rows;
@@ -309,5 +335,11 @@ export class AuditBatcher {
 }
 
 function newBatch(): Batch {
-  return { rows: [], bytes: 0, token: randomUUID(), waiters: [] };
+  return { rows: [], seals: [], bytes: 0, token: randomUUID(), waiters: [] };
+}
+
+/** The insert's body: the rows, then their seals. */
+function batchBody(batch: Batch): string {
+  const rows = batch.rows.join('');
+  return batch.seals.length === 0 ? rows : rows + batch.seals.join('');
 }

@@ -1,6 +1,7 @@
 // The audit store: one ClickHouse table, reached over HTTP (CLICKHOUSE_URL) or
 // through the embedded chDB engine. Both run test/integration/audit-store.test.ts.
 import type { ReportEntry } from '../audit/audit-codec.js';
+import type { Seal } from '../audit/seal.js';
 import type { AuditFilter, AuditRecord } from '../types.js';
 
 export interface AuditPage {
@@ -64,8 +65,11 @@ export interface AuditStore {
    * and the spool hold records in this form: one string a record lives far more
    * lightly between a call's end and its batch's insert than an object graph.
    */
-  encode(record: AuditRecord): string;
-  /** Writes lines made by `encode`, concatenated, as one insert (dedupToken as for insert). */
+  encode(record: AuditRecord, batchId?: string): string;
+  /**
+   * Writes lines made by `encode`, concatenated, as one insert (dedupToken as for
+   * insert); seal lines after them (seal.ts) go to the seals table with the same token.
+   */
   insertEncoded(body: string, dedupToken: string): Promise<void>;
   /** Newest first, with the total number of rows matching the filter. */
   list(orgId: string, filter: AuditFilter, limit: number, offset: number): Promise<AuditPage>;
@@ -74,6 +78,12 @@ export interface AuditStore {
   replayGroups(orgId: string, agentId: string, since: Date, until: Date): Promise<ReplayGroup[]>;
   /** The newest `limit` policy-decided calls of the given groups in [since, until). */
   replaySamples(orgId: string, agentId: string, since: Date, until: Date, groups: readonly ReplayGroupKey[], limit: number): Promise<ReplaySample[]>;
+  /** The org's seals whose time range meets [since, until) (every seal when no window), by writer, then seq. */
+  listSeals(orgId: string, window?: { since: Date; until: Date }): Promise<Seal[]>;
+  /** The org's entries in [since, until), every field, in pages of at most `pageRows` (verification). Resolves with the count. */
+  scanEntries(orgId: string, since: Date, until: Date, onPage: (rows: AuditRecord[]) => void, pageRows?: number): Promise<number>;
+  /** Every org with entries or seals (the offline verifier checks each). */
+  orgIds(): Promise<string[]>;
   /** Total rows for the org (tests and the bench's audit check). */
   count(orgId?: string): Promise<number>;
   ping(): Promise<void>;

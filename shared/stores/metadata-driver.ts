@@ -75,6 +75,15 @@ export interface ChangeRow {
 /** Stored approval statuses; `expired` is computed from expires_at by the core. */
 export type StoredApprovalStatus = 'pending' | 'approved' | 'denied' | 'used';
 
+/** The last seal of one audit chain (org, writer) known to have landed (shared/audit/seal.ts). */
+export interface SealHeadRow {
+  org_id: string;
+  writer: string;
+  seq: number;
+  seal_hash: string;
+  at: string;
+}
+
 export interface ApprovalRow {
   id: string;
   org_id: string;
@@ -216,6 +225,10 @@ export interface MetadataDriver extends ChangeLog {
    * (MongoDB: each add is atomic); drops expired rows now and then.
    */
   syncRateCounts(sync: RateSync): Awaitable<RateSyncResult>;
+
+  /** Moves each chain's head forward (never back: a head with a lower seq than the stored one is ignored). */
+  recordSealHeads(heads: readonly SealHeadRow[]): Awaitable<void>;
+  sealHeads(orgId: string): Awaitable<SealHeadRow[]>;
 
   /** One cheap round-trip. */
   ping(): Awaitable<void>;

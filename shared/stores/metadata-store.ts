@@ -21,7 +21,8 @@ import {
   type User,
 } from '../types.js';
 import { MetadataChangeFeed, type ChangeFeed } from './change-feed.js';
-import type { AgentRow, ApprovalRow, CredentialRow, MetadataDriver, PolicyRow, RateSync, RateSyncResult, StoredApprovalStatus, UserRow } from './metadata-driver.js';
+import type { AgentRow, ApprovalRow, CredentialRow, MetadataDriver, PolicyRow, RateSync, RateSyncResult, SealHeadRow, StoredApprovalStatus, UserRow } from './metadata-driver.js';
+import type { ChainHead } from '../audit/audit-verify.js';
 
 export interface NewAgent {
   orgId: string;
@@ -113,6 +114,13 @@ export interface MetadataStore {
 
   /** Rate limits across proxies (MetadataDriver.syncRateCounts); StoreUnavailableError when the store cannot be reached. */
   syncRateCounts(sync: RateSync): Promise<RateSyncResult>;
+
+  /**
+   * Audit chain heads, kept apart from ClickHouse so that a chain cut short there
+   * shows (shared/audit/audit-verify.ts): each moves only forward.
+   */
+  recordSealHeads(heads: readonly SealHeadRow[]): Promise<void>;
+  listSealHeads(orgId: string): Promise<ChainHead[]>;
 
   /** Cheap round-trip used by readiness checks; GuardError('unavailable') when it fails. */
   ping(): Promise<void>;
@@ -297,6 +305,9 @@ export function createMetadataStore(driver: MetadataDriver): MetadataStore {
     useApproval: async (orgId, id) => driver.useApproval(orgId, id, now()),
 
     syncRateCounts: async (sync) => driver.syncRateCounts(sync),
+
+    recordSealHeads: async (heads) => driver.recordSealHeads(heads),
+    listSealHeads: async (orgId) => (await driver.sealHeads(orgId)).map((h) => ({ writer: h.writer, seq: h.seq, sealHash: h.seal_hash })),
 
     async ping() {
       try {

@@ -65,6 +65,9 @@ export async function openAuditStoreWhenReachable(config: Readonly<Config>, onWa
     replayGroups: async (orgId, agentId, since, until) => (await ready()).replayGroups(orgId, agentId, since, until),
     replaySamples: async (orgId, agentId, since, until, groups, limit) => (await ready()).replaySamples(orgId, agentId, since, until, groups, limit),
     count: async (orgId) => (await ready()).count(orgId),
+    listSeals: async (orgId, window) => (await ready()).listSeals(orgId, window),
+    scanEntries: async (orgId, since, until, onPage, pageRows) => (await ready()).scanEntries(orgId, since, until, onPage, pageRows),
+    orgIds: async () => (await ready()).orgIds(),
     ping: async () => (await ready()).ping(),
     close: async () => {
       await store?.close();

@@ -2,7 +2,7 @@
 // file and a ClickHouse HTTP server (test/support: ClickHouse's HTTP interface
 // over the embedded engine), plus the audit pipeline's fault tests: ClickHouse
 // down for seconds under a steady stream, and a proxy killed with SIGKILL.
-import { randomBytes } from 'node:crypto';
+import { generateKeyPairSync, randomBytes } from 'node:crypto';
 import { createServer, type AddressInfo } from 'node:net';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -20,6 +20,7 @@ const clickhousePort = clickhouse.port;
 const common = {
   JWT_SECRET: randomBytes(32).toString('base64url'),
   SECRET_KEY: randomBytes(32).toString('hex'),
+  AUDIT_SIGNING_KEY: generateKeyPairSync('ed25519').privateKey.export({ type: 'pkcs8', format: 'pem' }).toString(),
   CLICKHOUSE_URL: `${clickhouse.url}/audit`,
   DATA_DIR: join(root, 'shared'),
   GUARD_ALLOW_TARGETS: '127.0.0.1',
@@ -46,6 +47,7 @@ const auditCount = (session: Session, agentId: string) => auditTotal(proxyA.url,
 t.test('split mode refuses to start without shared secrets, CLICKHOUSE_URL and ADMIN_URL', async (t) => {
   for (const [missing, env] of [
     ['JWT_SECRET', { ...proxyEnv('x'), JWT_SECRET: '' }],
+    ['AUDIT_SIGNING_KEY', { ...proxyEnv('x'), AUDIT_SIGNING_KEY: '' }],
     ['CLICKHOUSE_URL', { ...proxyEnv('x'), CLICKHOUSE_URL: '' }],
     ['ADMIN_URL', { ...proxyEnv('x'), ADMIN_URL: '' }],
   ] as const) {

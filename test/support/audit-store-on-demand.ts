@@ -48,7 +48,7 @@ export async function openAuditStoreOnDemand(): Promise<AuditStoreOnDemand> {
   let loseAcknowledgement = false;
   const store: AuditStore = {
     insert: (rows, token) => real.insert(rows, token),
-    encode: (record) => real.encode(record),
+    encode: (record, batchId) => real.encode(record, batchId),
     insertEncoded: async (body, token) => {
       attempts.push({ token, rows: countEncodedRows(body) });
       await real.insertEncoded(body, token);
@@ -62,6 +62,9 @@ export async function openAuditStoreOnDemand(): Promise<AuditStoreOnDemand> {
     replayGroups: (orgId, agentId, since, until) => real.replayGroups(orgId, agentId, since, until),
     replaySamples: (orgId, agentId, since, until, groups, limit) => real.replaySamples(orgId, agentId, since, until, groups, limit),
     count: (orgId) => real.count(orgId),
+    listSeals: (orgId, window) => real.listSeals(orgId, window),
+    scanEntries: (orgId, since, until, onPage, pageRows) => real.scanEntries(orgId, since, until, onPage, pageRows),
+    orgIds: () => real.orgIds(),
     ping: () => real.ping(),
     close: () => real.close(),
   };

@@ -1,10 +1,11 @@
 // What a process refuses to start without, per role (server/roles.ts): a pure
 // function over the loaded configuration, tested on address strings.
+import { generateKeyPairSync } from 'node:crypto';
 import t from 'tap';
 import { loadConfig } from '../../shared/config.js';
 import { isLoopbackHost, startProblems } from '../../server/roles.js';
 
-const split = { JWT_SECRET: 'x'.repeat(32), SECRET_KEY: 'a'.repeat(64), CLICKHOUSE_URL: 'http://127.0.0.1:8123/audit', ADMIN_URL: 'http://127.0.0.1:8081' };
+const split = { JWT_SECRET: 'x'.repeat(32), SECRET_KEY: 'a'.repeat(64), AUDIT_SIGNING_KEY: generateKeyPairSync('ed25519').privateKey.export({ type: 'pkcs8', format: 'pem' }).toString(), CLICKHOUSE_URL: 'http://127.0.0.1:8123/audit', ADMIN_URL: 'http://127.0.0.1:8081' };
 
 t.test('loopback listener addresses', async (t) => {
   for (const host of ['127.0.0.1', '127.1.2.3', '::1', '[::1]', '0:0:0:0:0:0:0:1', 'localhost', 'LOCALHOST', '::ffff:127.0.0.1']) {
@@ -30,7 +31,7 @@ t.test('an open /metrics only on a loopback HOST, unless METRICS_PUBLIC=true say
 t.test('split mode needs the shared secrets, CLICKHOUSE_URL and, for a proxy, ADMIN_URL', async (t) => {
   t.strictSame(startProblems(loadConfig(split), 'proxy'), []);
   t.strictSame(startProblems(loadConfig(split), 'admin'), []);
-  for (const name of ['JWT_SECRET', 'SECRET_KEY', 'CLICKHOUSE_URL'] as const) {
+  for (const name of ['JWT_SECRET', 'SECRET_KEY', 'AUDIT_SIGNING_KEY', 'CLICKHOUSE_URL'] as const) {
     const { [name]: _, ...without } = split;
     for (const role of ['proxy', 'admin'] as const) t.match(startProblems(loadConfig(without), role), [new RegExp(name)], `${role} without ${name}`);
   }

@@ -24,6 +24,7 @@ import {
   type AuditRow,
 } from '../../audit/audit-codec.js';
 import { AUDIT_EXACT_FILTERS, type AuditFilter, type AuditRecord } from '../../types.js';
+import { decodeSealRow, SEAL_COLUMNS, splitBatchBody, type Seal } from '../../audit/seal.js';
 import type { AuditPage, AuditReportData, AuditStore, ReplayGroup, ReplayGroupKey, ReplaySample } from '../audit-store.js';
 import { guardBoundary, unreachableClassifier } from '../store-boundary.js';
 
@@ -87,15 +88,22 @@ export class ClickHouseAuditStore implements AuditStore {
     await this.insertEncoded(encodeAuditRows(rows), dedupToken ?? '');
   }
 
-  encode(record: AuditRecord): string {
-    return encodeAuditRow(record);
+  encode(record: AuditRecord, batchId = ''): string {
+    return encodeAuditRow(record, batchId);
   }
 
   async insertEncoded(body: string, dedupToken: string): Promise<void> {
-    if (body.length === 0) return;
+    const { rows, seals } = splitBatchBody(body);
+    // Rows first, then their seals, under the same token (deduplication is per
+    // table): a retry after either failed writes each exactly once.
+    if (rows.length > 0) await this.#insertTsv(AUDIT_TABLE, AUDIT_COLUMN_NAMES, rows, dedupToken);
+    if (seals.length > 0) await this.#insertTsv(SEALS_TABLE, SEAL_COLUMN_NAMES, seals, dedupToken);
+  }
+
+  async #insertTsv(table: string, columns: readonly string[], body: string, dedupToken: string): Promise<void> {
     await this.#client.insert({
-      table: AUDIT_TABLE,
-      columns: [...AUDIT_COLUMN_NAMES],
+      table,
+      columns: [...columns] as [string, ...string[]],
       // One TabSeparated body built here, not an object and a JSON line per row:
       // the rows are the proxy's hot output, and TSV is cheaper both to build and
       // for ClickHouse to parse (measured: audit cost per proxied call down from
@@ -275,6 +283,54 @@ export class ClickHouseAuditStore implements AuditStore {
     };
   }
 
+  async listSeals(orgId: string, window?: { since: Date; until: Date }): Promise<Seal[]> {
+    if (!UUID_RE.test(orgId)) return [];
+    const params: QueryParams = { org: orgId };
+    let where = 'org_id = {org:UUID}';
+    if (window !== undefined) {
+      // A seal meets [since, until) when its first entry is before until and its last at or after since.
+      where += " AND first_at < {until:DateTime64(3, 'UTC')} AND last_at >= {since:DateTime64(3, 'UTC')}";
+      params.since = toChDateTime(window.since);
+      params.until = toChDateTime(window.until);
+    }
+    const rows = await this.#query<Record<string, string | number>>(
+      `SELECT ${SEAL_COLUMN_NAMES.join(', ')} FROM ${SEALS_TABLE} WHERE ${where} ORDER BY writer, seq, id`,
+      params,
+    );
+    return rows.map(decodeSealRow);
+  }
+
+  async scanEntries(orgId: string, since: Date, until: Date, onPage: (rows: AuditRecord[]) => void, pageRows = 100_000): Promise<number> {
+    if (!UUID_RE.test(orgId)) return 0;
+    const params: QueryParams = { org: orgId, since: toChDateTime(since), until: toChDateTime(until), limit: nonNegativeInt(pageRows, 'pageRows') };
+    let scanned = 0;
+    for (let after: AuditRow | undefined; ;) {
+      // Keyset paging in the table's own order (org_id, timestamp, id): each page starts where the last ended.
+      let where = "org_id = {org:UUID} AND timestamp >= {since:DateTime64(3, 'UTC')} AND timestamp < {until:DateTime64(3, 'UTC')}";
+      if (after !== undefined) {
+        where += " AND (timestamp, id) > ({afterAt:DateTime64(3, 'UTC')}, {afterId:UUID})";
+        params.afterAt = String(after.timestamp);
+        params.afterId = String(after.id);
+      }
+      const rows = await this.#query<AuditRow>(
+        `SELECT ${AUDIT_SELECT_LIST} FROM ${AUDIT_TABLE} WHERE ${where} ORDER BY timestamp, id LIMIT {limit:UInt32}`,
+        params,
+      );
+      if (rows.length === 0) return scanned;
+      scanned += rows.length;
+      after = rows[rows.length - 1];
+      onPage(rows.map(decodeAuditRow));
+      if (rows.length < pageRows) return scanned;
+    }
+  }
+
+  async orgIds(): Promise<string[]> {
+    const rows = await this.#query<{ org_id: string }>(
+      `SELECT DISTINCT org_id FROM (SELECT org_id FROM ${AUDIT_TABLE} UNION ALL SELECT org_id FROM ${SEALS_TABLE}) ORDER BY org_id`,
+    );
+    return rows.map((r) => r.org_id);
+  }
+
   async count(orgId?: string): Promise<number> {
     if (orgId !== undefined && !UUID_RE.test(orgId)) return 0;
     const rows = orgId === undefined
@@ -354,6 +410,7 @@ async function openHttpClient(url: string): Promise<ClickHouseClient> {
  */
 async function migrate(client: ClickHouseClient, retentionDays: number): Promise<void> {
   await client.command({ query: auditTableDdl(retentionDays) });
+  await client.command({ query: SEALS_TABLE_DDL });
   const tables = await (await client.query({
     query: 'SELECT engine_full FROM system.tables WHERE database = currentDatabase() AND name = {table:String}',
     query_params: { table: AUDIT_TABLE },
@@ -369,6 +426,24 @@ async function migrate(client: ClickHouseClient, retentionDays: number): Promise
     await client.command({ query });
   }
 }
+
+/** The audit seals (seal.ts), beside the audit table. */
+export const SEALS_TABLE = 'audit_seals';
+const SEAL_COLUMN_NAMES = SEAL_COLUMNS.map(([name]) => name);
+
+/**
+ * One row per seal, kept without a TTL (a few hundred bytes per batch and org),
+ * so a chain stays whole after the entries it sealed expire. The same dedup
+ * window and fsync settings as the audit table: a seal is written under its
+ * batch's token, with the same durability.
+ */
+const SEALS_TABLE_DDL = `CREATE TABLE IF NOT EXISTS ${SEALS_TABLE}
+(
+${SEAL_COLUMNS.map(([name, type]) => `    ${name} ${type}`).join(',\n')}
+)
+ENGINE = MergeTree
+ORDER BY (org_id, writer, seq)
+SETTINGS non_replicated_deduplication_window = 10000, fsync_after_insert = 1, fsync_part_directory = 1`;
 
 /** Policy replay reads the agent's proxied calls in a half-open window. */
 const REPLAY_WINDOW =

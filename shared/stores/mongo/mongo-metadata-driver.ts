@@ -55,6 +55,7 @@ import {
   type RateSyncResult,
   type Refusal,
   type SealedCredentialRow,
+  type SealHeadRow,
   type UserRow,
 } from '../metadata-driver.js';
 import { guardBoundary, unreachableClassifier } from '../store-boundary.js';
@@ -158,6 +159,8 @@ interface PolicyDoc {
 }
 
 /** `insert_order` as for agents: ties in created_at list in creation order. */
+/** `_id` is `<org_id>:<writer>`: one head per chain. */
+type SealHeadDoc = SealHeadRow & { _id: string };
 type ApprovalDoc = Doc<ApprovalRow> & { body: Binary | null; used_at: string | null; insert_order: ObjectId };
 const APPROVAL_PROJECTION = { body: 0, used_at: 0, insert_order: 0 } as const;
 
@@ -216,6 +219,7 @@ export class MongoMetadataDriver implements MetadataDriver {
   readonly #rateCounts: Collection<RateCountDoc>;
   readonly #rateNodes: Collection<RateNodeDoc>;
   readonly #approvals: Collection<ApprovalDoc>;
+  readonly #sealHeads: Collection<SealHeadDoc>;
   /** A replica set or sharded cluster: transactions and change streams work. */
   readonly #replicated: boolean;
   readonly #streams = new Set<ChangeStream<ChangeDoc, ChangeStreamInsertDocument<ChangeDoc>>>();
@@ -234,6 +238,7 @@ export class MongoMetadataDriver implements MetadataDriver {
     this.#rateCounts = db.collection('rate_counts');
     this.#rateNodes = db.collection('rate_nodes');
     this.#approvals = db.collection('approvals');
+    this.#sealHeads = db.collection('seal_heads');
     this.#replicated = replicated;
   }
 
@@ -511,6 +516,18 @@ export class MongoMetadataDriver implements MetadataDriver {
     });
   }
 
+  /** Each head moves only forward: the filter matches a lower seq, or nothing and the upsert inserts (a duplicate key then means the stored head is ahead). */
+  async recordSealHeads(heads: readonly SealHeadRow[]): Promise<void> {
+    for (const head of heads) {
+      const _id = `${head.org_id}:${head.writer}`;
+      await ignoreDuplicateKey(this.#sealHeads.updateOne({ _id, seq: { $lt: head.seq } }, { $set: { ...head } }, { upsert: true }));
+    }
+  }
+
+  async sealHeads(orgId: string): Promise<SealHeadRow[]> {
+    return (await this.#sealHeads.find({ org_id: orgId }, { projection: { _id: 0 } }).toArray()) as SealHeadRow[];
+  }
+
   /** One conditional update: of two racing retries exactly one matches 'approved'. */
   async useApproval(orgId: string, id: string, now: string): Promise<boolean> {
     const updated = await this.#approvals.updateOne(
@@ -722,6 +739,7 @@ async function createIndexes(db: Db): Promise<void> {
     { key: { updated_at: 1 }, name: 'rate_counts_by_updated' },
   ]);
   await db.collection('rate_nodes').createIndexes([{ key: { seen_at: 1 }, name: 'rate_nodes_expire', expireAfterSeconds: 3600 }]);
+  await db.collection('seal_heads').createIndexes([{ key: { org_id: 1 }, name: 'seal_heads_by_org' }]);
 }
 
 function isDuplicateKey(err: unknown): boolean {

@@ -28,6 +28,7 @@ import {
   type RateSync,
   type RateSyncResult,
   type SealedCredentialRow,
+  type SealHeadRow,
   type UserRow,
 } from '../metadata-driver.js';
 import { guardBoundary, unreachableClassifier } from '../store-boundary.js';
@@ -172,6 +173,17 @@ const MIGRATIONS: readonly string[] = [
   ALTER TABLE changes_v3 RENAME TO changes;
   CREATE INDEX changes_by_at ON changes (at);
   `,
+  // v4: audit chain heads (shared/audit/seal.ts), outside ClickHouse.
+  `
+  CREATE TABLE seal_heads (
+    org_id    TEXT NOT NULL,
+    writer    TEXT NOT NULL,
+    seq       INTEGER NOT NULL,
+    seal_hash TEXT NOT NULL,
+    at        TEXT NOT NULL,
+    PRIMARY KEY (org_id, writer)
+  ) STRICT;
+  `,
 ];
 
 /** The schema version this code writes; a file with a higher one is refused. */
@@ -303,6 +315,13 @@ function prepareStatements(db: Database.Database) {
       "UPDATE approvals SET status = 'used', used_at = @now, body = NULL WHERE org_id = @org_id AND id = @id AND status = 'approved' AND expires_at > @now",
     ),
 
+    recordSealHead: db.prepare<[SealHeadRow]>(
+      `INSERT INTO seal_heads (org_id, writer, seq, seal_hash, at) VALUES (@org_id, @writer, @seq, @seal_hash, @at)
+       ON CONFLICT (org_id, writer) DO UPDATE SET seq = excluded.seq, seal_hash = excluded.seal_hash, at = excluded.at
+       WHERE excluded.seq > seal_heads.seq`,
+    ),
+    sealHeads: db.prepare<[orgId: string], SealHeadRow>('SELECT org_id, writer, seq, seal_hash, at FROM seal_heads WHERE org_id = ?'),
+
     ping: db.prepare<[], { ok: number }>('SELECT 1 AS ok'),
   };
 }
@@ -341,6 +360,7 @@ export class SqliteMetadataDriver implements MetadataDriver {
   readonly #upsertPolicy;
   readonly #syncRateCounts;
   readonly #decideApproval;
+  readonly #recordSealHeads;
 
   private constructor(db: Database.Database) {
     this.#db = db;
@@ -382,6 +402,10 @@ export class SqliteMetadataDriver implements MetadataDriver {
       sql.upsertPolicy.run(row);
       this.#recordChange(change);
     }).immediate;
+
+    this.#recordSealHeads = db.transaction((heads: readonly SealHeadRow[]) => {
+      for (const head of heads) sql.recordSealHead.run(head);
+    });
 
     this.#decideApproval = db.transaction(
       (orgId: string, id: string, decision: ApprovalDecision, change: MetadataChange): 'written' | 'missing' | 'not_pending' => {
@@ -530,6 +554,14 @@ export class SqliteMetadataDriver implements MetadataDriver {
 
   decideApproval(orgId: string, id: string, decision: ApprovalDecision, change: MetadataChange): 'written' | 'missing' | 'not_pending' {
     return this.#decideApproval(orgId, id, decision, change);
+  }
+
+  recordSealHeads(heads: readonly SealHeadRow[]): void {
+    this.#recordSealHeads(heads);
+  }
+
+  sealHeads(orgId: string): SealHeadRow[] {
+    return this.#sql.sealHeads.all(orgId);
   }
 
   useApproval(orgId: string, id: string, now: string): boolean {

@@ -1,0 +1,60 @@
+// The tamper-evident audit's read side (CONTRACT.md "Tamper-evident audit"): the
+// public key seals are signed with, the seals of a window, and verification of a
+// window against them (shared/audit/audit-verify.ts).
+import { GuardError } from '../shared/errors.js';
+import { verifyAudit, verifyJson } from '../shared/audit/audit-verify.js';
+import { sealJson } from '../shared/audit/seal.js';
+import { isoInstant } from './audit.js';
+import type { AdminContext, Handler } from './context.js';
+import { json, queryInteger } from './http.js';
+
+/** The default window of seals and verify: the last day. */
+const DEFAULT_WINDOW_MS = 86_400_000;
+export const SEALS_LIMIT_DEFAULT = 1000;
+export const SEALS_LIMIT_MAX = 10_000;
+/** GET /audit/verify reads entries in pages this size, letting the event loop serve calls between pages. */
+const VERIFY_PAGE_ROWS = 5000;
+
+/** `since` and `until` (ISO 8601) with their defaults; 400 when bad or empty. */
+function windowOf(query: URLSearchParams): { since: Date; until: Date } {
+  const untilRaw = query.get('until');
+  const sinceRaw = query.get('since');
+  const until = new Date(untilRaw === null ? Date.now() : isoInstant(untilRaw, 'until', 'Query parameter'));
+  const since = new Date(sinceRaw === null ? until.getTime() - DEFAULT_WINDOW_MS : isoInstant(sinceRaw, 'since', 'Query parameter'));
+  if (since.getTime() >= until.getTime()) {
+    throw new GuardError('invalid_request', "Query parameter 'since' must be before 'until'.", { field: 'since' });
+  }
+  return { since, until };
+}
+
+export function auditSealHandlers(ctx: AdminContext) {
+  const keys = new Map([[ctx.signingKey.fingerprint, ctx.signingKey.publicKey]]);
+  /** One verification at a time per process: each reads a window's every entry. */
+  let running: Promise<unknown> = Promise.resolve();
+
+  const publicKey: Handler = async () => ({
+    status: 200,
+    headers: { 'content-type': 'application/x-pem-file', 'x-key-fingerprint': ctx.signingKey.fingerprint },
+    body: ctx.signingKey.publicPem,
+  });
+
+  const seals: Handler = async (req, caller) => {
+    const window = windowOf(req.query);
+    const limit = queryInteger(req.query, 'limit', SEALS_LIMIT_DEFAULT, 1, SEALS_LIMIT_MAX);
+    const found = await ctx.auditStore.listSeals(caller.orgId, window);
+    found.sort((a, b) => (a.firstAt < b.firstAt ? -1 : a.firstAt > b.firstAt ? 1 : a.writer < b.writer ? -1 : a.writer > b.writer ? 1 : a.seq - b.seq));
+    return json(200, found.slice(0, limit).map(sealJson), { 'x-total-count': String(found.length) });
+  };
+
+  const verify: Handler = async (req, caller) => {
+    const window = windowOf(req.query);
+    const run = running.then(async () => {
+      const heads = await ctx.store.listSealHeads(caller.orgId);
+      return verifyAudit(ctx.auditStore, caller.orgId, { ...window, keys, heads, pageRows: VERIFY_PAGE_ROWS });
+    });
+    running = run.catch(() => undefined);
+    return json(200, verifyJson(await run));
+  };
+
+  return { publicKey, seals, verify };
+}

@@ -1,0 +1,99 @@
+// `npm run verify-audit`: verifies the audit log offline, from the ClickHouse
+// store and the public key, without the service (CONTRACT.md "Tamper-evident
+// audit"). The same configuration as the service: CLICKHOUSE_URL, or the
+// embedded store in DATA_DIR (stop the service first: one process owns it).
+// Chain heads are read from the metadata store when it is there (DATA_DIR's
+// SQLite file, or MONGODB_URL), so a truncated tail shows too.
+//
+//   npm run verify-audit -- [--since ISO] [--until ISO] [--org UUID] [--public-key FILE]
+//
+// One JSON line per org, then a summary line; exit 0 when every org verifies,
+// 1 on a problem, 2 on bad usage or an unreachable store.
+import { existsSync, readFileSync } from 'node:fs';
+import { createPublicKey, type KeyObject } from 'node:crypto';
+import { join } from 'node:path';
+import { parseArgs } from 'node:util';
+import { verifyAudit, verifyJson, type ChainHead } from '../shared/audit/audit-verify.js';
+import { publicKeyInfo, signingKeyFromPem } from '../shared/audit/seal.js';
+import { loadConfig } from '../shared/config.js';
+import { AUDIT_KEY_FILE } from '../shared/secrets.js';
+import { openAuditStore, openMetadataStore } from '../shared/stores/open-stores.js';
+import type { MetadataStore } from '../shared/stores/metadata-store.js';
+
+function fail(message: string): never {
+  process.stderr.write(`verify-audit: ${message}\n`);
+  process.exit(2);
+}
+
+/** The trusted key: --public-key (SPKI PEM), else the public half of the service's own key. */
+function trustedKey(file: string | undefined, config: ReturnType<typeof loadConfig>): KeyObject {
+  if (file !== undefined) {
+    try {
+      return createPublicKey(readFileSync(file, 'utf8'));
+    } catch (err) {
+      fail(`cannot read the public key ${file}: ${(err as Error).message}`);
+    }
+  }
+  if (config.auditSigningKey !== null) return signingKeyFromPem(config.auditSigningKey).publicKey;
+  const keyFile = join(config.dataDir, AUDIT_KEY_FILE);
+  if (existsSync(keyFile)) return signingKeyFromPem(readFileSync(keyFile, 'utf8')).publicKey;
+  fail('no public key: pass --public-key FILE (GET /audit/public-key gives it), or set AUDIT_SIGNING_KEY or DATA_DIR');
+}
+
+function instant(raw: string | undefined, name: string, fallback: Date): Date {
+  if (raw === undefined) return fallback;
+  const d = new Date(raw);
+  if (Number.isNaN(d.getTime())) fail(`--${name} must be an ISO 8601 instant`);
+  return d;
+}
+
+async function main(): Promise<void> {
+  const { values } = parseArgs({
+    options: {
+      since: { type: 'string' },
+      until: { type: 'string' },
+      org: { type: 'string' },
+      'public-key': { type: 'string' },
+    },
+    strict: true,
+  });
+  let config;
+  try {
+    config = loadConfig();
+  } catch (err) {
+    fail((err as Error).message);
+  }
+  const key = trustedKey(values['public-key'], config);
+  const keys = new Map([[publicKeyInfo(key).fingerprint, key]]);
+  const since = instant(values.since, 'since', new Date(0));
+  const until = instant(values.until, 'until', new Date(Date.now() + 60_000));
+  const audit = await openAuditStore(config).catch((err: unknown) => fail(`cannot open the audit store: ${(err as Error).message}`));
+  let metadata: MetadataStore | null = null;
+  if (config.mongodbUrl !== null || existsSync(join(config.dataDir, 'metadata.sqlite'))) {
+    metadata = await openMetadataStore(config).catch((err: unknown) => {
+      process.stderr.write(`verify-audit: chain heads not checked (metadata store: ${(err as Error).message})\n`);
+      return null;
+    });
+  } else {
+    process.stderr.write('verify-audit: chain heads not checked (no metadata store configured): a truncated tail cannot be told\n');
+  }
+  let bad = 0;
+  let entries = 0;
+  try {
+    const orgs = values.org !== undefined ? [values.org] : await audit.orgIds();
+    for (const orgId of orgs) {
+      const heads: ChainHead[] = metadata === null ? [] : await metadata.listSealHeads(orgId);
+      const result = await verifyAudit(audit, orgId, { since, until, keys, heads });
+      entries += result.entries;
+      if (!result.ok) bad++;
+      process.stdout.write(`${JSON.stringify({ org_id: orgId, ...verifyJson(result) })}\n`);
+    }
+    process.stdout.write(`${JSON.stringify({ orgs: orgs.length, entries, failed: bad })}\n`);
+  } finally {
+    await audit.close();
+    await metadata?.close();
+  }
+  process.exit(bad > 0 ? 1 : 0);
+}
+
+await main();

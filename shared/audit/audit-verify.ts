@@ -1,0 +1,242 @@
+// Verifies an org's audit log against its seals (CONTRACT.md "Tamper-evident
+// audit"), for GET /audit/verify and `npm run verify-audit` alike.
+//
+// What is checked, and the reason each failure is named by:
+// - every seal: its hash recomputed from its fields (`seal_altered`), its
+//   signature under a trusted key (`seal_altered`; `unknown_key` when signed
+//   by a key the verifier does not trust);
+// - every chain (org, writer): seqs 1, 2, 3… each linking to the previous
+//   seal's hash; a gap is `seal_removed`, a wrong link `seal_altered`; a chain
+//   shorter than its recorded head (chain heads, kept outside ClickHouse) is
+//   `tail_truncated`;
+// - every entry in the window: its fields hash to its entry_hash
+//   (`entry_edited`), a seal covers its batch (`entry_added` when none does and
+//   the entry is older than the sealing grace), within the seal's time range;
+// - every seal meeting the window: the entries of its batch number its count
+//   (`entry_removed` / `entry_added`) and their Merkle root in (timestamp, id)
+//   order is its root (`root_mismatch`: an entry replaced or reordered, or
+//   edited together with its entry_hash).
+// Entries without an entry_hash are from before entries were hashed: accepted
+// when older than the org's first seal, `entry_added` otherwise.
+import { verify as verifySignature, type KeyObject } from 'node:crypto';
+import { hash } from 'node:crypto';
+import type { AuditStore } from '../stores/audit-store.js';
+import type { AuditRecord } from '../types.js';
+import { entryHash } from './entry-json.js';
+import { byTimeThenId, GENESIS_HASH, merkleRoot, sealBody, type Seal } from './seal.js';
+
+export type ProblemReason =
+  | 'entry_edited'
+  | 'entry_added'
+  | 'entry_removed'
+  | 'root_mismatch'
+  | 'seal_altered'
+  | 'seal_removed'
+  | 'unknown_key'
+  | 'tail_truncated';
+
+export interface Problem {
+  reason: ProblemReason;
+  auditId?: string;
+  sealId?: string;
+  /** A sentence for people. */
+  detail: string;
+  /** Where in time it is (ISO): the first problem is the earliest. */
+  at: string;
+}
+
+export interface VerifyResult {
+  ok: boolean;
+  /** The org's entries in the window. */
+  entries: number;
+  /** The seals meeting the window. */
+  seals: number;
+  /** Entries in the window not sealed yet (written within the grace). */
+  pending: number;
+  /** Entries in the window from before entries were hashed. */
+  legacy: number;
+  firstProblem: Problem | null;
+}
+
+/** The last seal of a chain as recorded outside ClickHouse (the metadata store), after it landed. */
+export interface ChainHead {
+  writer: string;
+  seq: number;
+  sealHash: string;
+}
+
+export interface VerifyOptions {
+  since: Date;
+  until: Date;
+  /** Trusted public keys by fingerprint (seal.ts publicKeyInfo). */
+  keys: ReadonlyMap<string, KeyObject>;
+  /** The org's chain heads; a chain shorter than its head is truncated. */
+  heads?: readonly ChainHead[];
+  now?: Date;
+  /** Entries younger than this may not be sealed yet. */
+  graceMs?: number;
+  /** Entries read per query (smaller pages let a server's event loop serve calls between them). */
+  pageRows?: number;
+}
+
+/** A batch is sealed when it closes (at most AUDIT_BATCH_MS after its first row) and lands with its rows; this covers a slow insert too. */
+export const SEAL_GRACE_MS = 60_000;
+
+interface Leaf {
+  at: string;
+  id: string;
+  hash: string;
+}
+
+export async function verifyAudit(store: AuditStore, orgId: string, options: VerifyOptions): Promise<VerifyResult> {
+  const now = options.now ?? new Date();
+  const graceMs = options.graceMs ?? SEAL_GRACE_MS;
+  const problems: Problem[] = [];
+  const report = (p: Problem): void => {
+    problems.push(p);
+  };
+
+  const seals = await store.listSeals(orgId);
+  checkChains(seals, options, report);
+
+  const since = options.since.getTime();
+  const until = options.until.getTime();
+  const meeting = seals.filter((s) => Date.parse(s.firstAt) < until && Date.parse(s.lastAt) >= since);
+  // Every entry of a seal meeting the window is read, so that its root can be recomputed.
+  let from = since;
+  let to = until;
+  for (const s of meeting) {
+    from = Math.min(from, Date.parse(s.firstAt));
+    to = Math.max(to, Date.parse(s.lastAt) + 1);
+  }
+  const byBatch = new Map<string, Seal[]>();
+  for (const s of seals) {
+    const list = byBatch.get(s.batchId);
+    if (list === undefined) byBatch.set(s.batchId, [s]);
+    else list.push(s);
+  }
+  const firstSealAt = seals.reduce((min, s) => Math.min(min, Date.parse(s.createdAt)), Infinity);
+  const leaves = new Map<string, Leaf[]>();
+  let entries = 0;
+  let pending = 0;
+  let legacy = 0;
+  await store.scanEntries(orgId, new Date(from), new Date(to), (rows: AuditRecord[]) => {
+    for (const r of rows) {
+      const t = Date.parse(r.timestamp);
+      const inWindow = t >= since && t < until;
+      if (inWindow) entries++;
+      const stored = r.entryHash ?? null;
+      if (stored === null) {
+        if (t < firstSealAt) {
+          if (inWindow) legacy++;
+        } else if (inWindow) {
+          report({ reason: 'entry_added', auditId: r.id, at: r.timestamp, detail: 'The entry has no entry_hash but is newer than the first seal.' });
+        }
+        continue;
+      }
+      if (entryHash(r) !== stored) {
+        report({ reason: 'entry_edited', auditId: r.id, at: r.timestamp, detail: 'The entry\'s fields do not hash to its entry_hash.' });
+      }
+      const batch = r.batchId ?? '';
+      const sealsOfBatch = byBatch.get(batch);
+      if (sealsOfBatch === undefined) {
+        if (!inWindow) continue;
+        if (now.getTime() - t < graceMs) pending++;
+        else report({ reason: 'entry_added', auditId: r.id, at: r.timestamp, detail: 'No seal covers the entry\'s batch.' });
+        continue;
+      }
+      if (sealsOfBatch.some((s) => r.timestamp < s.firstAt || r.timestamp > s.lastAt)) {
+        report({ reason: 'entry_added', auditId: r.id, at: r.timestamp, sealId: sealsOfBatch[0]!.id, detail: 'The entry lies outside the time range of the seal of its batch.' });
+      }
+      let list = leaves.get(batch);
+      if (list === undefined) leaves.set(batch, (list = []));
+      list.push({ at: r.timestamp, id: r.id, hash: stored });
+    }
+  }, options.pageRows);
+
+  for (const s of meeting) {
+    const list = leaves.get(s.batchId) ?? [];
+    if (list.length < s.count) {
+      report({ reason: 'entry_removed', sealId: s.id, at: s.firstAt, detail: `The seal covers ${s.count} entries; ${list.length} remain.` });
+    } else if (list.length > s.count) {
+      report({ reason: 'entry_added', sealId: s.id, at: s.firstAt, detail: `The seal covers ${s.count} entries; its batch now has ${list.length}.` });
+    } else {
+      list.sort(byTimeThenId);
+      if (merkleRoot(list.map((l) => l.hash)) !== s.root) {
+        report({ reason: 'root_mismatch', sealId: s.id, at: s.firstAt, detail: 'The entries of the seal\'s batch are not the ones it sealed, in that order (replaced, reordered, or edited with their entry_hash).' });
+      }
+    }
+  }
+
+  problems.sort((a, b) => (a.at < b.at ? -1 : a.at > b.at ? 1 : 0));
+  return { ok: problems.length === 0, entries, seals: meeting.length, pending, legacy, firstProblem: problems[0] ?? null };
+}
+
+/** Each seal's hash and signature, then each chain's links and its recorded head. */
+function checkChains(seals: readonly Seal[], options: VerifyOptions, report: (p: Problem) => void): void {
+  const chains = new Map<string, Seal[]>();
+  for (const s of seals) {
+    const body = sealBody(s);
+    if (hash('sha256', body, 'hex') !== s.sealHash) {
+      report({ reason: 'seal_altered', sealId: s.id, at: s.firstAt, detail: 'The seal\'s fields do not hash to its seal_hash.' });
+    } else {
+      const key = options.keys.get(s.keyFingerprint);
+      if (key === undefined) {
+        report({ reason: 'unknown_key', sealId: s.id, at: s.firstAt, detail: `The seal is signed by a key this verifier does not trust (fingerprint ${s.keyFingerprint}).` });
+      } else if (!safeVerify(body, s.signature, key)) {
+        report({ reason: 'seal_altered', sealId: s.id, at: s.firstAt, detail: 'The seal\'s signature does not verify.' });
+      }
+    }
+    const chain = chains.get(s.writer);
+    if (chain === undefined) chains.set(s.writer, [s]);
+    else chain.push(s);
+  }
+  for (const chain of chains.values()) {
+    chain.sort((a, b) => a.seq - b.seq);
+    let prev: Seal | undefined;
+    for (const s of chain) {
+      const expectedSeq = (prev?.seq ?? 0) + 1;
+      if (s.seq > expectedSeq) {
+        report({ reason: 'seal_removed', sealId: s.id, at: prev?.lastAt ?? s.firstAt, detail: `Seal ${expectedSeq} of writer ${s.writer} is missing.` });
+      } else if (s.seq < expectedSeq || s.prevHash !== (prev?.sealHash ?? GENESIS_HASH)) {
+        report({ reason: 'seal_altered', sealId: s.id, at: s.firstAt, detail: 'The seal does not link to the seal before it in its chain.' });
+      }
+      prev = s;
+    }
+  }
+  for (const head of options.heads ?? []) {
+    const chain = chains.get(head.writer) ?? [];
+    const last = chain[chain.length - 1];
+    const atHead = chain.find((s) => s.seq === head.seq);
+    if (last === undefined || last.seq < head.seq) {
+      report({ reason: 'tail_truncated', sealId: last?.id, at: last?.lastAt ?? '', detail: `Writer ${head.writer}'s chain ends at seal ${last?.seq ?? 0}; seal ${head.seq} was recorded as written.` });
+    } else if (atHead !== undefined && atHead.sealHash !== head.sealHash) {
+      report({ reason: 'seal_altered', sealId: atHead.id, at: atHead.firstAt, detail: 'The seal differs from the one recorded as its chain\'s head.' });
+    }
+  }
+}
+
+function safeVerify(body: string, signature: string, key: KeyObject): boolean {
+  try {
+    return verifySignature(null, Buffer.from(body), key, Buffer.from(signature, 'base64'));
+  } catch {
+    return false;
+  }
+}
+
+/** The result as the API returns it. */
+export function verifyJson(r: VerifyResult) {
+  return {
+    ok: r.ok,
+    entries: r.entries,
+    seals: r.seals,
+    pending: r.pending,
+    legacy: r.legacy,
+    first_problem: r.firstProblem === null ? null : {
+      ...(r.firstProblem.auditId !== undefined ? { audit_id: r.firstProblem.auditId } : {}),
+      ...(r.firstProblem.sealId !== undefined ? { seal_id: r.firstProblem.sealId } : {}),
+      reason: r.firstProblem.reason,
+      detail: r.firstProblem.detail,
+    },
+  };
+}

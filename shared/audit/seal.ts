@@ -1,0 +1,329 @@
+// Audit seals (CONTRACT.md "Tamper-evident audit"): one per organization per
+// batch, over the entry hashes of that org's rows in the batch.
+//
+// A seal records the RFC 6962 Merkle root of the entry hashes in (timestamp, id)
+// order, the hash of the previous seal of the same org and writer (one chain per
+// org and writing process), the count and time range, and an Ed25519 signature
+// over its canonical JSON. It is made when the batcher closes a batch, from the
+// batch's encoded lines, and travels with them as extra lines at the batch's end
+// (the spool, its replay and the insert's deduplication token carry both); the
+// store writes those lines to the seals table.
+//
+// This file is the format, pure functions over it, and the Sealer that keeps the
+// chains of one process. Verification is in audit-verify.ts.
+import { createPrivateKey, createPublicKey, hash, randomUUID, sign, type KeyObject } from 'node:crypto';
+
+/** A batch's seal lines start with this, after all its rows (a row starts with a UUID). */
+export const SEAL_LINE_PREFIX = '#audit-seal\t';
+
+/** The previous-seal hash of a chain's first seal. */
+export const GENESIS_HASH = '0'.repeat(64);
+
+/** The seal format's version, signed with it. */
+export const SEAL_VERSION = 1;
+
+export interface Seal {
+  id: string;
+  orgId: string;
+  /** The writing process's chain id (a UUID made at its start). */
+  writer: string;
+  /** 1 for a chain's first seal, then one more per seal. */
+  seq: number;
+  /** The batch_id its entries carry. */
+  batchId: string;
+  /** The earliest and latest entry timestamp, ISO 8601 with milliseconds. */
+  firstAt: string;
+  lastAt: string;
+  count: number;
+  /** Lowercase hex RFC 6962 Merkle tree hash over the entry hashes. */
+  root: string;
+  prevHash: string;
+  keyFingerprint: string;
+  createdAt: string;
+  /** Lowercase hex SHA-256 of the canonical body (sealBody). */
+  sealHash: string;
+  /** Base64 Ed25519 signature of the canonical body. */
+  signature: string;
+}
+
+/** The seal as the API returns it (GET /audit/seals). */
+export function sealJson(s: Seal) {
+  return {
+    id: s.id,
+    org_id: s.orgId,
+    writer: s.writer,
+    seq: s.seq,
+    batch_id: s.batchId,
+    first_at: s.firstAt,
+    last_at: s.lastAt,
+    count: s.count,
+    root: s.root,
+    prev_hash: s.prevHash,
+    seal_hash: s.sealHash,
+    signature: s.signature,
+    key_fingerprint: s.keyFingerprint,
+    created_at: s.createdAt,
+  };
+}
+
+/**
+ * What is hashed and signed: RFC 8785 canonical JSON of the seal without
+ * seal_hash and signature (keys sorted; every value a string or a safe
+ * integer, whose canonical forms are JSON.stringify's).
+ */
+export function sealBody(s: Omit<Seal, 'sealHash' | 'signature'>): string {
+  return JSON.stringify({
+    batch_id: s.batchId,
+    count: s.count,
+    created_at: s.createdAt,
+    first_at: s.firstAt,
+    id: s.id,
+    key_fingerprint: s.keyFingerprint,
+    last_at: s.lastAt,
+    org_id: s.orgId,
+    prev_hash: s.prevHash,
+    root: s.root,
+    seq: s.seq,
+    v: SEAL_VERSION,
+    writer: s.writer,
+  });
+}
+
+// ---- RFC 6962 Merkle tree hash --------------------------------------------
+
+const EMPTY_ROOT = hash('sha256', '', 'hex');
+
+/**
+ * RFC 6962 §2.1 over leaves given as lowercase hex SHA-256 (the entry hashes,
+ * as 32 raw bytes each): leaf = SHA-256(0x00 ‖ d), node = SHA-256(0x01 ‖ l ‖ r),
+ * split at the largest power of two below n. Computed bottom-up, which gives
+ * the same tree: an odd node at the end of a level is carried up unchanged.
+ */
+export function merkleRoot(leaves: readonly string[]): string {
+  if (leaves.length === 0) return EMPTY_ROOT;
+  const leafInput = Buffer.allocUnsafe(33);
+  leafInput[0] = 0;
+  let level: Buffer[] = leaves.map((hex) => {
+    leafInput.write(hex, 1, 32, 'hex');
+    return hash('sha256', leafInput, 'buffer') as unknown as Buffer;
+  });
+  const nodeInput = Buffer.allocUnsafe(65);
+  nodeInput[0] = 1;
+  while (level.length > 1) {
+    const next: Buffer[] = [];
+    for (let i = 0; i + 1 < level.length; i += 2) {
+      level[i]!.copy(nodeInput, 1);
+      level[i + 1]!.copy(nodeInput, 33);
+      next.push(hash('sha256', nodeInput, 'buffer') as unknown as Buffer);
+    }
+    if (level.length % 2 === 1) next.push(level[level.length - 1]!);
+    level = next;
+  }
+  return level[0]!.toString('hex');
+}
+
+// ---- The signing key --------------------------------------------------------
+
+export interface SigningKey {
+  privateKey: KeyObject;
+  publicKey: KeyObject;
+  /** SPKI PEM of the public key (GET /audit/public-key). */
+  publicPem: string;
+  /** Lowercase hex SHA-256 of the public key's SPKI DER. */
+  fingerprint: string;
+}
+
+/** An Ed25519 key from PKCS#8 PEM; throws a message naming what is wrong (never the key). */
+export function signingKeyFromPem(pem: string): SigningKey {
+  let privateKey: KeyObject;
+  try {
+    privateKey = createPrivateKey(pem);
+  } catch {
+    throw new Error('the audit signing key is not a PKCS#8 PEM private key');
+  }
+  if (privateKey.asymmetricKeyType !== 'ed25519') throw new Error('the audit signing key must be an Ed25519 key');
+  const publicKey = createPublicKey(privateKey);
+  return { privateKey, publicKey, ...publicKeyInfo(publicKey) };
+}
+
+export function publicKeyInfo(publicKey: KeyObject): { publicPem: string; fingerprint: string } {
+  return {
+    publicPem: publicKey.export({ type: 'spki', format: 'pem' }).toString(),
+    fingerprint: hash('sha256', publicKey.export({ type: 'spki', format: 'der' }), 'hex'),
+  };
+}
+
+// ---- Reading a batch's lines ----------------------------------------------
+
+/** The fields of an encoded row a seal needs, read by position (audit-codec.ts puts them there). */
+export interface SealedField {
+  id: string;
+  /** DateTime64(3) text, `YYYY-MM-DD HH:MM:SS.mmm`: sorts as the instants do. */
+  at: string;
+  orgId: string;
+  entryHash: string;
+  batchId: string;
+}
+
+const HEX64 = /^[0-9a-f]{64}$/;
+const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
+
+/**
+ * A row line's sealed fields: id, timestamp and org_id are its first three
+ * columns, entry_hash and batch_id its last two. null for a line an earlier
+ * version wrote (no hash or batch id): it stays unsealed, as rows from before
+ * seals do.
+ */
+export function sealedFields(line: string): SealedField | null {
+  const t1 = line.indexOf('\t');
+  const t2 = line.indexOf('\t', t1 + 1);
+  const t3 = line.indexOf('\t', t2 + 1);
+  const end = line.endsWith('\n') ? line.length - 1 : line.length;
+  const b = line.lastIndexOf('\t', end - 1);
+  const h = line.lastIndexOf('\t', b - 1);
+  if (t1 < 0 || t2 < 0 || t3 < 0 || h <= t3) return null;
+  const entryHash = line.slice(h + 1, b);
+  const batchId = line.slice(b + 1, end);
+  if (!HEX64.test(entryHash) || !UUID.test(batchId)) return null;
+  return { id: line.slice(0, t1), at: line.slice(t1 + 1, t2), orgId: line.slice(t2 + 1, t3), entryHash, batchId };
+}
+
+/** (timestamp, id), the order a seal's leaves are in; ids compare as their text. */
+export function byTimeThenId(a: { at: string; id: string }, b: { at: string; id: string }): number {
+  return a.at < b.at ? -1 : a.at > b.at ? 1 : a.id < b.id ? -1 : a.id > b.id ? 1 : 0;
+}
+
+/** `2026-03-01 12:00:00.123` → `2026-03-01T12:00:00.123Z`. */
+function isoFromCh(at: string): string {
+  return `${at.slice(0, 10)}T${at.slice(11)}Z`;
+}
+
+// ---- Seal lines: a seal as a TabSeparated row of the seals table ------------
+
+/** The seals table's columns, in insert order, with the Seal field each carries. */
+export const SEAL_COLUMNS = [
+  ['id', 'UUID', 'id'],
+  ['org_id', 'UUID', 'orgId'],
+  ['writer', 'UUID', 'writer'],
+  ['seq', 'UInt64', 'seq'],
+  ['batch_id', 'UUID', 'batchId'],
+  ['first_at', "DateTime64(3, 'UTC')", 'firstAt'],
+  ['last_at', "DateTime64(3, 'UTC')", 'lastAt'],
+  ['count', 'UInt32', 'count'],
+  ['root', 'String', 'root'],
+  ['prev_hash', 'String', 'prevHash'],
+  ['key_fingerprint', 'String', 'keyFingerprint'],
+  ['created_at', "DateTime64(3, 'UTC')", 'createdAt'],
+  ['seal_hash', 'String', 'sealHash'],
+  ['signature', 'String', 'signature'],
+] as const satisfies readonly (readonly [string, string, keyof Seal])[];
+
+const INSTANT_FIELDS: ReadonlySet<keyof Seal> = new Set(['firstAt', 'lastAt', 'createdAt']);
+
+/** A seal as a line of a batch (SEAL_LINE_PREFIX, then its TabSeparated row). No field needs escaping. */
+export function encodeSealLine(s: Seal): string {
+  return SEAL_LINE_PREFIX + SEAL_COLUMNS.map(([, , field]) => {
+    const v = s[field];
+    return INSTANT_FIELDS.has(field) ? String(v).slice(0, 23).replace('T', ' ') : String(v);
+  }).join('\t') + '\n';
+}
+
+/** A seal from a row of the seals table as JSONEachRow returns it. */
+export function decodeSealRow(row: Record<string, string | number>): Seal {
+  const seal: Record<string, string | number> = {};
+  for (const [column, , field] of SEAL_COLUMNS) {
+    const v = row[column]!;
+    seal[field] = INSTANT_FIELDS.has(field) ? isoFromCh(String(v)) : field === 'seq' || field === 'count' ? Number(v) : String(v);
+  }
+  return seal as unknown as Seal;
+}
+
+/**
+ * Splits a batch body into its rows and its seals' rows (without the prefix),
+ * both ready for TabSeparated inserts. Seal lines always follow the rows.
+ */
+export function splitBatchBody(body: string): { rows: string; seals: string } {
+  const at = body.startsWith(SEAL_LINE_PREFIX) ? 0 : body.indexOf('\n' + SEAL_LINE_PREFIX) + 1;
+  if (at === 0 && !body.startsWith(SEAL_LINE_PREFIX)) return { rows: body, seals: '' };
+  return { rows: body.slice(0, at), seals: body.slice(at).replaceAll(SEAL_LINE_PREFIX, '') };
+}
+
+/** The chain heads a batch body's seal lines carry: per (org, writer), the highest seq. */
+export function sealHeadsOf(body: string): { org_id: string; writer: string; seq: number; seal_hash: string; at: string }[] {
+  const { seals } = splitBatchBody(body);
+  const heads = new Map<string, { org_id: string; writer: string; seq: number; seal_hash: string; at: string }>();
+  const col = (name: string) => SEAL_COLUMNS.findIndex(([n]) => n === name);
+  const [org, writer, seq, sealHash] = [col('org_id'), col('writer'), col('seq'), col('seal_hash')];
+  for (const line of seals.split('\n')) {
+    if (line.length === 0) continue;
+    const f = line.split('\t');
+    const head = { org_id: f[org]!, writer: f[writer]!, seq: Number(f[seq]), seal_hash: f[sealHash]!, at: new Date().toISOString() };
+    const known = heads.get(`${head.org_id}:${head.writer}`);
+    if (known === undefined || known.seq < head.seq) heads.set(`${head.org_id}:${head.writer}`, head);
+  }
+  return [...heads.values()];
+}
+
+// ---- The sealer: one process's chains ---------------------------------------
+
+export class Sealer {
+  readonly #key: SigningKey;
+  /** This process's chains: one id for all its orgs (a chain is (org, writer)). */
+  readonly writer: string = randomUUID();
+  /** Per org: the last seal's seq and hash. */
+  readonly #heads = new Map<string, { seq: number; hash: string }>();
+
+  constructor(key: SigningKey) {
+    this.#key = key;
+  }
+
+  get fingerprint(): string {
+    return this.#key.fingerprint;
+  }
+
+  /**
+   * The seals of one batch's lines, one per org, as lines to append after them.
+   * Lines of an earlier version (no entry hash) are left unsealed.
+   */
+  sealLines(lines: readonly string[], now: Date = new Date()): { lines: string[]; seals: Seal[] } {
+    const perOrg = new Map<string, Map<string, SealedField[]>>();
+    for (const line of lines) {
+      const f = sealedFields(line);
+      if (f === null) continue;
+      let batches = perOrg.get(f.orgId);
+      if (batches === undefined) perOrg.set(f.orgId, (batches = new Map()));
+      let entries = batches.get(f.batchId);
+      if (entries === undefined) batches.set(f.batchId, (entries = []));
+      entries.push(f);
+    }
+    const seals: Seal[] = [];
+    const createdAt = now.toISOString();
+    for (const [orgId, batches] of perOrg) {
+      // A batch's lines normally share one batch id; a recovered journal segment
+      // could hold more than one, and each gets its seal.
+      for (const [batchId, entries] of batches) {
+        entries.sort(byTimeThenId);
+        const head = this.#heads.get(orgId) ?? { seq: 0, hash: GENESIS_HASH };
+        const unsigned = {
+          id: randomUUID(),
+          orgId,
+          writer: this.writer,
+          seq: head.seq + 1,
+          batchId,
+          firstAt: isoFromCh(entries[0]!.at),
+          lastAt: isoFromCh(entries[entries.length - 1]!.at),
+          count: entries.length,
+          root: merkleRoot(entries.map((e) => e.entryHash)),
+          prevHash: head.hash,
+          keyFingerprint: this.#key.fingerprint,
+          createdAt,
+        };
+        const body = sealBody(unsigned);
+        const seal: Seal = { ...unsigned, sealHash: hash('sha256', body, 'hex'), signature: sign(null, Buffer.from(body), this.#key.privateKey).toString('base64') };
+        this.#heads.set(orgId, { seq: seal.seq, hash: seal.sealHash });
+        seals.push(seal);
+      }
+    }
+    return { lines: seals.map(encodeSealLine), seals };
+  }
+}

@@ -1,0 +1,130 @@
+// Audit seals against the real service (embedded ClickHouse): every entry is
+// sealed within 5 s, the seals verify under the public key, chains link, the
+// endpoints are org-scoped and check their input, the key stays private.
+// Tampering, in real processes, is test/integration/audit-tamper.test.ts.
+import { createPublicKey, hash, verify } from 'node:crypto';
+import { readFileSync, statSync } from 'node:fs';
+import { join } from 'node:path';
+import t from 'tap';
+import { GENESIS_HASH, merkleRoot, sealBody } from '../../shared/audit/seal.js';
+import { assertError } from '../support/checks.js';
+import { api, createAgent, eventually, signup, startTestService, type Session } from '../support/service.js';
+
+const service = await startTestService();
+const base = service.url;
+t.teardown(() => service.close());
+
+const owner = await signup(base);
+const stranger = await signup(base);
+const agent = await createAgent(base, owner, 'sealed');
+const strangerAgent = await createAgent(base, stranger, 'other');
+
+interface SealJson {
+  id: string; org_id: string; writer: string; seq: number; batch_id: string; first_at: string; last_at: string; count: number;
+  root: string; prev_hash: string; seal_hash: string; signature: string; key_fingerprint: string; created_at: string;
+}
+
+async function write(session: Session, agentId: string, n: number): Promise<{ id: string; timestamp: string; entry_hash: string }[]> {
+  const out = [];
+  for (let i = 0; i < n; i++) {
+    const res = await api(base, session, 'POST', '/audit', { agent_id: agentId, tool_name: 'api.example.com', action: 'GET', decision: i % 3 === 0 ? 'denied' : 'allowed', reasoning: `call ${i} <b>é</b>` });
+    if (res.status !== 201) throw new Error(`POST /audit ${res.status}`);
+    out.push(res.json as { id: string; timestamp: string; entry_hash: string });
+  }
+  return out;
+}
+
+const started = new Date(Date.now() - 1000).toISOString();
+// Concurrent writes share batches; the sequential ones after them get a batch each.
+const entries = (await Promise.all([write(owner, agent.id, 8), write(owner, agent.id, 8), write(owner, agent.id, 8)])).flat();
+entries.push(...(await write(owner, agent.id, 4)));
+await write(stranger, strangerAgent.id, 3);
+
+async function seals(session: Session, query = `?since=${started}`): Promise<SealJson[]> {
+  const res = await api(base, session, 'GET', `/audit/seals${query}`);
+  if (res.status !== 200) throw new Error(`GET /audit/seals ${res.status} ${res.text}`);
+  return res.json as SealJson[];
+}
+
+t.test('every entry is sealed within 5 s, by seals that verify under the public key', async (t) => {
+  const written = Date.now();
+  const all = await eventually(async () => {
+    const found = await seals(owner);
+    return found.reduce((n, s) => n + s.count, 0) === entries.length ? found : undefined;
+  }, 5000);
+  t.ok(Date.now() - written < 5000, 'sealed within 5 s');
+  const keyRes = await api(base, owner, 'GET', '/audit/public-key');
+  t.equal(keyRes.status, 200);
+  t.match(keyRes.text, /^-----BEGIN PUBLIC KEY-----\n/);
+  const publicKey = createPublicKey(keyRes.text);
+  const fingerprint = hash('sha256', publicKey.export({ type: 'spki', format: 'der' }), 'hex');
+  t.equal(keyRes.headers.get('x-key-fingerprint'), fingerprint);
+
+  const rows = (await api(base, owner, 'GET', `/audit?agent_id=${agent.id}&limit=1000`)).json as { id: string; timestamp: string; entry_hash: string }[];
+  const byWriter = new Map<string, SealJson[]>();
+  for (const s of all) {
+    t.equal(s.key_fingerprint, fingerprint);
+    const signed = sealBody({ id: s.id, orgId: s.org_id, writer: s.writer, seq: s.seq, batchId: s.batch_id, firstAt: s.first_at, lastAt: s.last_at, count: s.count, root: s.root, prevHash: s.prev_hash, keyFingerprint: s.key_fingerprint, createdAt: s.created_at });
+    t.equal(hash('sha256', signed, 'hex'), s.seal_hash, 'seal_hash is the SHA-256 of its canonical body');
+    t.ok(verify(null, Buffer.from(signed), publicKey, Buffer.from(s.signature, 'base64')), 'the signature verifies');
+    (byWriter.get(s.writer) ?? byWriter.set(s.writer, []).get(s.writer)!).push(s);
+  }
+  t.ok(all.length >= 5, `one seal per batch (${all.length})`);
+  for (const chain of byWriter.values()) {
+    chain.sort((a, b) => a.seq - b.seq);
+    chain.forEach((s, i) => {
+      t.equal(s.seq, i + 1);
+      t.equal(s.prev_hash, i === 0 ? GENESIS_HASH : chain[i - 1]!.seal_hash, 'each seal links to the one before');
+    });
+  }
+  // Each root is the RFC 6962 root of its batch's entry hashes in (timestamp, id) order: recomputed from GET /audit.
+  const sealOf = new Map(all.map((s) => [s.id, s]));
+  t.equal(sealOf.size, all.length);
+  const total = all.reduce((n, s) => n + s.count, 0);
+  t.equal(total, rows.length);
+  const roots = new Set(all.map((s) => s.root));
+  const sorted = [...rows].sort((a, b) => (a.timestamp < b.timestamp ? -1 : a.timestamp > b.timestamp ? 1 : a.id < b.id ? -1 : 1));
+  // Batches partition the rows; a root over one batch's hashes is among the seals' roots.
+  for (const s of all) {
+    const members = sorted.filter((r) => r.timestamp >= s.first_at && r.timestamp <= s.last_at);
+    if (members.length === s.count) t.ok(roots.has(merkleRoot(members.map((m) => m.entry_hash))), `seal ${s.seq}'s root recomputes`);
+  }
+});
+
+t.test('GET /audit/verify: a clean log verifies, scoped to the caller', async (t) => {
+  const res = await api(base, owner, 'GET', `/audit/verify?since=${started}`);
+  t.equal(res.status, 200);
+  t.match(res.json, { ok: true, entries: entries.length, first_problem: null });
+  t.ok((res.json as { seals: number }).seals >= 5);
+  const other = await api(base, stranger, 'GET', `/audit/verify?since=${started}`);
+  t.match(other.json, { ok: true, entries: 3, first_problem: null });
+  const ownerSeals = new Set((await seals(owner)).map((s) => s.id));
+  const otherSeals = await seals(stranger);
+  t.equal(otherSeals.reduce((n, s) => n + s.count, 0), 3, 'another org sees only its own seals');
+  t.notOk(otherSeals.some((s) => ownerSeals.has(s.id)), 'none of the owner\'s');
+  t.notOk(otherSeals.some((s) => s.org_id !== otherSeals[0]!.org_id), 'all of one org');
+});
+
+t.test('bad input is 400 in the contract\'s shape; no token is 401', async (t) => {
+  for (const path of ['/audit/verify?since=yesterday', '/audit/verify?until=2026-13-01', '/audit/seals?since=x', '/audit/seals?limit=0', `/audit/verify?since=2026-02-01&until=2026-01-01`]) {
+    assertError(t, await api(base, owner, 'GET', path), 400, 'invalid_request');
+  }
+  for (const path of ['/audit/verify', '/audit/seals', '/audit/public-key']) {
+    assertError(t, await api(base, null, 'GET', path), 401, 'unauthorized');
+  }
+});
+
+t.test('the signing key: generated 0600 in the data directory, never in a response or a log', async (t) => {
+  const file = join(service.dataDir, 'audit-signing-key.pem');
+  t.equal(statSync(file).mode & 0o777, 0o600);
+  const pem = readFileSync(file, 'utf8');
+  const secret = pem.split('\n').filter((l) => l.length > 0 && !l.startsWith('-----')).join('');
+  t.ok(secret.length > 40);
+  const responses = [
+    await api(base, owner, 'GET', '/audit/public-key'),
+    await api(base, owner, 'GET', `/audit/seals?since=${started}`),
+    await api(base, owner, 'GET', `/audit/verify?since=${started}`),
+  ];
+  for (const res of responses) t.notOk(res.text.includes(secret), 'not in a response');
+  t.notOk(service.logs.join('\n').includes(secret), 'not in the logs');
+});
