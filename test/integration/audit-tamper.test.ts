@@ -1,0 +1,172 @@
+// Tampering with the audit log, in real processes: the service writes sealed
+// entries for one org per kind of tampering, is stopped, the embedded store is
+// changed directly through chDB (a ClickHouse HTTP stand-in over the service's
+// own data directory), the service is started again, and GET /audit/verify must
+// name each change. The offline `verify-audit` command must agree.
+import { spawn } from 'node:child_process';
+import { createHash, randomUUID } from 'node:crypto';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { createClient } from '@clickhouse/client';
+import canonicalize from 'canonicalize';
+import t from 'tap';
+import { spawnClickHouseHttpServer } from '../support/clickhouse-http-server.js';
+import { api, createAgent, signup, TLS_DIR, type Session } from '../support/service.js';
+import { spawnService, type SpawnedService } from '../support/spawn-service.js';
+
+const ROOT = fileURLToPath(new URL('../../', import.meta.url));
+const dir = mkdtempSync(join(tmpdir(), 'tcg-tamper-'));
+const env = {
+  DATA_DIR: dir,
+  PORT: '0',
+  AUDIT_BATCH_MS: '20',
+  GUARD_ALLOW_TARGETS: '127.0.0.1',
+  NODE_EXTRA_CA_CERTS: join(TLS_DIR, 'ca.crt'),
+};
+let service: SpawnedService = await spawnService('all-in-one', env);
+t.teardown(async () => {
+  await service.stop();
+  rmSync(dir, { recursive: true, force: true });
+});
+const since = new Date(Date.now() - 60_000).toISOString();
+
+interface Entry { id: string; timestamp: string; entry_hash: string; [k: string]: unknown }
+interface SealJson { id: string; seq: number; batch_id: string; first_at: string; last_at: string; root: string }
+
+const KINDS = ['clean', 'edited', 'removed', 'reordered', 'added', 'seal_removed', 'seal_altered', 'truncated'] as const;
+type Kind = (typeof KINDS)[number];
+const orgs = new Map<Kind, { session: Session; orgId: string; entries: Entry[]; seals: SealJson[] }>();
+
+/** Three batches an org: each three concurrent writes (with distinct timestamps), the batches one after another. */
+for (const kind of KINDS) {
+  const session = await signup(service.url);
+  const agent = await createAgent(service.url, session, `agent-${kind}`);
+  for (let batch = 0; batch < 3; batch++) {
+    await Promise.all([0, 1, 2].map(async (i) => {
+      await new Promise((r) => setTimeout(r, i * 3));
+      const res = await api(service.url, session, 'POST', '/audit', { agent_id: agent.id, tool_name: 'api.example.com', action: 'POST', decision: 'allowed', reasoning: `${kind} ${batch}.${i}` });
+      if (res.status !== 201) throw new Error(`POST /audit ${res.status}`);
+    }));
+  }
+  orgs.set(kind, { session, orgId: '', entries: [], seals: [] });
+}
+
+async function verify(kind: Kind): Promise<{ ok: boolean; entries: number; first_problem: { reason: string; audit_id?: string; seal_id?: string } | null }> {
+  const res = await api(service.url, orgs.get(kind)!.session, 'GET', `/audit/verify?since=${since}`);
+  if (res.status !== 200) throw new Error(`GET /audit/verify ${res.status} ${res.text}`);
+  return res.json as never;
+}
+
+t.test('before any tampering every org verifies', async (t) => {
+  await new Promise((r) => setTimeout(r, 300));
+  for (const [kind, org] of orgs) {
+    org.entries = (await api(service.url, org.session, 'GET', '/audit?limit=100')).json as Entry[];
+    org.orgId = (await api(service.url, org.session, 'GET', `/audit/seals?since=${since}`)).json[0].org_id as string;
+    org.seals = ((await api(service.url, org.session, 'GET', `/audit/seals?since=${since}`)).json as SealJson[]).sort((a, b) => a.seq - b.seq);
+    t.equal(org.entries.length, 9, `${kind}: nine entries`);
+    t.ok(org.seals.length >= 2, `${kind}: sealed in more than one batch (${org.seals.length})`);
+    t.match(await verify(kind), { ok: true, entries: 9, first_problem: null }, kind);
+  }
+});
+
+/** The entry's hash as the contract defines it, from its API JSON. */
+function hashOf(entry: Entry): string {
+  const { entry_hash: _, ...rest } = entry;
+  return createHash('sha256').update(canonicalize(rest)!).digest('hex');
+}
+
+const ch = (iso: string) => iso.replace('T', ' ').replace('Z', '');
+const expected = new Map<Kind, { reason: string; audit_id?: string; seal_id?: string }>();
+
+t.test('tampering through chDB while the service is stopped', async (t) => {
+  t.equal(await service.stop(), 0);
+  const server = await spawnClickHouseHttpServer({ dataDir: join(dir, 'chdb') });
+  const client = createClient({ url: server.url });
+  const run = (query: string) => client.command({ query, clickhouse_settings: { mutations_sync: '2' } });
+  try {
+    const org = (kind: Kind) => orgs.get(kind)!;
+    // In a seal's batch: entries whose timestamps fall in the seal's range (each batch's are disjoint here).
+    const batchOf = (kind: Kind, seal: SealJson) => org(kind).entries.filter((e) => e.timestamp >= seal.first_at && e.timestamp <= seal.last_at);
+
+    const edited = org('edited').entries[4]!;
+    await run(`ALTER TABLE audit_log UPDATE reasoning = 'nothing to see' WHERE id = '${edited.id}'`);
+    expected.set('edited', { reason: 'entry_edited', audit_id: edited.id });
+
+    const removedSeal = org('removed').seals[1]!;
+    await run(`ALTER TABLE audit_log DELETE WHERE id = '${batchOf('removed', removedSeal)[0]!.id}'`);
+    expected.set('removed', { reason: 'entry_removed', seal_id: removedSeal.id });
+
+    // Two entries of one batch swap timestamps, each re-hashed to match: every
+    // entry is self-consistent, but the batch is not the sequence that was sealed.
+    const reorderSeal = org('reordered').seals.find((s) => new Set(batchOf('reordered', s).map((e) => e.timestamp)).size >= 2)!;
+    const [a, b] = batchOf('reordered', reorderSeal).filter((e, i, all) => all.findIndex((x) => x.timestamp === e.timestamp) === i);
+    for (const [entry, other] of [[a!, b!], [b!, a!]] as const) {
+      const moved = { ...entry, timestamp: other.timestamp };
+      await run(`INSERT INTO audit_log SELECT * REPLACE (toDateTime64('${ch(other.timestamp)}', 3, 'UTC') AS timestamp, '${hashOf(moved)}' AS entry_hash) FROM (SELECT * FROM audit_log WHERE id = '${entry.id}' AND entry_hash = '${entry.entry_hash}')`);
+      await run(`ALTER TABLE audit_log DELETE WHERE id = '${entry.id}' AND entry_hash = '${entry.entry_hash}'`);
+    }
+    expected.set('reordered', { reason: 'root_mismatch', seal_id: reorderSeal.id });
+
+    // A forged entry, well-formed and hashed, slipped into a sealed batch.
+    const source = org('added').entries[0]!;
+    const forged = { ...source, id: randomUUID(), reasoning: 'forged' };
+    await run(`INSERT INTO audit_log SELECT * REPLACE ('${forged.id}' AS id, 'forged' AS reasoning, '${hashOf(forged)}' AS entry_hash) FROM (SELECT * FROM audit_log WHERE id = '${source.id}')`);
+    const addedSeal = org('added').seals.find((s) => batchOf('added', s).some((e) => e.id === source.id))!;
+    expected.set('added', { reason: 'entry_added', seal_id: addedSeal.id });
+
+    const middle = org('seal_removed').seals[1]!;
+    await run(`ALTER TABLE audit_seals DELETE WHERE id = '${middle.id}'`);
+    expected.set('seal_removed', { reason: 'seal_removed', seal_id: org('seal_removed').seals[2]!.id });
+
+    const altered = org('seal_altered').seals[0]!;
+    await run(`ALTER TABLE audit_seals UPDATE root = '${'0'.repeat(64)}' WHERE id = '${altered.id}'`);
+    expected.set('seal_altered', { reason: 'seal_altered', seal_id: altered.id });
+
+    // The newest seal and its entries go, leaving a chain that verifies link by link.
+    const last = org('truncated').seals[org('truncated').seals.length - 1]!;
+    await run(`ALTER TABLE audit_log DELETE WHERE batch_id = '${last.batch_id}'`);
+    await run(`ALTER TABLE audit_seals DELETE WHERE id = '${last.id}'`);
+    expected.set('truncated', { reason: 'tail_truncated' });
+    t.pass('tampered');
+  } finally {
+    await client.close();
+    await server.kill('SIGTERM');
+  }
+  service = await spawnService('all-in-one', env);
+});
+
+t.test('GET /audit/verify names each change; the clean org still verifies', async (t) => {
+  t.match(await verify('clean'), { ok: true, first_problem: null }, 'clean');
+  for (const [kind, problem] of expected) {
+    const result = await verify(kind);
+    t.equal(result.ok, false, `${kind}: not ok`);
+    t.strictSame(result.first_problem && { reason: result.first_problem.reason, ...(problem.audit_id ? { audit_id: result.first_problem.audit_id } : {}), ...(problem.seal_id ? { seal_id: result.first_problem.seal_id } : {}) }, problem, `${kind}: ${JSON.stringify(result.first_problem)}`);
+  }
+});
+
+t.test('npm run verify-audit agrees, offline, and exits 1 on a problem', async (t) => {
+  t.equal(await service.stop(), 0);
+  const offline = (args: string[]) => new Promise<{ code: number | null; lines: Record<string, unknown>[]; stderr: string }>((resolve) => {
+    const child = spawn(process.execPath, [...process.execArgv, join(ROOT, 'server/verify-audit.ts'), ...args], { env: { PATH: process.env.PATH ?? '', DATA_DIR: dir }, stdio: ['ignore', 'pipe', 'pipe'] });
+    let out = '';
+    let err = '';
+    child.stdout.setEncoding('utf8').on('data', (c: string) => (out += c));
+    child.stderr.setEncoding('utf8').on('data', (c: string) => (err += c));
+    child.on('close', (code) => resolve({ code, lines: out.trim().split('\n').filter(Boolean).map((l) => JSON.parse(l) as Record<string, unknown>), stderr: err }));
+  });
+  const all = await offline([]);
+  t.equal(all.code, 1, `exit 1 (${all.stderr})`);
+  const summary = all.lines[all.lines.length - 1]!;
+  t.match(summary, { failed: expected.size });
+  for (const [kind, problem] of expected) {
+    const orgId = orgs.get(kind)!.orgId;
+    const line = all.lines.find((l) => l.org_id === orgId) as { first_problem: { reason: string } } | undefined;
+    t.equal(line?.first_problem.reason, problem.reason, `${kind} offline`);
+  }
+  const clean = await offline(['--org', orgs.get('clean')!.orgId]);
+  t.equal(clean.code, 0, 'a clean org exits 0');
+  t.match(clean.lines[0], { ok: true, entries: 9 });
+  service = await spawnService('all-in-one', env);
+});
