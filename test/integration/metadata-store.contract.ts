@@ -541,6 +541,22 @@ export function metadataStoreContract(t: TapTest, name: string, stores: Contract
     t.same(await store.listApprovals(orgA, { status: 'pending', limit: 10 }), []);
   });
 
+  t.test(`${name}: audit chain heads move only forward, one per (org, writer), and are read per org`, async (t) => {
+    const store = await storeFor(t);
+    const { orgA, orgB } = await twoOrgs(store);
+    const head = (orgId: string, writer: string, seq: number) => ({ org_id: orgId, writer, seq, seal_hash: `${'a'.repeat(60)}${String(seq).padStart(4, '0')}`, at: new Date().toISOString() });
+    const w1 = randomUUID();
+    const w2 = randomUUID();
+    await store.recordSealHeads([head(orgA, w1, 1), head(orgA, w2, 4), head(orgB, w1, 2)]);
+    await store.recordSealHeads([head(orgA, w1, 3)]);
+    await store.recordSealHeads([head(orgA, w1, 2), head(orgA, w2, 4)]);
+    const sorted = (orgId: string) => store.listSealHeads(orgId).then((heads) => heads.sort((a, b) => (a.writer < b.writer ? -1 : 1)));
+    const expected = [{ writer: w1, seq: 3, sealHash: head(orgA, w1, 3).seal_hash }, { writer: w2, seq: 4, sealHash: head(orgA, w2, 4).seal_hash }].sort((a, b) => (a.writer < b.writer ? -1 : 1));
+    t.same(await sorted(orgA), expected, 'the highest seq of each chain; an older head does not move it back');
+    t.same(await sorted(orgB), [{ writer: w1, seq: 2, sealHash: head(orgB, w1, 2).seal_hash }], 'another org has its own');
+    t.same(await store.listSealHeads(randomUUID()), []);
+  });
+
   t.test(`${name}: a store that cannot be reached rejects with StoreUnavailableError, not the driver's error`, async (t) => {
     const err = await rejectionOf(
       (async () => {

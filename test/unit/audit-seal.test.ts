@@ -1,0 +1,117 @@
+// Seals (shared/audit/seal.ts): the RFC 6962 Merkle tree hash against the RFC's
+// recursive definition, the fields a seal reads from an encoded row, a batch body
+// split into rows and seal lines, and chained, signed seals.
+import { createHash, generateKeyPairSync, randomUUID, verify } from 'node:crypto';
+import fc from 'fast-check';
+import t from 'tap';
+import { countEncodedRows, encodeAuditRow } from '../../shared/audit/audit-codec.js';
+import { entryHash } from '../../shared/audit/entry-json.js';
+import {
+  encodeSealLine,
+  GENESIS_HASH,
+  merkleRoot,
+  sealBody,
+  sealedFields,
+  Sealer,
+  sealHeadsOf,
+  SEAL_LINE_PREFIX,
+  signingKeyFromPem,
+  splitBatchBody,
+} from '../../shared/audit/seal.js';
+import { auditRecord } from '../support/audit-records.js';
+
+const sha = (...parts: Buffer[]) => createHash('sha256').update(Buffer.concat(parts)).digest();
+
+/** RFC 6962 §2.1, as written: MTH(D[n]) = SHA-256(0x01 || MTH(D[0:k]) || MTH(D[k:n])), k the largest power of two < n. */
+function reference(leaves: Buffer[]): Buffer {
+  if (leaves.length === 0) return sha();
+  if (leaves.length === 1) return sha(Buffer.from([0]), leaves[0]!);
+  let k = 1;
+  while (k * 2 < leaves.length) k *= 2;
+  return sha(Buffer.from([1]), reference(leaves.slice(0, k)), reference(leaves.slice(k)));
+}
+
+t.test('merkleRoot is RFC 6962\'s tree hash, for every size from 0 to 70 and random leaves', async (t) => {
+  t.equal(merkleRoot([]), 'e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855', 'the empty tree: SHA-256 of nothing');
+  const leaves = Array.from({ length: 70 }, (_, i) => createHash('sha256').update(`leaf ${i}`).digest('hex'));
+  for (let n = 0; n <= 70; n++) {
+    t.equal(merkleRoot(leaves.slice(0, n)), reference(leaves.slice(0, n).map((h) => Buffer.from(h, 'hex'))).toString('hex'), `${n} leaves`);
+  }
+  fc.assert(fc.property(fc.array(fc.uint8Array({ minLength: 32, maxLength: 32 }), { maxLength: 40 }), (raw) => {
+    const hex = raw.map((b) => Buffer.from(b).toString('hex'));
+    return merkleRoot(hex) === reference(raw.map((b) => Buffer.from(b))).toString('hex');
+  }));
+  t.not(merkleRoot([leaves[0]!, leaves[1]!]), merkleRoot([leaves[1]!, leaves[0]!]), 'order matters');
+});
+
+t.test('a row line gives the sealer its id, timestamp, org, entry hash and batch id; an older line gives nothing', async (t) => {
+  const record = auditRecord(randomUUID(), { reasoning: 'tab\there\nnewline', output: 'x'.repeat(70_000) });
+  const batch = randomUUID();
+  const line = encodeAuditRow(record, batch);
+  t.strictSame(sealedFields(line), {
+    id: record.id,
+    at: record.timestamp.slice(0, 23).replace('T', ' '),
+    orgId: record.orgId,
+    entryHash: entryHash(record),
+    batchId: batch,
+  });
+  t.equal(sealedFields(encodeAuditRow(record)), null, 'no batch id: unsealed');
+  // A line as the version before seals wrote it: no batch_id column at all.
+  t.equal(sealedFields(line.slice(0, line.lastIndexOf('\t')) + '\n'), null, 'an earlier version\'s line');
+  t.equal(sealedFields('garbage\n'), null);
+});
+
+const key = signingKeyFromPem(generateKeyPairSync('ed25519').privateKey.export({ type: 'pkcs8', format: 'pem' }).toString());
+
+t.test('a sealer makes one seal per org per batch, chained per org, signed, over the batch in (timestamp, id) order', async (t) => {
+  const sealer = new Sealer(key);
+  const [orgA, orgB] = [randomUUID(), randomUUID()];
+  const batch = randomUUID();
+  const records = [
+    auditRecord(orgA, { timestamp: '2026-11-24T10:00:00.002Z' }),
+    auditRecord(orgB, { timestamp: '2026-11-24T10:00:00.001Z' }),
+    auditRecord(orgA, { timestamp: '2026-11-24T10:00:00.001Z' }),
+    auditRecord(orgA, { timestamp: '2026-11-24T10:00:00.001Z' }),
+  ];
+  const lines = records.map((r) => encodeAuditRow(r, batch));
+  const first = sealer.sealLines(lines);
+  t.equal(first.seals.length, 2, 'one seal per org');
+  const a = first.seals.find((s) => s.orgId === orgA)!;
+  const inOrder = records.filter((r) => r.orgId === orgA).sort((x, y) => (x.timestamp < y.timestamp ? -1 : x.timestamp > y.timestamp ? 1 : x.id < y.id ? -1 : 1));
+  t.match(a, { seq: 1, prevHash: GENESIS_HASH, batchId: batch, count: 3, firstAt: '2026-11-24T10:00:00.001Z', lastAt: '2026-11-24T10:00:00.002Z', keyFingerprint: key.fingerprint, writer: sealer.writer });
+  t.equal(a.root, merkleRoot(inOrder.map(entryHash)), 'the root over (timestamp, id) order');
+  const body = sealBody(a);
+  t.equal(a.sealHash, createHash('sha256').update(body).digest('hex'));
+  t.ok(verify(null, Buffer.from(body), key.publicKey, Buffer.from(a.signature, 'base64')), 'signed');
+  t.strictSame(Object.keys(JSON.parse(body)), [...Object.keys(JSON.parse(body))].sort(), 'canonical: keys sorted');
+
+  const second = sealer.sealLines([encodeAuditRow(auditRecord(orgA), randomUUID())]);
+  t.match(second.seals[0], { seq: 2, prevHash: a.sealHash }, 'the next seal of the org links to the last');
+  t.equal(sealer.sealLines([encodeAuditRow(auditRecord(orgA))]).seals.length, 0, 'rows without a batch id are not sealed');
+});
+
+t.test('a batch body: rows, then seal lines; split, counted and read for chain heads', async (t) => {
+  const sealer = new Sealer(key);
+  const org = randomUUID();
+  const rows = [0, 1, 2].map(() => encodeAuditRow(auditRecord(org), 'b4c0ffee-0000-4000-8000-000000000000'));
+  const { lines, seals } = sealer.sealLines(rows);
+  t.ok(lines.every((l) => l.startsWith(SEAL_LINE_PREFIX) && l.endsWith('\n')));
+  const body = rows.join('') + lines.join('');
+  t.equal(countEncodedRows(body), 3, 'seal lines are not records');
+  t.equal(countEncodedRows(rows.join('')), 3);
+  t.equal(countEncodedRows(lines.join('')), 0);
+  const split = splitBatchBody(body);
+  t.equal(split.rows, rows.join(''));
+  t.equal(split.seals, encodeSealLine(seals[0]!).slice(SEAL_LINE_PREFIX.length));
+  t.strictSame(splitBatchBody(rows.join('')), { rows: rows.join(''), seals: '' });
+  t.match(sealHeadsOf(body), [{ org_id: org, writer: sealer.writer, seq: 1, seal_hash: seals[0]!.sealHash }]);
+  t.strictSame(sealHeadsOf(rows.join('')), []);
+});
+
+t.test('a signing key must be an Ed25519 PKCS#8 PEM; the message never repeats it', async (t) => {
+  t.throws(() => signingKeyFromPem('not a key'), /not a PKCS#8 PEM/);
+  const rsa = generateKeyPairSync('rsa', { modulusLength: 1024 }).privateKey.export({ type: 'pkcs8', format: 'pem' }).toString();
+  t.throws(() => signingKeyFromPem(rsa), /must be an Ed25519 key/);
+  t.match(key.publicPem, /^-----BEGIN PUBLIC KEY-----/);
+  t.match(key.fingerprint, /^[0-9a-f]{64}$/);
+});
