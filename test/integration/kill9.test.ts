@@ -9,7 +9,7 @@ import { join } from 'node:path';
 import t, { type Test } from 'tap';
 import { eventually } from '../support/eventually.js';
 import { assertAuditedOnce, auditRequestIds, startLoad } from '../support/load.js';
-import { auditTotal, createAgent, login, signup, TLS_DIR, type Session } from '../support/service.js';
+import { api, auditTotal, createAgent, login, signup, TLS_DIR, type Session } from '../support/service.js';
 import { spawnService, type SpawnedService } from '../support/spawn-service.js';
 import { splitModeEnv } from '../support/split-mode.js';
 import { startUpstream } from '../support/upstream.js';
@@ -38,6 +38,13 @@ async function settledIds(url: string, session: Session, agentId: string, expect
   }
 }
 
+/** Every entry, those recovered from the journal included, is sealed and verifies. */
+async function assertVerifies(t: Test, url: string, session: Session, answered: number): Promise<void> {
+  const since = new Date(Date.now() - 10 * 60_000).toISOString();
+  const res = await api(url, session, 'GET', `/audit/verify?since=${since}`);
+  t.match(res.json, { ok: true, entries: answered, pending: 0, first_problem: null }, `the log verifies after the kill (${res.text})`);
+}
+
 /** 1.5 s of load on the agent through `service`, then kill -9: the request ids the clients saw answered. */
 async function answeredBeforeKill(t: Test, service: SpawnedService, apiKey: string): Promise<string[]> {
   const load = startLoad(`${service.url}/proxy/${apiKey}/${upstream.authority}/json`);
@@ -57,7 +64,9 @@ t.test('all-in-one: kill -9 under load, restart on the same data: every answered
   const answered = await answeredBeforeKill(t, service, agent.api_key);
 
   const again = await spawnService('all-in-one', env);
-  assertAuditedOnce(t, await settledIds(again.url, await login(again.url, owner.email), agent.id, answered.length), answered);
+  const session = await login(again.url, owner.email);
+  assertAuditedOnce(t, await settledIds(again.url, session, agent.id, answered.length), answered);
+  await assertVerifies(t, again.url, session, answered.length);
   t.equal(await again.stop(), 0);
 });
 
@@ -74,4 +83,5 @@ t.test('split mode: a proxy killed with -9 under load replays its journal on res
   const again = await spawnService('proxy', proxyEnv);
   t.teardown(() => again.stop());
   assertAuditedOnce(t, await settledIds(admin.url, owner, agent.id, answered.length), answered);
+  await assertVerifies(t, admin.url, owner, answered.length);
 });
