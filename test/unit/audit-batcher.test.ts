@@ -2,7 +2,7 @@
 // stand-in, which goes down and comes back on demand (test/support/audit-store-on-demand.ts),
 // and a real spool in a fresh directory per test. Every test writes to an org of
 // its own and counts only that org's rows.
-import { randomUUID } from 'node:crypto';
+import { generateKeyPairSync, randomUUID } from 'node:crypto';
 import { mkdirSync, mkdtempSync, readdirSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -11,6 +11,7 @@ import t, { type Test } from 'tap';
 import { countEncodedRows, parseSpoolFileName } from '../../shared/audit/audit-codec.js';
 import { AuditBatcher, type AuditBatcherOptions } from '../../shared/audit/audit-batcher.js';
 import { AuditSpool } from '../../shared/audit/audit-spool.js';
+import { Sealer, signingKeyFromPem } from '../../shared/audit/seal.js';
 import { auditRecord } from '../support/audit-records.js';
 import { openAuditStoreOnDemand } from '../support/audit-store-on-demand.js';
 import { eventually } from '../support/eventually.js';
@@ -101,6 +102,30 @@ t.test('a replay of a batch whose acknowledgement was lost writes no row twice',
   t.equal(attempts.length, 2, 'written once, replayed once');
   t.equal(attempts[1]?.token, attempts[0]?.token, 'the replay reused the token');
   t.equal(await store.count(org), 4, 'the store dropped the replayed copy');
+});
+
+t.test('with a sealer, a batch and its seals are spooled together and replayed once, after a lost acknowledgement too', async (t) => {
+  const sealer = new Sealer(signingKeyFromPem(generateKeyPairSync('ed25519').privateKey.export({ type: 'pkcs8', format: 'pem' }).toString()));
+  const bodies: string[] = [];
+  const { batcher } = batcherFor(t, { maxRows: 3, maxDelayMs: 60_000, maxQueued: 100, spool: AuditSpool.open(spoolDir(t), 1 << 20), sealer, onBodyWritten: (body) => bodies.push(body) });
+  const [orgA, orgB] = [randomUUID(), randomUUID()];
+  audit.down();
+  batcher.enqueue(auditRecord(orgA));
+  batcher.enqueue(auditRecord(orgB));
+  batcher.enqueue(auditRecord(orgA));
+  await eventually(async () => (batcher.spooledBatches === 1 && batcher.pending === 0 ? true : undefined));
+  audit.loseNextAcknowledgement();
+  audit.up();
+  await eventually(async () => (batcher.stats.replayed === 3 && batcher.spooledBatches === 0 ? true : undefined), 10_000);
+  const [sealsA, sealsB] = [await store.listSeals(orgA), await store.listSeals(orgB)];
+  t.match(sealsA, [{ seq: 1, count: 2, writer: sealer.writer }], 'one seal for org A, written once');
+  t.match(sealsB, [{ seq: 1, count: 1 }], 'one for org B');
+  t.equal(await store.count(orgA), 2);
+  t.equal(sealsA[0]!.batchId, sealsB[0]!.batchId, 'both name the one batch');
+  t.equal(bodies.length, 1, 'the written body is reported once, for its chain heads');
+  enqueue(batcher, orgA, 3);
+  await eventually(async () => ((await store.listSeals(orgA)).length === 2 ? true : undefined));
+  t.match((await store.listSeals(orgA))[1], { seq: 2, prevHash: sealsA[0]!.sealHash }, 'the next batch\'s seal links to it');
 });
 
 t.test('a batch neither the store nor the spool takes stays in memory and is retried', async (t) => {
