@@ -20,10 +20,9 @@
 // when older than the org's first seal, `entry_added` otherwise.
 import { verify as verifySignature, type KeyObject } from 'node:crypto';
 import { hash } from 'node:crypto';
-import type { AuditStore } from '../stores/audit-store.js';
-import type { AuditRecord } from '../types.js';
+import type { AuditStore, EntryRef, VerifyGroup } from '../stores/audit-store.js';
 import { entryHash } from './entry-json.js';
-import { byTimeThenId, GENESIS_HASH, merkleRoot, sealBody, type Seal } from './seal.js';
+import { GENESIS_HASH, merkleRootOfLeaves, sealBody, type Seal } from './seal.js';
 
 export type ProblemReason =
   | 'entry_edited'
@@ -79,14 +78,13 @@ export interface VerifyOptions {
   pageRows?: number;
 }
 
+/** Candidate mismatches read back in full per query, at most. */
+const RECHECK_CHUNK = 1000;
+
 /** A batch is sealed when it closes (at most AUDIT_BATCH_MS after its first row) and lands with its rows; this covers a slow insert too. */
 export const SEAL_GRACE_MS = 60_000;
 
-interface Leaf {
-  at: string;
-  id: string;
-  hash: string;
-}
+
 
 export async function verifyAudit(store: AuditStore, orgId: string, options: VerifyOptions): Promise<VerifyResult> {
   const now = options.now ?? new Date();
@@ -116,60 +114,87 @@ export async function verifyAudit(store: AuditStore, orgId: string, options: Ver
     else list.push(s);
   }
   const firstSealAt = seals.reduce((min, s) => Math.min(min, Date.parse(s.createdAt)), Infinity);
-  const leaves = new Map<string, Leaf[]>();
-  let entries = 0;
-  let pending = 0;
-  let legacy = 0;
-  await store.scanEntries(orgId, new Date(from), new Date(to), (rows: AuditRecord[]) => {
-    for (const r of rows) {
-      const t = Date.parse(r.timestamp);
-      const inWindow = t >= since && t < until;
-      if (inWindow) entries++;
-      const stored = r.entryHash ?? null;
-      if (stored === null) {
-        if (t < firstSealAt) {
-          if (inWindow) legacy++;
-        } else if (inWindow) {
-          report({ reason: 'entry_added', auditId: r.id, at: r.timestamp, detail: 'The entry has no entry_hash but is newer than the first seal.' });
-        }
-        continue;
-      }
-      if (entryHash(r) !== stored) {
-        report({ reason: 'entry_edited', auditId: r.id, at: r.timestamp, detail: 'The entry\'s fields do not hash to its entry_hash.' });
-      }
-      const batch = r.batchId ?? '';
-      const sealsOfBatch = byBatch.get(batch);
-      if (sealsOfBatch === undefined) {
-        if (!inWindow) continue;
-        if (now.getTime() - t < graceMs) pending++;
-        else report({ reason: 'entry_added', auditId: r.id, at: r.timestamp, detail: 'No seal covers the entry\'s batch.' });
-        continue;
-      }
-      if (sealsOfBatch.some((s) => r.timestamp < s.firstAt || r.timestamp > s.lastAt)) {
-        report({ reason: 'entry_added', auditId: r.id, at: r.timestamp, sealId: sealsOfBatch[0]!.id, detail: 'The entry lies outside the time range of the seal of its batch.' });
-      }
-      let list = leaves.get(batch);
-      if (list === undefined) leaves.set(batch, (list = []));
-      list.push({ at: r.timestamp, id: r.id, hash: stored });
+  // Batches merged across pages: pages are time slices in order, so each page's
+  // sorted leaves continue the last's.
+  const groups = new Map<string | null, VerifyGroup>();
+  await store.verifyGroups(orgId, {
+    from: new Date(from),
+    to: new Date(to),
+    since: options.since,
+    until: options.until,
+    legacyBefore: new Date(Number.isFinite(firstSealAt) ? firstSealAt : now.getTime() + 1),
+    graceFrom: new Date(now.getTime() - graceMs),
+  }, (page) => {
+    for (const g of page) {
+      const known = groups.get(g.batchId);
+      groups.set(g.batchId, known === undefined ? g : mergeGroups(known, g));
     }
   }, options.pageRows);
 
-  for (const s of meeting) {
-    const list = leaves.get(s.batchId) ?? [];
-    if (list.length < s.count) {
-      report({ reason: 'entry_removed', sealId: s.id, at: s.firstAt, detail: `The seal covers ${s.count} entries; ${list.length} remain.` });
-    } else if (list.length > s.count) {
-      report({ reason: 'entry_added', sealId: s.id, at: s.firstAt, detail: `The seal covers ${s.count} entries; its batch now has ${list.length}.` });
-    } else {
-      list.sort(byTimeThenId);
-      if (merkleRoot(list.map((l) => l.hash)) !== s.root) {
-        report({ reason: 'root_mismatch', sealId: s.id, at: s.firstAt, detail: 'The entries of the seal\'s batch are not the ones it sealed, in that order (replaced, reordered, or edited with their entry_hash).' });
+  let entries = 0;
+  let pending = 0;
+  let legacy = 0;
+  const candidates: string[] = [];
+  for (const g of groups.values()) {
+    entries += g.inWindow;
+    legacy += g.unhashedInWindow;
+    if (g.lateUnhashed !== null) {
+      legacy--;
+      report({ reason: 'entry_added', auditId: g.lateUnhashed.id, at: g.lateUnhashed.timestamp, detail: 'The entry has no entry_hash but is newer than the first seal.' });
+    }
+    candidates.push(...g.mismatched);
+    const sealsOfBatch = g.batchId === null ? undefined : byBatch.get(g.batchId);
+    if (sealsOfBatch === undefined) {
+      pending += g.recentInWindow;
+      if (g.oldInWindow !== null) report({ reason: 'entry_added', auditId: g.oldInWindow.id, at: g.oldInWindow.timestamp, detail: 'No seal covers the entry\'s batch.' });
+      continue;
+    }
+    for (const s of sealsOfBatch) {
+      if (g.first.timestamp < s.firstAt) report({ reason: 'entry_added', auditId: g.first.id, at: g.first.timestamp, sealId: s.id, detail: 'The entry lies before the time range of the seal of its batch.' });
+      if (g.last.timestamp > s.lastAt) report({ reason: 'entry_added', auditId: g.last.id, at: g.last.timestamp, sealId: s.id, detail: 'The entry lies after the time range of the seal of its batch.' });
+    }
+  }
+
+  for (let i = 0; i < candidates.length; i += RECHECK_CHUNK) {
+    const chunk = candidates.slice(i, i + RECHECK_CHUNK);
+    for (const record of await store.entriesByIds(orgId, chunk)) {
+      if (entryHash(record) !== record.entryHash) {
+        report({ reason: 'entry_edited', auditId: record.id, at: record.timestamp, detail: 'The entry\'s fields do not hash to its entry_hash.' });
       }
+    }
+  }
+
+  for (const s of meeting) {
+    const leaves = groups.get(s.batchId)?.leaves ?? [];
+    if (leaves.length < s.count) {
+      report({ reason: 'entry_removed', sealId: s.id, at: s.firstAt, detail: `The seal covers ${s.count} entries; ${leaves.length} remain.` });
+    } else if (leaves.length > s.count) {
+      report({ reason: 'entry_added', sealId: s.id, at: s.firstAt, detail: `The seal covers ${s.count} entries; its batch now has ${leaves.length}.` });
+    } else if (merkleRootOfLeaves(leaves) !== s.root) {
+      report({ reason: 'root_mismatch', sealId: s.id, at: s.firstAt, detail: 'The entries of the seal\'s batch are not the ones it sealed, in that order (replaced, reordered, or edited with their entry_hash).' });
     }
   }
 
   problems.sort((a, b) => (a.at < b.at ? -1 : a.at > b.at ? 1 : 0));
   return { ok: problems.length === 0, entries, seals: meeting.length, pending, legacy, firstProblem: problems[0] ?? null };
+}
+
+/** One batch's group from two consecutive pages. */
+function mergeGroups(a: VerifyGroup, b: VerifyGroup): VerifyGroup {
+  const earliest = (x: EntryRef | null, y: EntryRef | null) => (x === null ? y : y === null ? x : y.timestamp < x.timestamp ? y : x);
+  return {
+    batchId: a.batchId,
+    count: a.count + b.count,
+    inWindow: a.inWindow + b.inWindow,
+    first: a.first,
+    last: b.last,
+    leaves: a.leaves.concat(b.leaves),
+    unhashedInWindow: a.unhashedInWindow + b.unhashedInWindow,
+    lateUnhashed: earliest(a.lateUnhashed, b.lateUnhashed),
+    mismatched: a.mismatched.concat(b.mismatched),
+    recentInWindow: a.recentInWindow + b.recentInWindow,
+    oldInWindow: earliest(a.oldInWindow, b.oldInWindow),
+  };
 }
 
 /** Each seal's hash and signature, then each chain's links and its recorded head. */

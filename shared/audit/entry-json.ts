@@ -64,7 +64,7 @@ export type AuditEntryJson = ReturnType<typeof auditJson>;
  * from '' by its presence column), `n` a safe integer, `b` a boolean, `t` the
  * timestamp.
  */
-type Kind = 's' | 'u' | 'un' | 'sn' | 'on' | 'n' | 'b' | 't';
+export type Kind = 's' | 'u' | 'un' | 'sn' | 'on' | 'n' | 'b' | 't';
 
 /** Every key of auditJson but entry_hash, with its record field: sorted once, below. */
 const HASHED: readonly (readonly [key: keyof AuditEntryJson, field: keyof AuditRecord, kind: Kind])[] = [
@@ -97,7 +97,7 @@ const HASHED: readonly (readonly [key: keyof AuditEntryJson, field: keyof AuditR
 ];
 
 /** RFC 8785 §3.2.3: keys sorted by their UTF-16 code units (all ASCII here). */
-const SORTED = [...HASHED].sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0));
+export const SORTED = [...HASHED].sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0));
 
 const ISO_MS = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z$/;
 

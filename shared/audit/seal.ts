@@ -103,10 +103,19 @@ export function merkleRoot(leaves: readonly string[]): string {
   if (leaves.length === 0) return EMPTY_ROOT;
   const leafInput = Buffer.allocUnsafe(33);
   leafInput[0] = 0;
-  let level: Buffer[] = leaves.map((hex) => {
+  return rootOf(leaves.map((hex) => {
     leafInput.write(hex, 1, 32, 'hex');
     return hash('sha256', leafInput, 'buffer') as unknown as Buffer;
-  });
+  }));
+}
+
+/** The same root from the leaf hashes (base64 SHA-256(0x00 ‖ entry hash)), as the store computes them. */
+export function merkleRootOfLeaves(leafHashes: readonly string[]): string {
+  return leafHashes.length === 0 ? EMPTY_ROOT : rootOf(leafHashes.map((b64) => Buffer.from(b64, 'base64')));
+}
+
+function rootOf(leaves: Buffer[]): string {
+  let level = leaves;
   const nodeInput = Buffer.allocUnsafe(65);
   nodeInput[0] = 1;
   while (level.length > 1) {
@@ -238,14 +247,39 @@ export function decodeSealRow(row: Record<string, string | number>): Seal {
   return seal as unknown as Seal;
 }
 
+/** Where the next seal line at or after `from` starts (a line start), or -1. */
+function nextSealLine(body: string, from: number): number {
+  if (from === 0 && body.startsWith(SEAL_LINE_PREFIX)) return 0;
+  const at = body.indexOf('\n' + SEAL_LINE_PREFIX, from === 0 ? 0 : from - 1);
+  return at === -1 ? -1 : at + 1;
+}
+
 /**
  * Splits a batch body into its rows and its seals' rows (without the prefix),
- * both ready for TabSeparated inserts. Seal lines always follow the rows.
+ * both ready for TabSeparated inserts. A batch's seal lines follow its rows; a
+ * body of several batches (a bulk load) may interleave them, which is read too.
  */
 export function splitBatchBody(body: string): { rows: string; seals: string } {
-  const at = body.startsWith(SEAL_LINE_PREFIX) ? 0 : body.indexOf('\n' + SEAL_LINE_PREFIX) + 1;
-  if (at === 0 && !body.startsWith(SEAL_LINE_PREFIX)) return { rows: body, seals: '' };
-  return { rows: body.slice(0, at), seals: body.slice(at).replaceAll(SEAL_LINE_PREFIX, '') };
+  let at = nextSealLine(body, 0);
+  if (at === -1) return { rows: body, seals: '' };
+  let rows = '';
+  let seals = '';
+  let from = 0;
+  while (at !== -1) {
+    rows += body.slice(from, at);
+    const end = body.indexOf('\n', at) + 1 || body.length;
+    seals += body.slice(at + SEAL_LINE_PREFIX.length, end);
+    from = end;
+    at = nextSealLine(body, from);
+  }
+  return { rows: rows + body.slice(from), seals };
+}
+
+/** How many of a body's lines are seal lines. */
+export function countSealLines(body: string): number {
+  let n = 0;
+  for (let at = nextSealLine(body, 0); at !== -1; at = nextSealLine(body, at + 1)) n++;
+  return n;
 }
 
 /** The chain heads a batch body's seal lines carry: per (org, writer), the highest seq. */

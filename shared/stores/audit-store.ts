@@ -54,6 +54,48 @@ export interface ReplaySample {
   decision: 'allowed' | 'denied';
 }
 
+/** The instants a verification reads with. */
+export interface VerifyScan {
+  /** Entries read: [from, to). */
+  from: Date;
+  to: Date;
+  /** The window verified: [since, until) (inside [from, to)). */
+  since: Date;
+  until: Date;
+  /** Entries without an entry_hash from here on are not legacy. */
+  legacyBefore: Date;
+  /** Entries from here on may not be sealed yet. */
+  graceFrom: Date;
+}
+
+/** An entry named by id and ISO timestamp. */
+export interface EntryRef {
+  id: string;
+  timestamp: string;
+}
+
+/** One batch's entries (in one page), as verification needs them. */
+export interface VerifyGroup {
+  /** null for entries written without one. */
+  batchId: string | null;
+  count: number;
+  inWindow: number;
+  first: EntryRef;
+  last: EntryRef;
+  /** RFC 6962 leaf hashes (base64 SHA-256 of 0x00 and the entry hash: base64 is a third cheaper for the server to write than hex) of the hashed entries, in (timestamp, id) order. */
+  leaves: string[];
+  /** Entries in the window without an entry_hash. */
+  unhashedInWindow: number;
+  /** The earliest of those at or after legacyBefore. */
+  lateUnhashed: EntryRef | null;
+  /** Hashed entries whose fields the store hashed differently than entry_hash (candidates, rechecked). */
+  mismatched: string[];
+  /** Hashed entries in the window from graceFrom on. */
+  recentInWindow: number;
+  /** The earliest hashed entry in the window before graceFrom. */
+  oldInWindow: EntryRef | null;
+}
+
 export interface AuditStore {
   /**
    * Writes rows in one insert. `dedupToken` makes a retried insert of the same
@@ -80,8 +122,15 @@ export interface AuditStore {
   replaySamples(orgId: string, agentId: string, since: Date, until: Date, groups: readonly ReplayGroupKey[], limit: number): Promise<ReplaySample[]>;
   /** The org's seals whose time range meets [since, until) (every seal when no window), by writer, then seq. */
   listSeals(orgId: string, window?: { since: Date; until: Date }): Promise<Seal[]>;
-  /** The org's entries in [since, until), every field, in pages of at most `pageRows` (verification). Resolves with the count. */
-  scanEntries(orgId: string, since: Date, until: Date, onPage: (rows: AuditRecord[]) => void, pageRows?: number): Promise<number>;
+  /**
+   * What verification needs of the org's entries in [scan.from, scan.to),
+   * summed up per batch by the store (hashes recomputed, leaves sorted), in
+   * pages of about `pageRows` entries: time slices of whole minutes, oldest
+   * first, so a batch split across pages continues where it stopped.
+   */
+  verifyGroups(orgId: string, scan: VerifyScan, onPage: (groups: VerifyGroup[]) => void, pageRows?: number): Promise<void>;
+  /** The org's entries with these ids, every field (verification rechecks a candidate mismatch with them). */
+  entriesByIds(orgId: string, ids: readonly string[]): Promise<AuditRecord[]>;
   /** Every org with entries or seals (the offline verifier checks each). */
   orgIds(): Promise<string[]>;
   /** Total rows for the org (tests and the bench's audit check). */

@@ -66,7 +66,8 @@ export async function openAuditStoreWhenReachable(config: Readonly<Config>, onWa
     replaySamples: async (orgId, agentId, since, until, groups, limit) => (await ready()).replaySamples(orgId, agentId, since, until, groups, limit),
     count: async (orgId) => (await ready()).count(orgId),
     listSeals: async (orgId, window) => (await ready()).listSeals(orgId, window),
-    scanEntries: async (orgId, since, until, onPage, pageRows) => (await ready()).scanEntries(orgId, since, until, onPage, pageRows),
+    verifyGroups: async (orgId, scan, onPage, pageRows) => (await ready()).verifyGroups(orgId, scan, onPage, pageRows),
+    entriesByIds: async (orgId, ids) => (await ready()).entriesByIds(orgId, ids),
     orgIds: async () => (await ready()).orgIds(),
     ping: async () => (await ready()).ping(),
     close: async () => {

@@ -6,7 +6,13 @@ import { createPublicKey, hash, verify } from 'node:crypto';
 import { readFileSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 import t from 'tap';
+import { randomUUID } from 'node:crypto';
+import fc from 'fast-check';
+import { entryHash, wellFormed } from '../../shared/audit/entry-json.js';
 import { GENESIS_HASH, merkleRoot, sealBody } from '../../shared/audit/seal.js';
+import type { VerifyGroup } from '../../shared/stores/audit-store.js';
+import type { AuditRecord } from '../../shared/types.js';
+import { auditRecord } from '../support/audit-records.js';
 import { assertError } from '../support/checks.js';
 import { api, createAgent, eventually, signup, startTestService, type Session } from '../support/service.js';
 
@@ -103,6 +109,41 @@ t.test('GET /audit/verify: a clean log verifies, scoped to the caller', async (t
   t.equal(otherSeals.reduce((n, s) => n + s.count, 0), 3, 'another org sees only its own seals');
   t.notOk(otherSeals.some((s) => ownerSeals.has(s.id)), 'none of the owner\'s');
   t.notOk(otherSeals.some((s) => s.org_id !== otherSeals[0]!.org_id), 'all of one org');
+});
+
+t.test('ClickHouse recomputes the entry hash as canonicalEntry does; where its JSON differs the verifier rechecks', async (t) => {
+  const org = randomUUID();
+  const text = fc.string({ unit: 'binary', maxLength: 30 });
+  const records = fc.sample(fc.record({ reasoning: text, toolUrl: text, output: fc.option(text, { nil: null }), mcpTool: fc.option(text, { nil: null }), outputTruncated: fc.boolean(), latencyMs: fc.integer({ min: 0, max: 2 ** 31 }) }), 400)
+    .map((fields) => auditRecord(org, { ...fields, reasoning: wellFormed(fields.reasoning), toolUrl: wellFormed(fields.toolUrl), output: fields.output === null ? null : wellFormed(fields.output), mcpTool: fields.mcpTool === null ? null : wellFormed(fields.mcpTool) }));
+  records.push(auditRecord(org, { reasoning: 'plain / slash "quoted" \\ tab\t é 😀' }), auditRecord(org, { reasoning: 'line\u2028separator' }), auditRecord(org, { reasoning: 'unit\u001fseparator' }));
+  await service.auditStore.insert(records);
+  const groups: VerifyGroup[] = [];
+  const now = new Date(Date.now() + 60_000);
+  await service.auditStore.verifyGroups(org, { from: new Date(0), to: now, since: new Date(0), until: now, legacyBefore: now, graceFrom: now }, (page) => groups.push(...page), 100);
+  t.equal(groups.reduce((n, g) => n + g.count, 0), records.length, 'every row, in groups');
+  t.equal(groups.reduce((n, g) => n + g.leaves.length, 0), records.length, 'a leaf each');
+  const byId = new Map(records.map((r) => [r.id, r]));
+  // ClickHouse's JSON escapes U+2028/U+2029 and writes control characters' hex in upper case; RFC 8785 does neither.
+  const differs = (r: AuditRecord) => [r.reasoning, r.toolUrl, r.output ?? '', r.mcpTool ?? ''].some((v) => /[\u2028\u2029\u0000-\u0007\u000b\u000e-\u001f]/.test(v));
+  const mismatched = groups.flatMap((g) => g.mismatched);
+  t.strictSame(mismatched.filter((id) => !differs(byId.get(id)!)), [], 'the server agrees wherever its JSON is RFC 8785\'s');
+  t.ok(mismatched.length > 0, 'some rows need the recheck');
+  const rechecked = await service.auditStore.entriesByIds(org, mismatched);
+  t.equal(rechecked.length, mismatched.length);
+  for (const record of rechecked) t.equal(entryHash(record), entryHash(byId.get(record.id)!), 'read back in full, it hashes to its entry_hash');
+});
+
+t.test('entries the server\'s JSON spells differently still verify, through the recheck', async (t) => {
+  const from = new Date().toISOString();
+  for (const reasoning of ['line\u2028separator', 'unit\u001fseparator', 'para\u2029graph']) {
+    t.equal((await api(base, owner, 'POST', '/audit', { agent_id: agent.id, tool_name: 'api.example.com', action: 'GET', decision: 'allowed', reasoning })).status, 201);
+  }
+  const result = await eventually(async () => {
+    const res = (await api(base, owner, 'GET', `/audit/verify?since=${from}`)).json as { ok: boolean; entries: number; pending: number };
+    return res.entries === 3 && res.pending === 0 ? res : undefined;
+  });
+  t.match(result, { ok: true, entries: 3, first_problem: null });
 });
 
 t.test('bad input is 400 in the contract\'s shape; no token is 401', async (t) => {

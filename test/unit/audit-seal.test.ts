@@ -106,6 +106,16 @@ t.test('a batch body: rows, then seal lines; split, counted and read for chain h
   t.strictSame(splitBatchBody(rows.join('')), { rows: rows.join(''), seals: '' });
   t.match(sealHeadsOf(body), [{ org_id: org, writer: sealer.writer, seq: 1, seal_hash: seals[0]!.sealHash }]);
   t.strictSame(sealHeadsOf(rows.join('')), []);
+  // Several batches in one body (a bulk load): seal lines between rows are split out too.
+  const more = [0, 1].map(() => encodeAuditRow(auditRecord(org), 'b4c0ffee-0000-4000-8000-000000000001'));
+  const second = sealer.sealLines(more);
+  const interleaved = lines.join('') + body + more.join('') + second.lines.join('');
+  t.equal(countEncodedRows(interleaved), 5);
+  t.strictSame(splitBatchBody(interleaved), {
+    rows: rows.join('') + more.join(''),
+    seals: [...lines, ...lines, ...second.lines].map((l) => l.slice(SEAL_LINE_PREFIX.length)).join(''),
+  });
+  t.match(sealHeadsOf(interleaved), [{ seq: 2 }], 'the chain\'s highest seq');
 });
 
 t.test('a signing key must be an Ed25519 PKCS#8 PEM; the message never repeats it', async (t) => {

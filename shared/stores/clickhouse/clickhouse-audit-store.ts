@@ -14,6 +14,7 @@ import {
   auditTableMigrations,
   decodeAuditRow,
   decodeReportRow,
+  ENTRY_HASH_OK_SQL,
   REPORT_SELECT_LIST,
   encodeAuditRow,
   encodeAuditRows,
@@ -25,7 +26,7 @@ import {
 } from '../../audit/audit-codec.js';
 import { AUDIT_EXACT_FILTERS, type AuditFilter, type AuditRecord } from '../../types.js';
 import { decodeSealRow, SEAL_COLUMNS, splitBatchBody, type Seal } from '../../audit/seal.js';
-import type { AuditPage, AuditReportData, AuditStore, ReplayGroup, ReplayGroupKey, ReplaySample } from '../audit-store.js';
+import type { AuditPage, AuditReportData, AuditStore, EntryRef, ReplayGroup, ReplayGroupKey, ReplaySample, VerifyGroup, VerifyScan } from '../audit-store.js';
 import { guardBoundary, unreachableClassifier } from '../store-boundary.js';
 
 /** How many denied calls the report lists. */
@@ -300,28 +301,81 @@ export class ClickHouseAuditStore implements AuditStore {
     return rows.map(decodeSealRow);
   }
 
-  async scanEntries(orgId: string, since: Date, until: Date, onPage: (rows: AuditRecord[]) => void, pageRows = 100_000): Promise<number> {
-    if (!UUID_RE.test(orgId)) return 0;
-    const params: QueryParams = { org: orgId, since: toChDateTime(since), until: toChDateTime(until), limit: nonNegativeInt(pageRows, 'pageRows') };
-    let scanned = 0;
-    for (let after: AuditRow | undefined; ;) {
-      // Keyset paging in the table's own order (org_id, timestamp, id): each page starts where the last ended.
-      let where = "org_id = {org:UUID} AND timestamp >= {since:DateTime64(3, 'UTC')} AND timestamp < {until:DateTime64(3, 'UTC')}";
-      if (after !== undefined) {
-        where += " AND (timestamp, id) > ({afterAt:DateTime64(3, 'UTC')}, {afterId:UUID})";
-        params.afterAt = String(after.timestamp);
-        params.afterId = String(after.id);
+  async verifyGroups(orgId: string, scan: VerifyScan, onPage: (groups: VerifyGroup[]) => void, pageRows = 250_000): Promise<void> {
+    if (!UUID_RE.test(orgId)) return;
+    nonNegativeInt(pageRows, 'pageRows');
+    const range = "org_id = {org:UUID} AND timestamp >= {from:DateTime64(3, 'UTC')} AND timestamp < {to:DateTime64(3, 'UTC')}";
+    // Pages are time slices of whole minutes holding about pageRows entries, oldest
+    // first: every entry with one timestamp is in one page, so a batch's sorted
+    // leaves continue from page to page.
+    const minutes = await this.#query<{ m: number | string; n: number | string }>(
+      `SELECT toUnixTimestamp(toStartOfMinute(timestamp)) AS m, count() AS n FROM ${AUDIT_TABLE} WHERE ${range} GROUP BY m ORDER BY m`,
+      { org: orgId, from: toChDateTime(scan.from), to: toChDateTime(scan.to) },
+    );
+    const slices: [Date, Date][] = [];
+    let sliceStart = scan.from.getTime();
+    let inSlice = 0;
+    for (let i = 0; i < minutes.length; i++) {
+      inSlice += Number(minutes[i]!.n);
+      const next = minutes[i + 1];
+      if (next === undefined || inSlice >= pageRows) {
+        const end = next === undefined ? scan.to.getTime() : Number(next.m) * 1000;
+        slices.push([new Date(sliceStart), new Date(end)]);
+        sliceStart = end;
+        inSlice = 0;
       }
-      const rows = await this.#query<AuditRow>(
-        `SELECT ${AUDIT_SELECT_LIST} FROM ${AUDIT_TABLE} WHERE ${where} ORDER BY timestamp, id LIMIT {limit:UInt32}`,
-        params,
-      );
-      if (rows.length === 0) return scanned;
-      scanned += rows.length;
-      after = rows[rows.length - 1];
-      onPage(rows.map(decodeAuditRow));
-      if (rows.length < pageRows) return scanned;
     }
+    const instants = {
+      ws: toChDateTime(scan.since),
+      wu: toChDateTime(scan.until),
+      legacy: toChDateTime(scan.legacyBefore),
+      grace: toChDateTime(scan.graceFrom),
+    };
+    for (const [from, to] of slices) {
+      // The server hashes, groups and sorts; what comes back is a row per batch
+      // with its leaves. Measured on chDB, 1,000,000 entries in 1,000 batches: the
+      // entries one by one (six columns) took 7.5 s to read, these groups 2–3 s.
+      const rows = await this.#query<VerifyGroupRow>(
+        `SELECT batch_id,
+                count() AS n,
+                countIf(${IN_WINDOW}) AS in_window,
+                toString(min(timestamp)) AS first_at, argMin(toString(id), (timestamp, toString(id))) AS first_id,
+                toString(max(timestamp)) AS last_at, argMax(toString(id), (timestamp, toString(id))) AS last_id,
+                arrayMap(x -> x.3, arraySort(x -> (x.1, x.2), groupArrayIf((timestamp, toString(id), base64Encode(SHA256(concat(char(0), unhex(entry_hash))))), entry_hash != ''))) AS leaves,
+                countIf(entry_hash = '' AND ${IN_WINDOW}) AS unhashed_in_window,
+                minIf((timestamp, toString(id)), entry_hash = '' AND ${IN_WINDOW} AND timestamp >= {legacy:DateTime64(3, 'UTC')}) AS late_unhashed,
+                countIf(entry_hash = '' AND ${IN_WINDOW} AND timestamp >= {legacy:DateTime64(3, 'UTC')}) AS late_unhashed_n,
+                groupArrayIf(toString(id), entry_hash != '' AND NOT (${ENTRY_HASH_OK_SQL})) AS mismatched,
+                countIf(entry_hash != '' AND ${IN_WINDOW} AND timestamp >= {grace:DateTime64(3, 'UTC')}) AS recent_in_window,
+                minIf((timestamp, toString(id)), entry_hash != '' AND ${IN_WINDOW} AND timestamp < {grace:DateTime64(3, 'UTC')}) AS old_in_window,
+                countIf(entry_hash != '' AND ${IN_WINDOW} AND timestamp < {grace:DateTime64(3, 'UTC')}) AS old_in_window_n
+         FROM ${AUDIT_TABLE} WHERE ${range} GROUP BY batch_id
+         SETTINGS output_format_json_escape_forward_slashes = 0`,
+        { org: orgId, from: toChDateTime(from), to: toChDateTime(to), ...instants },
+      );
+      onPage(rows.map((r) => ({
+        batchId: r.batch_id === '' ? null : r.batch_id,
+        count: Number(r.n),
+        inWindow: Number(r.in_window),
+        first: { id: r.first_id, timestamp: isoOf(r.first_at) },
+        last: { id: r.last_id, timestamp: isoOf(r.last_at) },
+        leaves: r.leaves,
+        unhashedInWindow: Number(r.unhashed_in_window),
+        lateUnhashed: Number(r.late_unhashed_n) > 0 ? entryRef(r.late_unhashed) : null,
+        mismatched: r.mismatched,
+        recentInWindow: Number(r.recent_in_window),
+        oldInWindow: Number(r.old_in_window_n) > 0 ? entryRef(r.old_in_window) : null,
+      })));
+    }
+  }
+
+  async entriesByIds(orgId: string, ids: readonly string[]): Promise<AuditRecord[]> {
+    if (!UUID_RE.test(orgId) || ids.length === 0) return [];
+    const rows = await this.#query<AuditRow>(
+      `SELECT ${AUDIT_SELECT_LIST} FROM ${AUDIT_TABLE} WHERE org_id = {org:UUID} AND id IN {ids:Array(UUID)}`,
+      { org: orgId, ids: ids.filter((id) => UUID_RE.test(id)) },
+    );
+    return rows.map(decodeAuditRow);
   }
 
   async orgIds(): Promise<string[]> {
@@ -425,6 +479,36 @@ async function migrate(client: ClickHouseClient, retentionDays: number): Promise
     // An ALTER ... MODIFY TTL runs as a background mutation; open does not wait for it.
     await client.command({ query });
   }
+}
+
+/** A verify group as the server returns it (JSONEachRow; tuples as arrays). */
+interface VerifyGroupRow {
+  batch_id: string;
+  n: number | string;
+  in_window: number | string;
+  first_at: string;
+  first_id: string;
+  last_at: string;
+  last_id: string;
+  leaves: string[];
+  unhashed_in_window: number | string;
+  late_unhashed: [string, string];
+  late_unhashed_n: number | string;
+  mismatched: string[];
+  recent_in_window: number | string;
+  old_in_window: [string, string];
+  old_in_window_n: number | string;
+}
+
+const IN_WINDOW = "timestamp >= {ws:DateTime64(3, 'UTC')} AND timestamp < {wu:DateTime64(3, 'UTC')}";
+
+/** `2026-03-01 12:00:00.123` → ISO 8601 with Z. */
+function isoOf(at: string): string {
+  return `${at.replace(' ', 'T')}Z`;
+}
+
+function entryRef([at, id]: [string, string]): EntryRef {
+  return { id, timestamp: isoOf(at) };
 }
 
 /** The audit seals (seal.ts), beside the audit table. */

@@ -1,0 +1,66 @@
+// Audit verification at scale: a million sealed entries of one org (batches of
+// 1,000, as a busy proxy writes them) seeded into an embedded ClickHouse (chDB) in
+// a temporary directory, then verifyAudit (GET /audit/verify, npm run
+// verify-audit) over all of them, timed. The goal is under 10 s.
+//   npm run bench:verify-audit [-- rows]
+import { generateKeyPairSync, randomUUID } from 'node:crypto';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { verifyAudit } from '../../shared/audit/audit-verify.js';
+import { Sealer, signingKeyFromPem } from '../../shared/audit/seal.js';
+import { ClickHouseAuditStore } from '../../shared/stores/clickhouse/clickhouse-audit-store.js';
+import type { AuditRecord } from '../../shared/types.js';
+
+const ROWS = Number(process.argv[2] ?? 1_000_000);
+const BATCH = 1000;
+const INSERT_ROWS = 50_000;
+const GOAL_SECONDS = 10;
+
+const dir = mkdtempSync(join(tmpdir(), 'tcg-verify-bench-'));
+const store = await ClickHouseAuditStore.open({ url: null, dataDir: dir, retentionDays: 365 });
+try {
+  const key = signingKeyFromPem(generateKeyPairSync('ed25519').privateKey.export({ type: 'pkcs8', format: 'pem' }).toString());
+  const sealer = new Sealer(key);
+  const orgId = randomUUID();
+  const agentId = randomUUID();
+  const base = Date.now() - 3 * 86_400_000;
+  const seedStarted = performance.now();
+  for (let start = 0; start < ROWS; start += INSERT_ROWS) {
+    let body = '';
+    for (let b = start; b < Math.min(ROWS, start + INSERT_ROWS); b += BATCH) {
+      const batchId = randomUUID();
+      const lines: string[] = [];
+      for (let i = b; i < Math.min(ROWS, b + BATCH); i++) {
+        const record: AuditRecord = {
+          id: randomUUID(), timestamp: new Date(base + i * 200).toISOString(), orgId, agentId, agentName: 'bench',
+          toolName: 'api.example.com', action: 'GET', toolUrl: `https://api.example.com/items/${i % 500}?page=2`,
+          decision: i % 7 === 0 ? 'denied' : 'allowed', reasoning: 'checking the order status', taskId: 'task-42', latencyMs: 5, statusCode: 200,
+          ruleMatched: 'default', source: 'proxy', requestBytes: 0, responseBytes: 211, outputHash: 'a'.repeat(64), output: null,
+          outputTruncated: false, requestId: randomUUID(), mcpSessionId: null, mcpMethod: null, mcpTool: null,
+          shadowRule: null, shadowDecision: null, policyPath: `/items/${i % 500}`, policyDecided: true, approvalId: null,
+        };
+        lines.push(store.encode(record, batchId));
+      }
+      body += lines.join('') + sealer.sealLines(lines).lines.join('');
+    }
+    await store.insertEncoded(body, randomUUID());
+  }
+  const seedSeconds = (performance.now() - seedStarted) / 1000;
+  const keys = new Map([[key.fingerprint, key.publicKey]]);
+  const times: number[] = [];
+  let result;
+  for (let run = 0; run < 3; run++) {
+    const started = performance.now();
+    result = await verifyAudit(store, orgId, { since: new Date(base - 1000), until: new Date(), keys });
+    times.push((performance.now() - started) / 1000);
+  }
+  const best = Math.min(...times);
+  console.log(`rows: ${ROWS.toLocaleString('en-US')} in ${Math.ceil(ROWS / BATCH)} sealed batches (seeded in ${seedSeconds.toFixed(1)} s)`);
+  console.log(`verify: best of 3 ${best.toFixed(3)} s (runs ${times.map((s) => s.toFixed(3)).join(', ')}); goal under ${GOAL_SECONDS} s`);
+  console.log(`ok ${result!.ok}, entries ${result!.entries}, seals ${result!.seals}, first problem ${JSON.stringify(result!.firstProblem)}`);
+  console.log(best < GOAL_SECONDS && result!.ok && result!.entries === ROWS ? 'PASS' : 'FAIL');
+} finally {
+  await store.close();
+  rmSync(dir, { recursive: true, force: true });
+}
