@@ -8,6 +8,7 @@ import type { AdminContext, Handler } from './context.js';
 import { enumField, integerField, json, queryInteger, readJsonObject, stringField } from './http.js';
 import { requireAgent } from './agents.js';
 import { createPdfRenderer, type PdfRenderer } from './report/pdf-renderer.js';
+import type { Seal } from '../shared/audit/seal.js';
 
 const DECISIONS: readonly AuditDecision[] = ['allowed', 'denied'];
 export const AUDIT_LIMIT_DEFAULT = 50;
@@ -17,6 +18,8 @@ export const PDF_DAYS_DEFAULT = 7;
 export const PDF_DAYS_MAX = 365;
 /** Approvals listed in a PDF report, at most (pending first). */
 export const PDF_APPROVALS_MAX = 200;
+/** Seals printed in full in a PDF report, at most (the last of each chain always). */
+export const PDF_SEALS_MAX = 100;
 const INT32_MAX = 2_147_483_647;
 
 
@@ -34,6 +37,22 @@ export function isoInstant(raw: string, name: string, what = 'Field'): string {
     throw new GuardError('invalid_request', `${what} '${name}' must be an ISO 8601 date or date-time.`, { field: name });
   }
   return new Date(time).toISOString();
+}
+
+/**
+ * At most `max` seals, oldest first: the last of each chain (it commits to the
+ * chain's earlier seals), then the newest others.
+ */
+export function sealsToPrint(seals: readonly Seal[], max: number): Seal[] {
+  const lastOfChain = new Map<string, Seal>();
+  for (const s of seals) if ((lastOfChain.get(s.writer)?.seq ?? -1) < s.seq) lastOfChain.set(s.writer, s);
+  const chosen = new Set([...lastOfChain.values()].slice(0, max));
+  const newestFirst = [...seals].sort((a, b) => (a.lastAt < b.lastAt ? 1 : a.lastAt > b.lastAt ? -1 : 0));
+  for (const s of newestFirst) {
+    if (chosen.size >= max) break;
+    chosen.add(s);
+  }
+  return [...chosen].sort((a, b) => (a.firstAt < b.firstAt ? -1 : a.firstAt > b.firstAt ? 1 : a.seq - b.seq));
 }
 
 export function auditHandlers(ctx: AdminContext) {
@@ -124,6 +143,7 @@ export function auditHandlers(ctx: AdminContext) {
     const window = { createdSince: since.toISOString(), createdUntil: until.toISOString(), limit: PDF_APPROVALS_MAX + 1 };
     const [pending, newest] = await Promise.all([ctx.store.listApprovals(caller.orgId, { ...window, status: 'pending' }), ctx.store.listApprovals(caller.orgId, window)]);
     const approvals = [...pending, ...newest.filter((a) => a.status !== 'pending')];
+    const seals = await ctx.auditStore.listSeals(caller.orgId, { since, until });
     // In a worker thread, started on first use: the event loop that serves calls
     // never renders, and pdfkit (~15 MB) loads only where a report is asked for.
     pdfRenderer ??= createPdfRenderer();
@@ -138,6 +158,9 @@ export function auditHandlers(ctx: AdminContext) {
       data,
       approvals,
       maxApprovals: PDF_APPROVALS_MAX,
+      seals: sealsToPrint(seals, PDF_SEALS_MAX),
+      sealCount: seals.length,
+      keyFingerprint: ctx.signingKey.fingerprint,
     });
     return {
       status: 200,

@@ -1,7 +1,8 @@
 // The audit report behind GET /audit/export/pdf (contract: "Audit"): the org and
 // window, totals, calls per day, per-agent and top-tool tables, the most recent
 // denied calls, the approvals of held calls made in the window (pending first),
-// then the entries cut at a stated cap.
+// the entries cut at a stated cap, and last the seals covering the window (in
+// full, in a fixed-width font) with how to verify them.
 //
 // Only the 14 standard PDF fonts are used, so no font file ships with the
 // service. They are encoded as WinAnsi (pdfkit writes any other code point as
@@ -13,6 +14,7 @@ import PDFDocument from 'pdfkit';
 import type { ReportEntry } from '../../shared/audit/audit-codec.js';
 import type { AuditReportData } from '../../shared/stores/audit-store.js';
 import type { Approval } from '../../shared/types.js';
+import type { Seal } from '../../shared/audit/seal.js';
 
 export interface AuditPdfInput {
   orgName: string;
@@ -28,6 +30,11 @@ export interface AuditPdfInput {
   /** The org's approvals created in the window, newest first, at most `maxApprovals` (+1 to tell that more exist). */
   approvals?: readonly Approval[];
   maxApprovals?: number;
+  /** The seals meeting the window, oldest first, at most `maxSeals`; `sealCount` is how many there are. */
+  seals?: readonly Seal[];
+  sealCount?: number;
+  /** SHA-256 of the public key's SPKI DER: what a reader compares GET /audit/public-key with. */
+  keyFingerprint?: string;
 }
 
 const REPORT_TITLE = 'Tool-Call Guard — audit report';
@@ -36,6 +43,10 @@ const AUTHOR = 'Tool-Call Guard';
 const FONT = 'Helvetica';
 const FONT_BOLD = 'Helvetica-Bold';
 const FONT_ITALIC = 'Helvetica-Oblique';
+/** Hashes and signatures are printed whole, in a fixed-width font, to be typed or compared. */
+const FONT_MONO = 'Courier';
+const MONO_SIZE = 6.8;
+const MONO_LINE = 9;
 
 const MARGIN = 48;
 const BODY_SIZE = 8;
@@ -125,6 +136,7 @@ export function renderAuditPdf(input: AuditPdfInput): Promise<Buffer> {
       drawRecentDenied(cursor, data.recentDenied ?? []);
       if (input.approvals !== undefined) drawApprovals(cursor, input.approvals, input.maxApprovals ?? Infinity);
       drawEntries(cursor, data.entries ?? [], totals.calls, input.maxEntries);
+      if (input.seals !== undefined) drawSeals(cursor, input);
       drawFooters(doc, orgName);
       doc.end();
     } catch (err) {
@@ -367,6 +379,50 @@ function drawEntries(c: Cursor, entries: readonly ReportEntry[], totalCalls: num
   ]);
   const capLine = `Showing ${formatCount(shown.length)} of ${formatCount(totalCalls)} entries (cap: ${formatCount(cap)}).`;
   section(c, 'Entries', columns, rows, 'No entries in this window.', capLine);
+}
+
+/**
+ * The seals covering the window, whole. The last seal of each chain commits to
+ * every earlier one of that chain (prev_hash), so when only some fit the cap,
+ * the chains' last seals are among them.
+ */
+function drawSeals(c: Cursor, input: AuditPdfInput): void {
+  const seals = input.seals ?? [];
+  const count = input.sealCount ?? seals.length;
+  const chains = new Set(seals.map((s) => s.writer)).size;
+  sectionTitle(c, 'Seals', 60);
+  const lines = [
+    count === 0
+      ? 'No seal covers this window.'
+      : `${formatCount(count)} seal${count === 1 ? '' : 's'} in ${formatCount(chains)} chain${chains === 1 ? '' : 's'} cover this window${seals.length < count ? `; ${formatCount(seals.length)} are printed, the last of each chain among them (GET /audit/seals lists all)` : ''}.`,
+    `Signing key fingerprint (SHA-256 of the public key, SPKI DER): ${input.keyFingerprint ?? 'unknown'}`,
+    'To verify: fetch GET /audit/public-key and check its fingerprint is the one above; then GET /audit/verify with this',
+    `window (since=${isoMillis(input.since)}, until=${isoMillis(input.until)}), or offline: npm run verify-audit -- --since ... --until ...`,
+    '--public-key key.pem. Each seal_hash is the SHA-256, and each signature the Ed25519 signature, of the seal\'s RFC 8785',
+    'canonical JSON (docs/api.md, "Tamper-evident audit"); root is the RFC 6962 Merkle root of its entries\' entry_hash values.',
+  ];
+  for (const line of lines) {
+    ensureSpace(c, 12);
+    text(c.doc, toWinAnsi(line), c.left, c.y, { size: BODY_SIZE, color: COLOR.muted });
+    c.y += 11;
+  }
+  c.y += 6;
+  for (const s of seals) {
+    const block = [
+      `seal ${s.id}  writer ${s.writer}  seq ${s.seq}`,
+      `entries ${s.count}  from ${s.firstAt}  to ${s.lastAt}  batch ${s.batchId}`,
+      `root      ${s.root}`,
+      `prev_hash ${s.prevHash}`,
+      `seal_hash ${s.sealHash}`,
+      `signature ${s.signature}`,
+    ];
+    ensureSpace(c, block.length * MONO_LINE + 6);
+    for (const line of block) {
+      text(c.doc, toWinAnsi(line), c.left, c.y, { font: FONT_MONO, size: MONO_SIZE });
+      c.y += MONO_LINE;
+    }
+    c.y += 6;
+  }
 }
 
 function drawFooters(doc: PDFKit.PDFDocument, orgName: string): void {
@@ -681,6 +737,10 @@ function formatTime(timestamp: unknown): string {
   const t = typeof timestamp === 'string' || typeof timestamp === 'number' ? new Date(timestamp) : null;
   if (t && isValidDate(t)) return t.toISOString().slice(0, 19).replace('T', ' ');
   return toWinAnsi(timestamp);
+}
+
+function isoMillis(d: unknown): string {
+  return isValidDate(d) ? d.toISOString() : '—';
 }
 
 function isoSeconds(d: unknown): string {

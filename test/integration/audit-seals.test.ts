@@ -8,6 +8,7 @@ import { join } from 'node:path';
 import t from 'tap';
 import { randomUUID } from 'node:crypto';
 import fc from 'fast-check';
+import pdfParse from 'pdf-parse/lib/pdf-parse.js';
 import { entryHash, wellFormed } from '../../shared/audit/entry-json.js';
 import { GENESIS_HASH, merkleRoot, sealBody } from '../../shared/audit/seal.js';
 import type { VerifyGroup } from '../../shared/stores/audit-store.js';
@@ -153,6 +154,28 @@ t.test('bad input is 400 in the contract\'s shape; no token is 401', async (t) =
   for (const path of ['/audit/verify', '/audit/seals', '/audit/public-key']) {
     assertError(t, await api(base, null, 'GET', path), 401, 'unauthorized');
   }
+});
+
+t.test('the PDF report ends with the seals covering its window, whole, and how to verify them', async (t) => {
+  const res = await fetch(`${base}/audit/export/pdf?days=1`, { headers: owner.auth });
+  t.equal(res.status, 200);
+  const text = (await pdfParse(Buffer.from(await res.arrayBuffer()))).text;
+  const all = await seals(owner, `?since=${new Date(Date.now() - 86_400_000).toISOString()}`);
+  const fingerprint = (await api(base, owner, 'GET', '/audit/public-key')).headers.get('x-key-fingerprint')!;
+  const at = text.lastIndexOf('Seals');
+  t.ok(at > text.lastIndexOf('Entries'), 'after the entries');
+  const tail = text.slice(at);
+  t.match(tail, new RegExp(`${all.length} seals in \\d+ chains? cover this window`));
+  t.ok(tail.includes(fingerprint), 'the key fingerprint');
+  t.match(tail, /npm run verify-audit/);
+  t.match(tail, /GET \/audit\/public-key/);
+  for (const s of all) {
+    t.ok(tail.includes(s.root), `seal ${s.seq}'s root in full`);
+    t.ok(tail.includes(s.signature), `and its signature`);
+  }
+  const pem = readFileSync(join(service.dataDir, 'audit-signing-key.pem'), 'utf8');
+  const secret = pem.split('\n').filter((l) => l.length > 0 && !l.startsWith('-----')).join('');
+  t.notOk(text.includes(secret.slice(0, 40)), 'never the private key');
 });
 
 t.test('the signing key: generated 0600 in the data directory, never in a response or a log', async (t) => {
