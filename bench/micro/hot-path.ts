@@ -2,13 +2,14 @@
 // undici's or TLS's): what each costs in ns per call, in this process, after a
 // warm-up. `npm run bench:micro`. Numbers vary with the machine: compare runs
 // side by side, and read docs/performance.md for the whole call.
-import { randomUUID } from 'node:crypto';
+import { generateKeyPairSync, randomUUID } from 'node:crypto';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { AuditJournal } from '../../shared/audit/audit-journal.js';
 import { encodeAuditRow } from '../../shared/audit/audit-codec.js';
 import { entryHash } from '../../shared/audit/entry-json.js';
+import { Sealer, signingKeyFromPem } from '../../shared/audit/seal.js';
 import { evaluatePolicy, parsePolicy } from '../../shared/policy/index.js';
 import { normalizePolicyPath, parseTarget } from '../../shared/target.js';
 import type { AuditRecord } from '../../shared/types.js';
@@ -94,6 +95,10 @@ const fiveLimiter = new RateLimiter({ maxCounters: 10 });
 const manyLimiter = new RateLimiter({ maxCounters: 200_000 });
 const agentIds = Array.from({ length: 100_000 }, () => randomUUID());
 
+const sealer = new Sealer(signingKeyFromPem(generateKeyPairSync('ed25519').privateKey.export({ type: 'pkcs8', format: 'pem' }).toString()));
+const sealBatchId = randomUUID();
+const sealBatch = Array.from({ length: 250 }, () => encodeAuditRow({ ...record, id: randomUUID() }, sealBatchId));
+
 const dir = mkdtempSync(join(tmpdir(), 'tcg-micro-'));
 const { journal } = AuditJournal.open(dir);
 const line = encodeAuditRow(record);
@@ -105,6 +110,10 @@ const results = [
   measure('classifyAddress (public IPv4)', () => classifyAddress('93.184.216.34')),
   measure('encodeAuditRow (entry_hash included)', () => encodeAuditRow(record)),
   measure('entryHash (canonical JSON + SHA-256)', () => entryHash(record)),
+  // A batch of 250 rows of one org (AUDIT_BATCH_MS at ~1,000 calls/s), sealed as the batcher closes it: per row.
+  measure('Sealer.sealLines (per row, 250-row batch of one org, one Ed25519 signature)', (i) => {
+    if (i % 250 === 0) sealer.sealLines(sealBatch);
+  }),
   measure('RateLimiter.decide (warm counter, admitted)', () =>
     warmLimiter.decide(record.agentId, warmLimits, '127.0.0.1', 'GET', '/small'),
   ),

@@ -69,6 +69,26 @@ t.test('a proxy passes admin paths to the admin process and serves /proxy itself
   t.equal(((await (await fetch(`${proxyA.url}/health`)).json()) as any).role, 'proxy');
 });
 
+t.test('entries written by two proxies are sealed in one chain each and verify through the admin process', async (t) => {
+  const since = new Date(Date.now() - 1000).toISOString();
+  const session = await signup(proxyA.url);
+  const agent = await createAgent(proxyA.url, session, 'sealed-split');
+  for (let i = 0; i < 6; i++) {
+    const res = await fetch(`${(i % 2 === 0 ? proxyA : proxyB).url}/proxy/${agent.api_key}/${upstream.authority}/json`);
+    await res.text();
+  }
+  const verified = await eventually(async () => {
+    const res = await api(proxyB.url, session, 'GET', `/audit/verify?since=${since}`);
+    const body = res.json as { ok: boolean; entries: number; pending: number };
+    return body.entries === 6 && body.pending === 0 ? body : undefined;
+  }, 10_000);
+  t.match(verified, { ok: true, entries: 6, first_problem: null });
+  const seals = (await api(proxyA.url, session, 'GET', `/audit/seals?since=${since}`)).json as { writer: string; seq: number; key_fingerprint: string }[];
+  t.equal(new Set(seals.map((s) => s.writer)).size, 2, 'one chain per proxy');
+  const key = await api(proxyA.url, session, 'GET', '/audit/public-key');
+  t.ok(seals.every((s) => s.key_fingerprint === key.headers.get('x-key-fingerprint')), 'every writer signs with the shared key');
+});
+
 t.test('the admin process counts failed logins of an IPv6 client per /64 (its address from the proxy\'s X-Forwarded-For)', async (t) => {
   // Documentation addresses (RFC 3849) in a header only; no traffic goes to them.
   const login = (from: string, i: number) =>

@@ -19,6 +19,8 @@ import {
   splitBatchBody,
 } from '../../shared/audit/seal.js';
 import { auditRecord } from '../support/audit-records.js';
+import { sealsToPrint } from '../../admin/audit.js';
+import type { Seal } from '../../shared/audit/seal.js';
 
 const sha = (...parts: Buffer[]) => createHash('sha256').update(Buffer.concat(parts)).digest();
 
@@ -116,6 +118,15 @@ t.test('a batch body: rows, then seal lines; split, counted and read for chain h
     seals: [...lines, ...lines, ...second.lines].map((l) => l.slice(SEAL_LINE_PREFIX.length)).join(''),
   });
   t.match(sealHeadsOf(interleaved), [{ seq: 2 }], 'the chain\'s highest seq');
+});
+
+t.test('the PDF prints at most N seals: the last of each chain, then the newest, oldest first', async (t) => {
+  const seal = (writer: string, seq: number, minute: number) => ({ id: `${writer}-${seq}`, writer, seq, firstAt: `2026-11-24T10:${String(minute).padStart(2, '0')}:00.000Z`, lastAt: `2026-11-24T10:${String(minute).padStart(2, '0')}:30.000Z` }) as unknown as Seal;
+  const a = [1, 2, 3, 4, 5].map((seq) => seal('a', seq, seq * 2));
+  const b = [1, 2].map((seq) => seal('b', seq, seq));
+  const printed = sealsToPrint([...a, ...b], 3).map((s) => s.id);
+  t.strictSame(printed, ['b-2', 'a-4', 'a-5'], 'both chains\' last seals, then the newest other, in time order');
+  t.equal(sealsToPrint([...a, ...b], 100).length, 7, 'all when they fit');
 });
 
 t.test('a signing key must be an Ed25519 PKCS#8 PEM; the message never repeats it', async (t) => {
