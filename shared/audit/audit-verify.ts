@@ -16,8 +16,9 @@
 //   (`entry_removed` / `entry_added`) and their Merkle root in (timestamp, id)
 //   order is its root (`root_mismatch`: an entry replaced or reordered, or
 //   edited together with its entry_hash).
-// Entries without an entry_hash are from before entries were hashed: accepted
-// when older than the org's first seal, `entry_added` otherwise.
+// Entries without an entry_hash or a batch id are from before entries were
+// hashed or sealed: accepted (`legacy`) when older than the org's first seal,
+// `entry_added` otherwise.
 import { verify as verifySignature, type KeyObject } from 'node:crypto';
 import { hash } from 'node:crypto';
 import type { AuditStore, EntryRef, VerifyGroup } from '../stores/audit-store.js';
@@ -137,9 +138,8 @@ export async function verifyAudit(store: AuditStore, orgId: string, options: Ver
   const candidates: string[] = [];
   for (const g of groups.values()) {
     entries += g.inWindow;
-    legacy += g.unhashedInWindow;
+    legacy += g.legacyInWindow;
     if (g.lateUnhashed !== null) {
-      legacy--;
       report({ reason: 'entry_added', auditId: g.lateUnhashed.id, at: g.lateUnhashed.timestamp, detail: 'The entry has no entry_hash but is newer than the first seal.' });
     }
     candidates.push(...g.mismatched);
@@ -189,7 +189,7 @@ function mergeGroups(a: VerifyGroup, b: VerifyGroup): VerifyGroup {
     first: a.first,
     last: b.last,
     leaves: a.leaves.concat(b.leaves),
-    unhashedInWindow: a.unhashedInWindow + b.unhashedInWindow,
+    legacyInWindow: a.legacyInWindow + b.legacyInWindow,
     lateUnhashed: earliest(a.lateUnhashed, b.lateUnhashed),
     mismatched: a.mismatched.concat(b.mismatched),
     recentInWindow: a.recentInWindow + b.recentInWindow,

@@ -84,8 +84,8 @@ export interface VerifyGroup {
   last: EntryRef;
   /** RFC 6962 leaf hashes (base64 SHA-256 of 0x00 and the entry hash: base64 is a third cheaper for the server to write than hex) of the hashed entries, in (timestamp, id) order. */
   leaves: string[];
-  /** Entries in the window without an entry_hash. */
-  unhashedInWindow: number;
+  /** Entries in the window from before the org's first seal without an entry_hash or a batch (written before entries were hashed, or sealed). */
+  legacyInWindow: number;
   /** The earliest of those at or after legacyBefore. */
   lateUnhashed: EntryRef | null;
   /** Hashed entries whose fields the store hashed differently than entry_hash (candidates, rechecked). */

@@ -11,6 +11,7 @@ import fc from 'fast-check';
 import pdfParse from 'pdf-parse/lib/pdf-parse.js';
 import { entryHash, wellFormed } from '../../shared/audit/entry-json.js';
 import { GENESIS_HASH, merkleRoot, sealBody } from '../../shared/audit/seal.js';
+import { verifyAudit } from '../../shared/audit/audit-verify.js';
 import type { VerifyGroup } from '../../shared/stores/audit-store.js';
 import type { AuditRecord } from '../../shared/types.js';
 import { auditRecord } from '../support/audit-records.js';
@@ -145,6 +146,23 @@ t.test('entries the server\'s JSON spells differently still verify, through the 
     return res.entries === 3 && res.pending === 0 ? res : undefined;
   });
   t.match(result, { ok: true, entries: 3, first_problem: null });
+});
+
+t.test('entries from before sealing began are legacy; an unsealed one after it is added', async (t) => {
+  const keyRes = await api(base, owner, 'GET', '/audit/public-key');
+  const keys = new Map([[keyRes.headers.get('x-key-fingerprint')!, createPublicKey(keyRes.text)]]);
+  const orgId = (await seals(owner))[0]!.org_id;
+  const old = auditRecord(orgId, { timestamp: new Date(Date.now() - 2 * 86_400_000).toISOString() });
+  await service.auditStore.insert([old]); // hashed, no batch: as the version before seals wrote it
+  const window = { since: new Date(Date.now() - 3 * 86_400_000), until: new Date(Date.now() + 1000), keys };
+  const before = await verifyAudit(service.auditStore, orgId, window);
+  t.match(before, { ok: true, legacy: 1, firstProblem: null }, 'older than the first seal: legacy');
+  const late = auditRecord(orgId, { timestamp: new Date().toISOString() });
+  await service.auditStore.insert([late]);
+  const later = await verifyAudit(service.auditStore, orgId, { ...window, until: new Date(Date.now() + 1000), now: new Date(Date.now() + 120_000) });
+  t.match(later.firstProblem, { reason: 'entry_added', auditId: late.id }, 'newer than the first seal, past the grace, no seal: added');
+  const within = await verifyAudit(service.auditStore, orgId, { ...window, until: new Date(Date.now() + 1000) });
+  t.match(within, { ok: true, pending: 1 }, 'within the grace it is pending');
 });
 
 t.test('bad input is 400 in the contract\'s shape; no token is 401', async (t) => {

@@ -342,13 +342,13 @@ export class ClickHouseAuditStore implements AuditStore {
                 toString(min(timestamp)) AS first_at, argMin(toString(id), (timestamp, toString(id))) AS first_id,
                 toString(max(timestamp)) AS last_at, argMax(toString(id), (timestamp, toString(id))) AS last_id,
                 arrayMap(x -> x.3, arraySort(x -> (x.1, x.2), groupArrayIf((timestamp, toString(id), base64Encode(SHA256(concat(char(0), unhex(entry_hash))))), entry_hash != ''))) AS leaves,
-                countIf(entry_hash = '' AND ${IN_WINDOW}) AS unhashed_in_window,
+                countIf((entry_hash = '' OR batch_id = '') AND ${IN_WINDOW} AND timestamp < {legacy:DateTime64(3, 'UTC')}) AS legacy_in_window,
                 minIf((timestamp, toString(id)), entry_hash = '' AND ${IN_WINDOW} AND timestamp >= {legacy:DateTime64(3, 'UTC')}) AS late_unhashed,
                 countIf(entry_hash = '' AND ${IN_WINDOW} AND timestamp >= {legacy:DateTime64(3, 'UTC')}) AS late_unhashed_n,
                 groupArrayIf(toString(id), entry_hash != '' AND NOT (${ENTRY_HASH_OK_SQL})) AS mismatched,
                 countIf(entry_hash != '' AND ${IN_WINDOW} AND timestamp >= {grace:DateTime64(3, 'UTC')}) AS recent_in_window,
-                minIf((timestamp, toString(id)), entry_hash != '' AND ${IN_WINDOW} AND timestamp < {grace:DateTime64(3, 'UTC')}) AS old_in_window,
-                countIf(entry_hash != '' AND ${IN_WINDOW} AND timestamp < {grace:DateTime64(3, 'UTC')}) AS old_in_window_n
+                minIf((timestamp, toString(id)), ${OLD_UNSEALED}) AS old_in_window,
+                countIf(${OLD_UNSEALED}) AS old_in_window_n
          FROM ${AUDIT_TABLE} WHERE ${range} GROUP BY batch_id
          SETTINGS output_format_json_escape_forward_slashes = 0`,
         { org: orgId, from: toChDateTime(from), to: toChDateTime(to), ...instants },
@@ -360,7 +360,7 @@ export class ClickHouseAuditStore implements AuditStore {
         first: { id: r.first_id, timestamp: isoOf(r.first_at) },
         last: { id: r.last_id, timestamp: isoOf(r.last_at) },
         leaves: r.leaves,
-        unhashedInWindow: Number(r.unhashed_in_window),
+        legacyInWindow: Number(r.legacy_in_window),
         lateUnhashed: Number(r.late_unhashed_n) > 0 ? entryRef(r.late_unhashed) : null,
         mismatched: r.mismatched,
         recentInWindow: Number(r.recent_in_window),
@@ -491,7 +491,7 @@ interface VerifyGroupRow {
   last_at: string;
   last_id: string;
   leaves: string[];
-  unhashed_in_window: number | string;
+  legacy_in_window: number | string;
   late_unhashed: [string, string];
   late_unhashed_n: number | string;
   mismatched: string[];
@@ -501,6 +501,8 @@ interface VerifyGroupRow {
 }
 
 const IN_WINDOW = "timestamp >= {ws:DateTime64(3, 'UTC')} AND timestamp < {wu:DateTime64(3, 'UTC')}";
+/** A hashed entry in the window past the sealing grace, but not one written without a batch before sealing began (legacy). */
+const OLD_UNSEALED = `entry_hash != '' AND ${IN_WINDOW} AND timestamp < {grace:DateTime64(3, 'UTC')} AND NOT (batch_id = '' AND timestamp < {legacy:DateTime64(3, 'UTC')})`;
 
 /** `2026-03-01 12:00:00.123` → ISO 8601 with Z. */
 function isoOf(at: string): string {
