@@ -57,6 +57,9 @@ const INPUTS: Record<RouteKey, { body?: string[]; query?: string[] }> = {
   'POST /audit': { body: ['agent_id', 'tool_name', 'action', 'decision', 'tool_url', 'reasoning', 'task_id', 'latency_ms', 'status_code'] },
   'GET /audit': { query: ['agent_id', 'decision', 'tool_name', 'task_id', 'mcp_session_id', 'mcp_method', 'mcp_tool', 'approval_id', 'since', 'until', 'limit', 'offset'] },
   'GET /audit/export/pdf': { query: ['days'] },
+  'GET /audit/public-key': {},
+  'GET /audit/seals': { query: ['since', 'until', 'limit'] },
+  'GET /audit/verify': { query: ['since', 'until'] },
   'GET /approvals': { query: ['status', 'agent_id', 'limit'] },
   'GET /approvals/:id': {},
   'POST /approvals/:id/approve': { body: ['note'] },
@@ -163,7 +166,7 @@ async function check(method: string, path: string, init: { body?: string; conten
   const type = res.headers.get('content-type') ?? '';
   const where = `${method} ${path.slice(0, 120)} → ${res.status}`;
   if (res.status >= 500) return `${where}: ${bytes.toString('utf8').slice(0, 300)}`;
-  if (res.status >= 400 || (res.status !== 204 && method !== 'HEAD' && !/^application\/(pdf|yaml)/.test(type))) {
+  if (res.status >= 400 || (res.status !== 204 && method !== 'HEAD' && !/^application\/(pdf|yaml|x-pem-file)/.test(type))) {
     if (!/^application\/json/.test(type)) return `${where}: content-type ${type}`;
     if (method === 'HEAD') return null;
     let json: unknown;

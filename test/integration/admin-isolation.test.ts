@@ -186,6 +186,26 @@ const COLLECTION_ROUTES: Record<RouteKey, (t: Test) => Promise<void>> = {
     t.match(text, 'Bravo Agent', "B's report has B's agent");
     t.notMatch(text, 'Alpha Agent', "and not A's");
     t.notMatch(text, A.toolName, "nor A's tools");
+    const sealsA = (await api(base, A.session, 'GET', '/audit/seals?since=2000-01-01')).json as { id: string; root: string }[];
+    t.ok(sealsA.length > 0, 'A has seals');
+    for (const s of sealsA) t.notOk(text.includes(s.root), "nor A's seals");
+  },
+  'GET /audit/public-key': async (t) => {
+    const res = await api(base, B.session, 'GET', '/audit/public-key');
+    t.equal(res.status, 200, 'the one public key of the service, the same for every org');
+    t.equal(res.text, (await api(base, A.session, 'GET', '/audit/public-key')).text);
+  },
+  'GET /audit/seals': async (t) => {
+    const sealsA = (await api(base, A.session, 'GET', '/audit/seals?since=2000-01-01')).json as { id: string; batch_id: string }[];
+    const res = await api(base, B.session, 'GET', '/audit/seals?since=2000-01-01');
+    t.equal(res.status, 200);
+    for (const s of sealsA) t.notOk(res.text.includes(s.id) || res.text.includes(s.batch_id), "no seal of A's");
+    t.ok((res.json as unknown[]).length > 0, 'B sees its own');
+  },
+  'GET /audit/verify': async (t) => {
+    const res = await api(base, B.session, 'GET', '/audit/verify?since=2000-01-01');
+    t.equal(res.status, 200);
+    t.match(res.json, { ok: true, entries: 1 }, "only B's one entry is counted");
   },
 };
 
