@@ -3,7 +3,7 @@
 //
 // The stores share one table across runs on a server, so every test writes to an
 // org of its own (a fresh UUID) and looks only at that org.
-import { createHash, randomUUID } from 'node:crypto';
+import { createHash, generateKeyPairSync, randomUUID } from 'node:crypto';
 import canonicalize from 'canonicalize';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -13,7 +13,8 @@ import { auditRecord as record } from '../support/audit-records.js';
 import { createClient } from '@clickhouse/client';
 import { loadConfig } from '../../shared/config.js';
 import { isStoreUnavailable, StoreUnavailableError } from '../../shared/errors.js';
-import type { AuditStore } from '../../shared/stores/audit-store.js';
+import type { AuditStore, VerifyGroup } from '../../shared/stores/audit-store.js';
+import { merkleRoot, merkleRootOfLeaves, Sealer, signingKeyFromPem } from '../../shared/audit/seal.js';
 import { AUDIT_COLUMNS, AUDIT_TABLE, REPORT_COLUMNS } from '../../shared/audit/audit-codec.js';
 import { auditJson, entryHash } from '../../shared/audit/entry-json.js';
 import { openAuditStoreWhenReachable } from '../../shared/stores/open-stores.js';
@@ -104,7 +105,7 @@ export function auditStoreContract(t: TapTest, openStore: () => Promise<AuditSto
     });
     await store.insert([hashed, emptyOutput, fullOutput]);
     const page = await store.list(org, {}, 10, 0);
-    t.strictSame(page, { rows: [fullOutput, emptyOutput, hashed].map((r) => ({ ...r, entryHash: entryHash(r) })), total: 3 }, 'with the entry_hash written with each');
+    t.strictSame(page, { rows: [fullOutput, emptyOutput, hashed].map((r) => ({ ...r, entryHash: entryHash(r), batchId: null })), total: 3 }, 'with the entry_hash written with each');
     t.equal(page.rows[2]?.output, null, 'output never stored reads back as null');
     t.equal(page.rows[1]?.output, '', 'an empty stored output reads back as the empty string');
     t.equal(page.rows[1]?.outputHash, null, 'no hash reads back as null');
@@ -259,6 +260,29 @@ export function auditStoreContract(t: TapTest, openStore: () => Promise<AuditSto
     await store.insert(batch, token);
     t.equal(await store.count(org), 3, 'the retry was dropped');
     t.strictSame(ids((await store.list(org, {}, 10, 0)).rows), ids(newestFirst(batch)));
+  });
+
+  t.test('seal lines after the rows go to the seals table, once per token; verifyGroups sums each batch', async (t) => {
+    const org = randomUUID();
+    const sealer = new Sealer(signingKeyFromPem(generateKeyPairSync('ed25519').privateKey.export({ type: 'pkcs8', format: 'pem' }).toString()));
+    const batch = randomUUID();
+    const rows = Array.from({ length: 5 }, (_, i) => record(org, { timestamp: iso(dayStart(1) + (5 - i) * 1000) }));
+    const lines = rows.map((r) => store.encode(r, batch));
+    const body = lines.join('') + sealer.sealLines(lines).lines.join('');
+    const token = `sealed-${randomUUID()}`;
+    await store.insertEncoded(body, token);
+    await store.insertEncoded(body, token);
+    t.equal(await store.count(org), 5, 'the rows once');
+    const seals = await store.listSeals(org);
+    t.match(seals, [{ orgId: org, batchId: batch, seq: 1, count: 5, firstAt: iso(dayStart(1) + 1000), lastAt: iso(dayStart(1) + 5000) }], 'the seal once, read back');
+    t.strictSame(await store.listSeals(org, { since: new Date(dayStart(0)), until: new Date(dayStart(-1)) }), [], 'a window it does not meet');
+    const groups: VerifyGroup[] = [];
+    const now = new Date();
+    await store.verifyGroups(org, { from: new Date(0), to: now, since: new Date(0), until: now, legacyBefore: new Date(0), graceFrom: now }, (page) => groups.push(...page));
+    t.match(groups, [{ batchId: batch, count: 5, inWindow: 5, mismatched: [], legacyInWindow: 0, lateUnhashed: null, oldInWindow: { id: rows[4]!.id } }]);
+    const ordered = [...rows].sort((a, b) => (a.timestamp < b.timestamp ? -1 : 1));
+    t.equal(merkleRootOfLeaves(groups[0]!.leaves), merkleRoot(ordered.map(entryHash)), 'the leaves, in (timestamp, id) order, give the root');
+    t.equal(merkleRootOfLeaves(groups[0]!.leaves), seals[0]!.root);
   });
 
   t.test('the same rows under two different tokens are stored twice', async (t) => {
