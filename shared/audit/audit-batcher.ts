@@ -17,7 +17,7 @@ import type { AuditRecord } from '../types.js';
 import { countEncodedRows } from './audit-codec.js';
 import type { AuditJournal } from './audit-journal.js';
 import type { AuditSpool } from './audit-spool.js';
-import type { Sealer } from './seal.js';
+import { freshSealedFields, type SealedField, type Sealer } from './seal.js';
 
 export interface AuditBatcherOptions {
   maxRows: number;
@@ -49,6 +49,8 @@ interface Batch {
   rows: string[];
   /** Its seal lines (seal.ts), made when the batch is closed; written after the rows. */
   seals: string[];
+  /** With a sealer: what each row's seal needs, read from its line as it is encoded. */
+  sealed: SealedField[];
   /** The rows' encoded length (UTF-16 code units, close to bytes). */
   bytes: number;
   token: string;
@@ -136,6 +138,7 @@ export class AuditBatcher {
     let line: string;
     try {
       line = this.#store.encode(record, this.#sealer === undefined ? '' : this.#open.token);
+      if (this.#sealer !== undefined) this.#open.sealed.push(freshSealedFields(line, record.orgId, this.#open.token));
     } catch (err) {
       // A record the store cannot encode is a bug upstream of here; it is reported, not thrown into the proxy.
       this.#options.onError?.(err, 1, 'encode');
@@ -168,7 +171,8 @@ export class AuditBatcher {
   #sealOpen(): void {
     if (this.#sealer !== undefined) {
       try {
-        this.#open.seals = this.#sealer.sealLines(this.#open.rows).lines;
+        this.#open.seals = this.#sealer.sealFields(this.#open.sealed).lines;
+        this.#open.sealed = [];
         for (const line of this.#open.seals) this.#journal?.append(line);
       } catch (err) {
         // A seal that cannot be made leaves the rows unsealed (verify names them); they are still written.
@@ -335,7 +339,7 @@ export class AuditBatcher {
 }
 
 function newBatch(): Batch {
-  return { rows: [], seals: [], bytes: 0, token: randomUUID(), waiters: [] };
+  return { rows: [], seals: [], sealed: [], bytes: 0, token: randomUUID(), waiters: [] };
 }
 
 /** The insert's body: the rows, then their seals. */

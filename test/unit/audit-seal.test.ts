@@ -8,6 +8,7 @@ import { countEncodedRows, encodeAuditRow } from '../../shared/audit/audit-codec
 import { entryHash } from '../../shared/audit/entry-json.js';
 import {
   encodeSealLine,
+  freshSealedFields,
   GENESIS_HASH,
   merkleRoot,
   sealBody,
@@ -58,6 +59,13 @@ t.test('a row line gives the sealer its id, timestamp, org, entry hash and batch
     batchId: batch,
   });
   t.equal(sealedFields(encodeAuditRow(record)), null, 'no batch id: unsealed');
+  t.strictSame(freshSealedFields(line, record.orgId, batch), sealedFields(line), 'the batcher\'s positional read agrees');
+  fc.assert(fc.property(fc.string({ unit: 'binary', maxLength: 50 }), fc.string({ maxLength: 20 }), fc.option(fc.string({ maxLength: 30 }), { nil: null }), (reasoning, agentName, output) => {
+    const r = auditRecord(randomUUID(), { reasoning, agentName, output });
+    const l = encodeAuditRow(r, batch);
+    const fresh = freshSealedFields(l, r.orgId, batch);
+    return JSON.stringify(fresh) === JSON.stringify(sealedFields(l)) && fresh.entryHash === entryHash(r);
+  }));
   // A line as the version before seals wrote it: no batch_id column at all.
   t.equal(sealedFields(line.slice(0, line.lastIndexOf('\t')) + '\n'), null, 'an earlier version\'s line');
   t.equal(sealedFields('garbage\n'), null);
