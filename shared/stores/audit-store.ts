@@ -53,6 +53,13 @@ export interface ReplaySample {
   decision: 'allowed' | 'denied';
 }
 
+/** A row's id and when the store inserted it (written_at, ms since the epoch by the store's clock). */
+export interface WrittenId {
+  id: string;
+  orgId: string;
+  writtenMs: number;
+}
+
 export interface AuditStore {
   /**
    * Writes rows in one insert. `dedupToken` makes a retried insert of the same
@@ -74,6 +81,12 @@ export interface AuditStore {
   replayGroups(orgId: string, agentId: string, since: Date, until: Date): Promise<ReplayGroup[]>;
   /** The newest `limit` policy-decided calls of the given groups in [since, until). */
   replaySamples(orgId: string, agentId: string, since: Date, until: Date, groups: readonly ReplayGroupKey[], limit: number): Promise<ReplaySample[]>;
+  /** The store's clock (ms since the epoch): the live audit stream keeps its cursor on it, not on this process's. */
+  clockMs(): Promise<number>;
+  /** The rows of these orgs inserted at or after `sinceMs` (store clock), oldest written first: ids only (live audit stream). */
+  writtenSince(orgIds: readonly string[], sinceMs: number): Promise<WrittenId[]>;
+  /** The rows of these ids among the orgs' rows written at or after `sinceMs`, as `list` returns them, oldest written first. */
+  writtenEntries(orgIds: readonly string[], ids: readonly string[], sinceMs: number): Promise<AuditRecord[]>;
   /** Total rows for the org (tests and the bench's audit check). */
   count(orgId?: string): Promise<number>;
   ping(): Promise<void>;

@@ -64,6 +64,9 @@ export async function openAuditStoreWhenReachable(config: Readonly<Config>, onWa
     report: async (orgId, since, until, maxEntries, topN) => (await ready()).report(orgId, since, until, maxEntries, topN),
     replayGroups: async (orgId, agentId, since, until) => (await ready()).replayGroups(orgId, agentId, since, until),
     replaySamples: async (orgId, agentId, since, until, groups, limit) => (await ready()).replaySamples(orgId, agentId, since, until, groups, limit),
+    clockMs: async () => (await ready()).clockMs(),
+    writtenSince: async (orgIds, sinceMs) => (await ready()).writtenSince(orgIds, sinceMs),
+    writtenEntries: async (orgIds, ids, sinceMs) => (await ready()).writtenEntries(orgIds, ids, sinceMs),
     count: async (orgId) => (await ready()).count(orgId),
     ping: async () => (await ready()).ping(),
     close: async () => {
