@@ -98,7 +98,7 @@ t.test('the filters of GET /audit apply', async (t) => {
 });
 
 t.test('a bad filter is 400 invalid_request naming it, before any stream', async (t) => {
-  for (const [query, field] of [['decision=maybe', 'decision'], ['agent_id=not-a-uuid', 'agent_id'], ['since=yesterday', 'since'], ['until=2026-13-45', 'until']]) {
+  for (const [query, field] of [['decision=maybe', 'decision'], ['agent_id=not-a-uuid', 'agent_id'], ['since=yesterday', 'since'], ['until=2026-13-45', 'until']] as const) {
     const res = await api(base, owner, 'GET', `/audit/stream?${query}`);
     t.equal(res.status, 400, query);
     t.equal(res.json?.error, 'invalid_request');
