@@ -18,6 +18,7 @@ export function PolicyPage({ agentId }: { agentId: string }) {
   const [agent, setAgent] = useState<Agent | null>(null);
   const [yaml, setYaml] = useState('');
   const [saved, setSaved] = useState<string | null>(null);
+  const [loaded, setLoaded] = useState(false);
   const [invalid, setInvalid] = useState<{ message: string; line: number | null } | null>(null);
   const [error, run] = useAction();
   const text = useRef<HTMLTextAreaElement>(null);
@@ -29,6 +30,7 @@ export function PolicyPage({ agentId }: { agentId: string }) {
       const policy = await get<{ rules_yaml: string | null; updated_at: string | null }>(`/agents/${encodeURIComponent(agentId)}/policy`);
       setYaml(policy.rules_yaml ?? STARTER);
       setSaved(policy.updated_at);
+      setLoaded(true);
     });
   }, [agentId]);
 
@@ -61,10 +63,11 @@ export function PolicyPage({ agentId }: { agentId: string }) {
   };
 
   const lineCount = yaml.split('\n').length;
+  if (!loaded) return <section aria-busy="true"><p>Loading the policy…</p><ErrorLine message={error} /></section>;
   return (
     <section aria-labelledby="policy-h">
       <h1 id="policy-h">Policy of {agent?.name ?? 'agent'}</h1>
-      <p><a href="#/agents">← Agents</a> · {saved ? <>saved <Time iso={saved} /></> : 'no policy set: every call is allowed'}</p>
+      <p><a href="#/agents">← Agents</a> · <span role="status">{saved ? <>saved <Time iso={saved} /></> : 'no policy set: every call is allowed'}</span></p>
       <ErrorLine message={error} />
       <form onSubmit={save} class="card">
         <label for="policy-yaml">Policy (YAML)</label>
