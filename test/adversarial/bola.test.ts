@@ -45,6 +45,7 @@ const ID_INPUTS: Record<RouteKey, { path?: string[]; body?: string[]; query?: st
   'POST /audit': { body: ['agent_id'] },
   'GET /audit': { query: ['agent_id'] },
   'GET /audit/export/pdf': {},
+  'GET /audit/stream': { query: ['agent_id'] },
   'GET /approvals': { query: ['agent_id'] },
   'GET /approvals/:id': { path: ['id'] },
   'POST /approvals/:id/approve': { path: ['id'] },
