@@ -56,9 +56,12 @@ try {
   const streams = await Promise.all(Array.from({ length: SUBSCRIBERS }, async (_, i) => {
     const res = await request(`${guard.origin}/audit/stream`, { headers: { authorization: `Bearer ${org.token}` }, dispatcher: new Agent({ connections: 1, bodyTimeout: 0 }) });
     if (res.statusCode !== 200) throw new Error(`GET /audit/stream answered ${res.statusCode}`);
-    res.body.setEncoding('utf8');
-    res.body.on('data', (chunk: string) => {
-      received[i]! += chunk.split('event: audit\n').length - 1;
+    const marker = 'event: audit\n';
+    let carry = ''; // the end of the last chunk, so a marker split across chunks is counted once
+    res.body.on('data', (chunk: Buffer) => {
+      const text = carry + chunk.toString('latin1');
+      received[i]! += text.split(marker).length - 1;
+      carry = text.slice(-(marker.length - 1));
     });
     return res.body;
   }));
