@@ -12,6 +12,8 @@ COPY shared shared
 COPY proxy proxy
 COPY admin admin
 COPY bench bench
+COPY scripts scripts
+COPY console console
 RUN npm run build && npm prune --omit=dev
 
 FROM node:20-bookworm-slim

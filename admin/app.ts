@@ -7,6 +7,8 @@ import { agentHandlers } from './agents.js';
 import { approvalHandlers } from './approvals.js';
 import { auditHandlers } from './audit.js';
 import { auditSealHandlers } from './audit-seals.js';
+import { auditStreamHandler, AuditStreamHub } from './audit-stream.js';
+import { loadConsole } from './console.js';
 import { createAuth } from './auth.js';
 import type { AdminContext, Handler } from './context.js';
 import { credentialHandlers } from './credentials.js';
@@ -51,6 +53,7 @@ export const ROUTE_TABLE = [
   { method: 'GET', pattern: '/audit/public-key', auth: true, handler: 'audit.publicKey' },
   { method: 'GET', pattern: '/audit/seals', auth: true, handler: 'audit.seals' },
   { method: 'GET', pattern: '/audit/verify', auth: true, handler: 'audit.verify' },
+  { method: 'GET', pattern: '/audit/stream', auth: true, handler: 'audit.stream' },
   { method: 'GET', pattern: '/approvals', auth: true, handler: 'approvals.list' },
   { method: 'GET', pattern: '/approvals/:id', auth: true, handler: 'approvals.get' },
   { method: 'POST', pattern: '/approvals/:id/approve', auth: true, handler: 'approvals.approve' },
@@ -67,7 +70,9 @@ interface CompiledRoute extends Route {
 export interface AdminApp {
   routes: readonly Route[];
   handle(req: AdminRequest): Promise<AdminResponse>;
-  /** Stops what the admin side started (the PDF worker). */
+  /** Ends the open streams (GET /audit/stream) at once: shutdown's first step, so that no stream holds the drain. */
+  endStreams(): void;
+  /** Stops what the admin side started (the PDF worker, the stream poller). */
   close(): Promise<void>;
 }
 
@@ -85,6 +90,14 @@ export function createAdminApp(ctx: AdminContext, log: Logger): AdminApp {
   const audit = auditHandlers(ctx);
   const approvals = approvalHandlers(ctx);
   const auditSeals = auditSealHandlers(ctx);
+  const auditStream = new AuditStreamHub({
+    store: ctx.auditStore,
+    pollMs: ctx.config.auditStreamPollMs,
+    keepaliveMs: ctx.config.auditStreamKeepaliveMs,
+    log,
+  });
+  // Not in ROUTE_TABLE: static files without auth, outside the API the BOLA sweep and docs tests read.
+  const consoleFiles = loadConsole();
 
   const handlers: Record<HandlerName, Handler> = {
     'auth.signup': (req) => auth.signup(req),
@@ -106,6 +119,7 @@ export function createAdminApp(ctx: AdminContext, log: Logger): AdminApp {
     'audit.publicKey': auditSeals.publicKey,
     'audit.seals': auditSeals.seals,
     'audit.verify': auditSeals.verify,
+    'audit.stream': auditStreamHandler(auditStream),
     'approvals.list': approvals.list,
     'approvals.get': approvals.get,
     'approvals.approve': approvals.approve,
@@ -127,6 +141,8 @@ export function createAdminApp(ctx: AdminContext, log: Logger): AdminApp {
   });
 
   async function dispatch(req: AdminRequest): Promise<AdminResponse> {
+    const page = consoleFiles.serve(req);
+    if (page !== null) return page;
     let allowed: string[] | null = null;
     for (const route of compiled) {
       const m = route.regex.exec(req.path);
@@ -163,7 +179,15 @@ export function createAdminApp(ctx: AdminContext, log: Logger): AdminApp {
     }
   }
 
-  return { routes, handle, close: () => audit.close() };
+  return {
+    routes,
+    handle,
+    endStreams: () => auditStream.close(),
+    close: async () => {
+      auditStream.close();
+      await audit.close();
+    },
+  };
 }
 
 function safeDecode(segment: string): string {

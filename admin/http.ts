@@ -17,7 +17,22 @@ export interface AdminRequest {
 export interface AdminResponse {
   status: number;
   headers: Record<string, string>;
+  /** The whole body; '' for a streamed response. */
   body: string | Buffer;
+  /**
+   * A streamed body (GET /audit/stream): called once, right after the head is
+   * sent, with where to write; returns what to call when the stream is over for
+   * any reason (the client went away, was dropped as too slow, or end() ran).
+   */
+  stream?: (sink: StreamSink) => () => void;
+}
+
+/** Where a streamed response's body goes (server/admin-adapter.ts writes it to the client). */
+export interface StreamSink {
+  /** Sends a chunk; false once the stream is over (then stop writing). */
+  write(chunk: string | Uint8Array): boolean;
+  /** Ends the response; safe to call more than once. */
+  end(): void;
 }
 
 export function json(status: number, value: unknown, headers: Record<string, string> = {}): AdminResponse {

@@ -3,7 +3,7 @@
 // 1 MiB), and the AdminResponse is written back corked. The same adapter serves
 // the admin handlers in-process and, in a split-mode proxy, the pass-through.
 import type { HttpRequest, HttpResponse } from 'uWebSockets.js';
-import type { AdminRequest, AdminResponse } from '../admin/http.js';
+import type { AdminRequest, AdminResponse, StreamSink } from '../admin/http.js';
 import { MAX_ADMIN_BODY_BYTES } from '../admin/http.js';
 import { statusLine } from '../shared/http.js';
 import { answerAfterBody, answerAndClose, writeError } from './answers.js';
@@ -29,10 +29,20 @@ class AdminHead implements RequestHeadTarget {
   }
 }
 
+/**
+ * Bytes a streamed response may have waiting in uWS (written while the socket
+ * would not take more) before its client is dropped as too slow: a stalled
+ * subscriber must not make the process buffer the audit log for it forever.
+ */
+export const STREAM_MAX_BUFFERED_BYTES = 1024 * 1024;
+
 export function handleAdmin(res: HttpResponse, req: HttpRequest, admin: AdminHandler, trustForwardedFor: boolean): void {
   let aborted = false;
+  /** Set while a streamed body is open: told when the client goes away. */
+  let streamClosed: (() => void) | null = null;
   res.onAborted(() => {
     aborted = true;
+    streamClosed?.();
   });
   const url = req.getUrl();
   const head = new AdminHead();
@@ -58,10 +68,14 @@ export function handleAdmin(res: HttpResponse, req: HttpRequest, admin: AdminHan
   };
   const respond = (response: AdminResponse): void => {
     if (aborted) return;
+    if (response.stream !== undefined) {
+      streamClosed = openStream(res, response, response.stream);
+      return;
+    }
     res.cork(() => {
       res.writeStatus(statusLine(response.status));
       for (const name in response.headers) res.writeHeader(name, response.headers[name]!);
-      if (response.status === 204) res.endWithoutBody();
+      if (response.status === 204 || response.status === 304) res.endWithoutBody();
       else if (request.method === 'HEAD') {
         // By hand: uWS's endWithoutBody(length) leaves the connection unusable.
         res.writeHeader('content-length', String(Buffer.byteLength(response.body))).endWithoutBody();
@@ -94,4 +108,57 @@ export function handleAdmin(res: HttpResponse, req: HttpRequest, admin: AdminHan
       void admin(request).then(respond);
     }
   });
+}
+
+/**
+ * Writes a streamed response's head at once (an SSE comment ends it, since uWS
+ * sends the head with the first write) and hands the body's writer to the
+ * handler. Every write is corked (they come from timers and awaits); back-pressure:
+ * once uWS refuses a write it buffers the rest, and past STREAM_MAX_BUFFERED_BYTES
+ * the connection is closed instead of buffering on. Returns what onAborted calls.
+ */
+function openStream(res: HttpResponse, response: AdminResponse, stream: NonNullable<AdminResponse['stream']>): () => void {
+  let over = false;
+  let blockedBytes = -1; // -1: the socket takes what is written; else bytes written since it stopped
+  let onClose: (() => void) | null = null;
+  const finish = (): void => {
+    if (over) return;
+    over = true;
+    onClose?.();
+  };
+  res.cork(() => {
+    res.writeStatus(statusLine(response.status));
+    for (const name in response.headers) res.writeHeader(name, response.headers[name]!);
+    res.write(':\n\n');
+  });
+  const sink: StreamSink = {
+    write(chunk) {
+      if (over) return false;
+      let accepted = true;
+      res.cork(() => {
+        accepted = res.write(chunk);
+      });
+      if (blockedBytes >= 0) blockedBytes += chunk.length;
+      else if (!accepted) {
+        blockedBytes = chunk.length;
+        res.onWritable(() => {
+          blockedBytes = -1;
+          return true;
+        });
+      }
+      if (blockedBytes > STREAM_MAX_BUFFERED_BYTES) {
+        finish();
+        res.close(); // too slow: dropped, not buffered for
+        return false;
+      }
+      return true;
+    },
+    end() {
+      if (over) return;
+      finish();
+      res.cork(() => res.end());
+    },
+  };
+  onClose = stream(sink);
+  return finish;
 }

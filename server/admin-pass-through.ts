@@ -6,8 +6,17 @@ import type { AdminRequest, AdminResponse } from '../admin/http.js';
 import { errorBody } from '../shared/errors.js';
 import { PASS_THROUGH_DROP as DROP } from '../shared/http.js';
 
-export function createAdminPassThrough(adminUrl: string): { handle(req: AdminRequest): Promise<AdminResponse>; close(): Promise<void> } {
+export interface AdminPassThrough {
+  handle(req: AdminRequest): Promise<AdminResponse>;
+  /** Ends the event streams passed through (shutdown's first step: the pool's close waits for open bodies). */
+  endStreams(): void;
+  close(): Promise<void>;
+}
+
+export function createAdminPassThrough(adminUrl: string): AdminPassThrough {
+  // bodyTimeout: an event stream carries a comment at least every 15 s, so 60 s of silence is a dead admin.
   const pool = new Pool(adminUrl, { connections: 64, headersTimeout: 60_000, bodyTimeout: 60_000 });
+  const streams = new Set<() => void>();
   return {
     async handle(req) {
       const headers: Record<string, string> = {};
@@ -25,10 +34,36 @@ export function createAdminPassThrough(adminUrl: string): { handle(req: AdminReq
         for (const [name, value] of Object.entries(res.headers)) {
           if (!DROP.has(name) && name !== 'date' && value !== undefined) out[name] = Array.isArray(value) ? value.join(', ') : value;
         }
+        if (/^text\/event-stream\b/i.test(out['content-type'] ?? '') && req.method !== 'HEAD') {
+          // GET /audit/stream: passed on chunk by chunk as the admin writes it, never buffered whole.
+          const body = res.body;
+          return {
+            status: res.statusCode,
+            headers: out,
+            body: '',
+            stream: (sink) => {
+              const end = (): void => {
+                streams.delete(end);
+                body.destroy();
+                sink.end();
+              };
+              streams.add(end);
+              body.on('data', (chunk: Buffer) => {
+                if (!sink.write(chunk)) end(); // the client went away or was too slow
+              });
+              body.on('end', end);
+              body.on('error', end);
+              return end; // the client went away: stop reading from the admin
+            },
+          };
+        }
         return { status: res.statusCode, headers: out, body: Buffer.from(await res.body.arrayBuffer()) };
       } catch {
         return { status: 503, headers: { 'content-type': 'application/json' }, body: errorBody('unavailable', 'The admin service cannot be reached; retry later.') };
       }
+    },
+    endStreams() {
+      for (const end of [...streams]) end();
     },
     close: () => pool.close(),
   };

@@ -158,6 +158,9 @@ export async function startService(config: Readonly<Config>, log: Logger = creat
       stopping = true;
       listener.stop();
       store.changes.stop();
+      // Live audit streams end now: they are not calls to drain, and a client reconnects elsewhere.
+      admin?.endStreams();
+      passThrough?.endStreams();
     },
     inFlight: () => pipeline?.inFlight ?? 0,
     endInFlight: () => pipeline?.endInFlight(),

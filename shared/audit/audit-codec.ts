@@ -116,7 +116,8 @@ export function auditTableDdl(retentionDays: number): string {
   const width = Math.max(...AUDIT_COLUMN_NAMES.map((n) => n.length)) + 2;
   return `CREATE TABLE IF NOT EXISTS ${AUDIT_TABLE}
 (
-${AUDIT_COLUMNS.map((c) => `    ${c.name.padEnd(width)}${c.type}`).join(',\n')}
+${[...AUDIT_COLUMNS, ...AUDIT_SERVER_COLUMNS].map((c) => `    ${c.name.padEnd(width)}${c.type}`).join(',\n')},
+${AUDIT_SERVER_INDEXES.map((i) => `    INDEX ${i.name} ${i.definition}`).join(',\n')}
 )
 ENGINE = MergeTree
 PARTITION BY toYYYYMM(timestamp)
@@ -145,6 +146,39 @@ export function auditTableMigrations(engineFull: string, retentionDays: number, 
   const settings = engineFull.slice(engineFull.lastIndexOf(' SETTINGS ') + 1);
   const drifted = Object.entries(TABLE_SETTINGS).filter(([k, v]) => !new RegExp(`\\b${k} = ${v}\\b`).test(settings));
   if (drifted.length > 0) statements.push(`ALTER TABLE ${AUDIT_TABLE} MODIFY SETTING ${settingsList(drifted)}`);
+  return statements;
+}
+
+/**
+ * Columns the server fills with their DEFAULT at insert time: never in the
+ * INSERT's column list, never part of an entry (so not of its entry_hash).
+ * `written_at` is when the row was inserted, by the store's clock: the live
+ * audit stream (admin/audit-stream.ts) follows it, because `timestamp` is the
+ * call's time and a long call or a spooled batch is written long after it.
+ */
+export const AUDIT_SERVER_COLUMNS = [
+  { name: 'written_at', type: "DateTime64(3, 'UTC') DEFAULT now64(3)" },
+] as const;
+
+/** A minmax skip index on written_at: the stream reads the last seconds' rows of an org without scanning the others. */
+export const AUDIT_SERVER_INDEXES = [
+  { name: 'written_at_minmax', definition: 'written_at TYPE minmax GRANULARITY 1' },
+] as const;
+
+/**
+ * Adds the server-filled columns and their index to a table made before them.
+ * A column added with a DEFAULT is computed at read time in the parts that lack
+ * it, so now64(3) would make every old row look just written on every read:
+ * MATERIALIZE COLUMN stores it once (the migration's time) in the old parts.
+ */
+export function auditServerColumnMigrations(columns: readonly string[]): string[] {
+  const statements: string[] = [];
+  for (const column of AUDIT_SERVER_COLUMNS) {
+    if (columns.includes(column.name)) continue;
+    statements.push(`ALTER TABLE ${AUDIT_TABLE} ADD COLUMN IF NOT EXISTS ${column.name} ${column.type}`);
+    statements.push(`ALTER TABLE ${AUDIT_TABLE} MATERIALIZE COLUMN ${column.name} SETTINGS mutations_sync = 1`);
+    for (const index of AUDIT_SERVER_INDEXES) statements.push(`ALTER TABLE ${AUDIT_TABLE} ADD INDEX IF NOT EXISTS ${index.name} ${index.definition}`);
+  }
   return statements;
 }
 

@@ -96,6 +96,13 @@ export interface VerifyGroup {
   oldInWindow: EntryRef | null;
 }
 
+/** A row's id and when the store inserted it (written_at, ms since the epoch by the store's clock). */
+export interface WrittenId {
+  id: string;
+  orgId: string;
+  writtenMs: number;
+}
+
 export interface AuditStore {
   /**
    * Writes rows in one insert. `dedupToken` makes a retried insert of the same
@@ -133,6 +140,12 @@ export interface AuditStore {
   entriesByIds(orgId: string, ids: readonly string[]): Promise<AuditRecord[]>;
   /** Every org with entries or seals (the offline verifier checks each). */
   orgIds(): Promise<string[]>;
+  /** The store's clock (ms since the epoch): the live audit stream keeps its cursor on it, not on this process's. */
+  clockMs(): Promise<number>;
+  /** The rows of these orgs inserted at or after `sinceMs` (store clock), oldest written first: ids only (live audit stream). */
+  writtenSince(orgIds: readonly string[], sinceMs: number): Promise<WrittenId[]>;
+  /** The rows of these ids among the orgs' rows written at or after `sinceMs`, as `list` returns them, oldest written first. */
+  writtenEntries(orgIds: readonly string[], ids: readonly string[], sinceMs: number): Promise<AuditRecord[]>;
   /** Total rows for the org (tests and the bench's audit check). */
   count(orgId?: string): Promise<number>;
   ping(): Promise<void>;

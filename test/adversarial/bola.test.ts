@@ -48,6 +48,7 @@ const ID_INPUTS: Record<RouteKey, { path?: string[]; body?: string[]; query?: st
   'GET /audit/public-key': {},
   'GET /audit/seals': {},
   'GET /audit/verify': {},
+  'GET /audit/stream': { query: ['agent_id'] },
   'GET /approvals': { query: ['agent_id'] },
   'GET /approvals/:id': { path: ['id'] },
   'POST /approvals/:id/approve': { path: ['id'] },

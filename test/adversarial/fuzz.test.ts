@@ -60,6 +60,7 @@ const INPUTS: Record<RouteKey, { body?: string[]; query?: string[] }> = {
   'GET /audit/public-key': {},
   'GET /audit/seals': { query: ['since', 'until', 'limit'] },
   'GET /audit/verify': { query: ['since', 'until'] },
+  'GET /audit/stream': { query: ['agent_id', 'decision', 'tool_name', 'task_id', 'mcp_session_id', 'mcp_method', 'mcp_tool', 'approval_id', 'since', 'until'] },
   'GET /approvals': { query: ['status', 'agent_id', 'limit'] },
   'GET /approvals/:id': {},
   'POST /approvals/:id/approve': { body: ['note'] },
@@ -161,6 +162,11 @@ async function check(method: string, path: string, init: { body?: string; conten
   } catch (err) {
     const cause = (err as { cause?: { code?: string; message?: string } }).cause;
     return `${method} ${path.slice(0, 80)} (${path.length} chars): request failed (${cause?.code ?? ''} ${cause?.message ?? (err as Error).message})`;
+  }
+  if (res.status === 200 && /^text\/event-stream/.test(res.headers.get('content-type') ?? '')) {
+    // GET /audit/stream accepted the request: an endless body, so its head is the answer checked.
+    await res.body?.cancel();
+    return null;
   }
   const bytes = Buffer.from(await res.arrayBuffer());
   const type = res.headers.get('content-type') ?? '';

@@ -6,6 +6,7 @@ import pdfParse from 'pdf-parse/lib/pdf-parse.js';
 import t, { type Test } from 'tap';
 import { ROUTE_TABLE } from '../../admin/app.js';
 import { api, createAgent, eventually, signup, startTestService, type Session } from '../support/service.js';
+import { openSse } from '../support/sse-client.js';
 
 const service = await startTestService();
 const base = service.url;
@@ -55,6 +56,9 @@ const A = await makeOrg('Alpha');
 const B = await makeOrg('Bravo');
 
 /** Everything A can see of its own resources. */
+/** The task id of the entry A writes while B listens on GET /audit/stream. */
+const STREAM_PROBE_TASK = 'bola-stream-probe';
+
 async function snapshot(org: Org) {
   const get = async (path: string, headers: Record<string, string> = {}) => {
     const res = await api(base, org.session, 'GET', path, undefined, headers);
@@ -65,7 +69,8 @@ async function snapshot(org: Org) {
     credentials: await get('/credentials'),
     proxyUrl: await get(`/agents/${org.agent.id}/proxy-url`),
     policy: await get(`/agents/${org.agent.id}/policy`),
-    audit: await get('/audit?limit=1000'),
+    // Without the entry A itself writes for the GET /audit/stream case (A adding to its own log is no change by B).
+    audit: await get('/audit?limit=1000').then((r) => ({ status: r.status, body: r.status === 200 ? JSON.stringify(JSON.parse(r.body).filter((e: { task_id: string }) => e.task_id !== STREAM_PROBE_TASK)) : r.body })),
     approvals: await get('/approvals'),
     check: (await api(base, org.session, 'POST', '/policy/check', { agent_id: org.agent.id, tool: 'x', action: 'DELETE', reasoning: '' })).text,
   };
@@ -178,6 +183,17 @@ const COLLECTION_ROUTES: Record<RouteKey, (t: Test) => Promise<void>> = {
       t.notOk(res.text.includes(A.approvalId), `${query || '(no filter)'}: no approval of A`);
       t.same(res.json.map((a: { id: string }) => a.id), query.includes(A.agent.id) ? [] : [B.approvalId], `${query || '(no filter)'}: only B's own`);
     }
+  },
+  'GET /audit/stream': async (t) => {
+    // B listens with no filter and with A's agent named; an entry A writes meanwhile reaches neither.
+    const streams = await Promise.all(['', `?agent_id=${A.agent.id}`].map((q) => openSse(`${base}/audit/stream${q}`, B.session.auth)));
+    const own = await openSse(`${base}/audit/stream`, A.session.auth);
+    t.teardown(() => [...streams, own].forEach((s) => s.close()));
+    t.same(streams.map((s) => s.status), [200, 200], 'B may listen to its own org');
+    const write = await api(base, A.session, 'POST', '/audit', { agent_id: A.agent.id, tool_name: A.toolName, action: 'GET', decision: 'allowed', task_id: STREAM_PROBE_TASK });
+    t.ok(await own.nextEvent((e) => e.id === write.json.id, 3000), 'A\'s own stream gets the entry (so the sweep waited long enough)');
+    await new Promise((r) => setTimeout(r, 1200)); // a poll more
+    for (const s of streams) t.same(s.events, [], 'B\'s stream got none of A\'s entries');
   },
   'GET /audit/export/pdf': async (t) => {
     const res = await fetch(`${base}/audit/export/pdf?days=365`, { headers: B.session.auth });

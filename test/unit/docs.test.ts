@@ -24,8 +24,8 @@ const ERROR_TABLE_HEADING = '### Error codes';
 const CONFIG_SECTION_HEADING = '## Configuration';
 const ENDPOINTS_HEADING = '## Endpoints';
 const METHODS = ['GET', 'POST', 'PUT', 'PATCH', 'DELETE'] as const;
-/** Served by the listener itself, not the admin route table. */
-const LISTENER_ROUTES = new Set(['GET /health', 'GET /ready', 'GET /metrics', 'GET /openapi.json']);
+/** Served by the listener itself, or as the console's static files (admin/console.ts), not the admin route table. */
+const LISTENER_ROUTES = new Set(['GET /health', 'GET /ready', 'GET /metrics', 'GET /openapi.json', 'GET /console']);
 const PROXY_PREFIX = '/proxy/';
 
 // --- text helpers --------------------------------------------------------------

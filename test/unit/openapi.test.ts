@@ -24,8 +24,8 @@ const DOC = JSON.parse(readFileSync(new URL('docs/openapi.json', ROOT), 'utf8'))
 const PACKAGE_VERSION = (JSON.parse(readFileSync(new URL('package.json', ROOT), 'utf8')) as { version: string }).version;
 
 const HTTP_METHODS = ['get', 'put', 'post', 'delete', 'options', 'head', 'patch', 'trace'] as const;
-/** Served by the public listener itself, not by the admin route table. */
-const LISTENER_PATHS = new Set(['/health', '/ready', '/metrics', '/openapi.json']);
+/** Served by the public listener itself, or as the console's static files (admin/console.ts), not by the admin route table. */
+const LISTENER_PATHS = new Set(['/health', '/ready', '/metrics', '/openapi.json', '/console']);
 const PROXY_PREFIX = '/proxy/';
 const ADMIN_SECURITY = [{ bearerAuth: [] }];
 

@@ -12,6 +12,7 @@ import {
   AUDIT_TABLE,
   auditTableDdl,
   auditTableMigrations,
+  auditServerColumnMigrations,
   decodeAuditRow,
   decodeReportRow,
   ENTRY_HASH_OK_SQL,
@@ -26,7 +27,7 @@ import {
 } from '../../audit/audit-codec.js';
 import { AUDIT_EXACT_FILTERS, type AuditFilter, type AuditRecord } from '../../types.js';
 import { decodeSealRow, SEAL_COLUMNS, splitBatchBody, type Seal } from '../../audit/seal.js';
-import type { AuditPage, AuditReportData, AuditStore, EntryRef, ReplayGroup, ReplayGroupKey, ReplaySample, VerifyGroup, VerifyScan } from '../audit-store.js';
+import type { AuditPage, AuditReportData, AuditStore, EntryRef, ReplayGroup, ReplayGroupKey, ReplaySample, VerifyGroup, VerifyScan, WrittenId } from '../audit-store.js';
 import { guardBoundary, unreachableClassifier } from '../store-boundary.js';
 
 /** How many denied calls the report lists. */
@@ -378,6 +379,34 @@ export class ClickHouseAuditStore implements AuditStore {
     return rows.map(decodeAuditRow);
   }
 
+  async clockMs(): Promise<number> {
+    const rows = await this.#query<{ now: number | string }>('SELECT toUnixTimestamp64Milli(now64(3)) AS now');
+    return Number(rows[0]?.now ?? 0);
+  }
+
+  async writtenSince(orgIds: readonly string[], sinceMs: number): Promise<WrittenId[]> {
+    const orgs = orgIds.filter((o) => UUID_RE.test(o));
+    if (orgs.length === 0) return [];
+    const rows = await this.#query<{ id: string; org_id: string; written: number | string }>(
+      `SELECT id, org_id, toUnixTimestamp64Milli(written_at) AS written FROM ${AUDIT_TABLE}
+       WHERE ${WRITTEN_WINDOW} ORDER BY written_at, timestamp, id`,
+      { orgs, since: epochMs(sinceMs) },
+    );
+    return rows.map((r) => ({ id: r.id, orgId: r.org_id, writtenMs: Number(r.written) }));
+  }
+
+  async writtenEntries(orgIds: readonly string[], ids: readonly string[], sinceMs: number): Promise<AuditRecord[]> {
+    const orgs = orgIds.filter((o) => UUID_RE.test(o));
+    const wanted = ids.filter((id) => UUID_RE.test(id));
+    if (orgs.length === 0 || wanted.length === 0) return [];
+    const rows = await this.#query<AuditRow>(
+      `SELECT ${AUDIT_SELECT_LIST} FROM ${AUDIT_TABLE}
+       WHERE ${WRITTEN_WINDOW} AND id IN {ids:Array(UUID)} ORDER BY written_at, timestamp, id`,
+      { orgs, ids: wanted, since: epochMs(sinceMs) },
+    );
+    return rows.map(decodeAuditRow);
+  }
+
   async orgIds(): Promise<string[]> {
     const rows = await this.#query<{ org_id: string }>(
       `SELECT DISTINCT org_id FROM (SELECT org_id FROM ${AUDIT_TABLE} UNION ALL SELECT org_id FROM ${SEALS_TABLE}) ORDER BY org_id`,
@@ -475,7 +504,8 @@ async function migrate(client: ClickHouseClient, retentionDays: number): Promise
     query_params: { table: AUDIT_TABLE },
     format: 'JSONEachRow',
   })).json<{ name: string }>();
-  for (const query of auditTableMigrations(tables[0]?.engine_full ?? '', retentionDays, columns.map((c) => c.name))) {
+  const names = columns.map((c) => c.name);
+  for (const query of [...auditTableMigrations(tables[0]?.engine_full ?? '', retentionDays, names), ...auditServerColumnMigrations(names)]) {
     // An ALTER ... MODIFY TTL runs as a background mutation; open does not wait for it.
     await client.command({ query });
   }
@@ -531,6 +561,9 @@ ENGINE = MergeTree
 ORDER BY (org_id, writer, seq)
 SETTINGS non_replicated_deduplication_window = 10000, fsync_after_insert = 1, fsync_part_directory = 1`;
 
+/** The live audit stream's window: some orgs' rows inserted at or after an instant of the store's clock. */
+const WRITTEN_WINDOW = "org_id IN {orgs:Array(UUID)} AND written_at >= fromUnixTimestamp64Milli(toInt64({since:UInt64}), 'UTC')";
+
 /** Policy replay reads the agent's proxied calls in a half-open window. */
 const REPLAY_WINDOW =
   "org_id = {org:UUID} AND agent_id = {agentId:UUID} AND source = 'proxy' AND timestamp >= {since:DateTime64(3, 'UTC')} AND timestamp < {until:DateTime64(3, 'UTC')}";
@@ -583,6 +616,12 @@ function listWhere(orgId: string, filter: AuditFilter): { where: string; params:
     params.until = toChDateTime(parseInstant(filter.until, 'until'));
   }
   return { where: clauses.join(' AND '), params };
+}
+
+/** An instant in ms since the epoch, as a query parameter (UInt64 in the SQL). */
+function epochMs(ms: number): number {
+  if (!Number.isSafeInteger(ms) || ms < 0) throw new RangeError('an instant must be whole milliseconds since the epoch');
+  return ms;
 }
 
 function nonNegativeInt(n: number, field: string): number {

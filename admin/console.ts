@@ -1,0 +1,101 @@
+// GET /console and /console/*: the operator console's static files (built by
+// `npm run build` into dist/console/, scripts/build-console.ts), read once at
+// start into memory. No auth for the files themselves: the app logs in through
+// POST /auth/login and calls the admin API with the token, as curl does.
+//
+// Every answer carries a strict Content-Security-Policy (no inline script or
+// style, nothing from another origin, no framing) with X-Frame-Options for old
+// browsers. Assets named by their content hash are immutable for a year; the
+// index is revalidated on every load (ETag), so a new build is picked up at once.
+import { createHash } from 'node:crypto';
+import { existsSync, readdirSync, readFileSync, statSync } from 'node:fs';
+import { extname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { GuardError } from '../shared/errors.js';
+import type { AdminRequest, AdminResponse } from './http.js';
+
+export const CONSOLE_PREFIX = '/console';
+
+export const CONSOLE_CSP = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; form-action 'self'; base-uri 'none'; frame-ancestors 'none'";
+
+/** Sent with every console answer, the index and the assets alike. */
+export const CONSOLE_SECURITY_HEADERS: Readonly<Record<string, string>> = {
+  'content-security-policy': CONSOLE_CSP,
+  'x-frame-options': 'DENY',
+  'x-content-type-options': 'nosniff',
+  'referrer-policy': 'no-referrer',
+  'cross-origin-opener-policy': 'same-origin',
+};
+
+const TYPES: Record<string, string> = {
+  '.html': 'text/html; charset=utf-8',
+  '.js': 'text/javascript; charset=utf-8',
+  '.css': 'text/css; charset=utf-8',
+  '.png': 'image/png',
+  '.svg': 'image/svg+xml',
+  '.map': 'application/json',
+};
+
+/** A hashed name, as the build writes it: `app-3F2A9C1B.js`. */
+const HASHED = /-[A-Z0-9]{8}\.[a-z]+$/;
+
+interface ConsoleFile {
+  body: Buffer;
+  type: string;
+  etag: string;
+  cacheControl: string;
+}
+
+export interface ConsoleFiles {
+  /** Null when the path is not under /console. */
+  serve(req: AdminRequest): AdminResponse | null;
+}
+
+/** dist/console from the source tree (admin/ → ../dist/console) or from the build (dist/admin/ → ../console). */
+export function findConsoleDir(): string | null {
+  for (const up of ['../dist/console/', '../console/']) {
+    const dir = fileURLToPath(new URL(up, import.meta.url));
+    if (existsSync(join(dir, 'index.html'))) return dir;
+  }
+  return null;
+}
+
+export function loadConsole(dir: string | null = findConsoleDir()): ConsoleFiles {
+  const files = new Map<string, ConsoleFile>();
+  if (dir !== null) {
+    for (const name of readdirSync(dir)) {
+      const path = join(dir, name);
+      if (!statSync(path).isFile()) continue;
+      const body = readFileSync(path);
+      files.set(name, {
+        body,
+        type: TYPES[extname(name)] ?? 'application/octet-stream',
+        etag: `"${createHash('sha256').update(body).digest('base64url').slice(0, 22)}"`,
+        cacheControl: HASHED.test(name) ? 'public, max-age=31536000, immutable' : 'no-cache',
+      });
+    }
+  }
+  const index = files.get('index.html') ?? null;
+
+  return {
+    serve(req) {
+      const { path } = req;
+      if (path !== CONSOLE_PREFIX && !path.startsWith(`${CONSOLE_PREFIX}/`)) return null;
+      if (req.method !== 'GET' && req.method !== 'HEAD') {
+        throw new GuardError('method_not_allowed', undefined, undefined, { allow: 'GET, HEAD' });
+      }
+      if (index === null) throw new GuardError('not_found', 'The console is not built: run `npm run build`.');
+      const name = path.slice(CONSOLE_PREFIX.length + 1);
+      // Any other path is the app's (hash routing keeps real ones at /console/), so the index answers it.
+      const file = (name.includes('/') ? undefined : files.get(name)) ?? index;
+      const headers: Record<string, string> = {
+        ...CONSOLE_SECURITY_HEADERS,
+        'content-type': file.type,
+        'cache-control': file.cacheControl,
+        etag: file.etag,
+      };
+      if (req.headers['if-none-match'] === file.etag) return { status: 304, headers, body: '' };
+      return { status: 200, headers, body: file.body };
+    },
+  };
+}
