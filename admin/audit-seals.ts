@@ -45,9 +45,8 @@ export function auditSealHandlers(ctx: AdminContext) {
   const seals: Handler = async (req, caller) => {
     const window = windowOf(req.query);
     const limit = queryInteger(req.query, 'limit', SEALS_LIMIT_DEFAULT, 1, SEALS_LIMIT_MAX);
-    const found = await ctx.auditStore.listSeals(caller.orgId, window);
-    found.sort((a, b) => (a.firstAt < b.firstAt ? -1 : a.firstAt > b.firstAt ? 1 : a.writer < b.writer ? -1 : a.writer > b.writer ? 1 : a.seq - b.seq));
-    return json(200, found.slice(0, limit).map(sealJson), { 'x-total-count': String(found.length) });
+    const [found, total] = await Promise.all([ctx.auditStore.listSeals(caller.orgId, window, limit), ctx.auditStore.countSeals(caller.orgId, window)]);
+    return json(200, found.map(sealJson), { 'x-total-count': String(total) });
   };
 
   const verify: Handler = async (req, caller) => {

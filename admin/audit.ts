@@ -143,7 +143,7 @@ export function auditHandlers(ctx: AdminContext) {
     const window = { createdSince: since.toISOString(), createdUntil: until.toISOString(), limit: PDF_APPROVALS_MAX + 1 };
     const [pending, newest] = await Promise.all([ctx.store.listApprovals(caller.orgId, { ...window, status: 'pending' }), ctx.store.listApprovals(caller.orgId, window)]);
     const approvals = [...pending, ...newest.filter((a) => a.status !== 'pending')];
-    const seals = await ctx.auditStore.listSeals(caller.orgId, { since, until });
+    const [seals, sealCount] = await Promise.all([ctx.auditStore.listSeals(caller.orgId, { since, until }, PDF_SEALS_MAX, true), ctx.auditStore.countSeals(caller.orgId, { since, until })]);
     // In a worker thread, started on first use: the event loop that serves calls
     // never renders, and pdfkit (~15 MB) loads only where a report is asked for.
     pdfRenderer ??= createPdfRenderer();
@@ -159,7 +159,7 @@ export function auditHandlers(ctx: AdminContext) {
       approvals,
       maxApprovals: PDF_APPROVALS_MAX,
       seals: sealsToPrint(seals, PDF_SEALS_MAX),
-      sealCount: seals.length,
+      sealCount,
       keyFingerprint: ctx.signingKey.fingerprint,
     });
     return {

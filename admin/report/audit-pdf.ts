@@ -394,7 +394,9 @@ function drawSeals(c: Cursor, input: AuditPdfInput): void {
   const lines = [
     count === 0
       ? 'No seal covers this window.'
-      : `${formatCount(count)} seal${count === 1 ? '' : 's'} in ${formatCount(chains)} chain${chains === 1 ? '' : 's'} cover this window${seals.length < count ? `; ${formatCount(seals.length)} are printed, the last of each chain among them (GET /audit/seals lists all)` : ''}.`,
+      : seals.length < count
+        ? `${formatCount(count)} seals cover this window; the newest ${formatCount(seals.length)} are printed (they hold the last seal of each chain still writing at its end, which commits to the chain's earlier seals; GET /audit/seals lists all).`
+        : `${formatCount(count)} seal${count === 1 ? '' : 's'} in ${formatCount(chains)} chain${chains === 1 ? '' : 's'} cover this window.`,
     `Signing key fingerprint (SHA-256 of the public key, SPKI DER): ${input.keyFingerprint ?? 'unknown'}`,
     'To verify: fetch GET /audit/public-key and check its fingerprint is the one above; then GET /audit/verify with this',
     `window (since=${isoMillis(input.since)}, until=${isoMillis(input.until)}), or offline: npm run verify-audit -- --since ... --until ...`,

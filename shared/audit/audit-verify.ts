@@ -21,7 +21,7 @@
 // `entry_added` otherwise.
 import { verify as verifySignature, type KeyObject } from 'node:crypto';
 import { hash } from 'node:crypto';
-import type { AuditStore, EntryRef, VerifyGroup } from '../stores/audit-store.js';
+import type { AuditStore, EntryRef, SealChain, VerifyGroup } from '../stores/audit-store.js';
 import { entryHash } from './entry-json.js';
 import { GENESIS_HASH, merkleRootOfLeaves, sealBody, type Seal } from './seal.js';
 
@@ -72,6 +72,8 @@ export interface VerifyOptions {
   keys: ReadonlyMap<string, KeyObject>;
   /** The org's chain heads; a chain shorter than its head is truncated. */
   heads?: readonly ChainHead[];
+  /** When sealing began (the metadata store keeps it): entries older without a batch id are legacy. Default: the org's first seal. */
+  sealingSince?: Date;
   now?: Date;
   /** Entries younger than this may not be sealed yet. */
   graceMs?: number;
@@ -95,12 +97,23 @@ export async function verifyAudit(store: AuditStore, orgId: string, options: Ver
     problems.push(p);
   };
 
-  const seals = await store.listSeals(orgId);
-  checkChains(seals, options, report);
+  // The seals read are bounded by the window: those meeting it, and for each of
+  // their chains the run of seqs they span plus the seal before (its link).
+  // The rest of each chain is checked by the store, in sums: seqs 1..last with no
+  // gap, and the last seal against its recorded head.
+  const meeting = await store.listSeals(orgId, options);
+  const chains = await store.sealChains(orgId);
+  const seals: Seal[] = [];
+  const spans = new Map<string, { from: number; to: number }>();
+  for (const s of meeting) {
+    const span = spans.get(s.writer);
+    spans.set(s.writer, { from: Math.min(span?.from ?? s.seq, s.seq), to: Math.max(span?.to ?? s.seq, s.seq) });
+  }
+  for (const [writer, span] of spans) seals.push(...(await store.sealRange(orgId, writer, span.from - 1, span.to)));
+  await checkChains(store, orgId, seals, chains, options, report);
 
   const since = options.since.getTime();
   const until = options.until.getTime();
-  const meeting = seals.filter((s) => Date.parse(s.firstAt) < until && Date.parse(s.lastAt) >= since);
   // Every entry of a seal meeting the window is read, so that its root can be recomputed.
   let from = since;
   let to = until;
@@ -109,12 +122,15 @@ export async function verifyAudit(store: AuditStore, orgId: string, options: Ver
     to = Math.max(to, Date.parse(s.lastAt) + 1);
   }
   const byBatch = new Map<string, Seal[]>();
-  for (const s of seals) {
+  const addSeal = (s: Seal): void => {
     const list = byBatch.get(s.batchId);
     if (list === undefined) byBatch.set(s.batchId, [s]);
-    else list.push(s);
-  }
-  const firstSealAt = seals.reduce((min, s) => Math.min(min, Date.parse(s.createdAt)), Infinity);
+    else if (!list.some((x) => x.id === s.id)) list.push(s);
+  };
+  seals.forEach(addSeal);
+  // Entries older than this without a batch id are legacy: the instant sealing began
+  // (kept in the metadata store), else the org's first seal.
+  const firstSealAt = options.sealingSince?.getTime() ?? chains.reduce((min, c) => Math.min(min, Date.parse(c.firstCreatedAt)), Infinity);
   // Batches merged across pages: pages are time slices in order, so each page's
   // sorted leaves continue the last's.
   const groups = new Map<string | null, VerifyGroup>();
@@ -131,6 +147,10 @@ export async function verifyAudit(store: AuditStore, orgId: string, options: Ver
       groups.set(g.batchId, known === undefined ? g : mergeGroups(known, g));
     }
   }, options.pageRows);
+
+  // Batches met in the window whose seal lies outside it (an entry moved in time): their seals.
+  const unknown = [...groups.keys()].filter((b): b is string => b !== null && !byBatch.has(b));
+  for (let i = 0; i < unknown.length; i += RECHECK_CHUNK) (await store.sealsOfBatches(orgId, unknown.slice(i, i + RECHECK_CHUNK))).forEach(addSeal);
 
   let entries = 0;
   let pending = 0;
@@ -197,9 +217,14 @@ function mergeGroups(a: VerifyGroup, b: VerifyGroup): VerifyGroup {
   };
 }
 
-/** Each seal's hash and signature, then each chain's links and its recorded head. */
-function checkChains(seals: readonly Seal[], options: VerifyOptions, report: (p: Problem) => void): void {
-  const chains = new Map<string, Seal[]>();
+/**
+ * Each seal read (the window's and their neighbours): its hash and signature,
+ * and its link to the seal before; each chain of the org as the store sums it
+ * up: seqs from 1 with no gap and no repeat, and its end against the head
+ * recorded outside ClickHouse.
+ */
+async function checkChains(store: AuditStore, orgId: string, seals: readonly Seal[], chains: readonly SealChain[], options: VerifyOptions, report: (p: Problem) => void): Promise<void> {
+  const bySeq = new Map<string, Seal>();
   for (const s of seals) {
     const body = sealBody(s);
     if (hash('sha256', body, 'hex') !== s.sealHash) {
@@ -212,30 +237,36 @@ function checkChains(seals: readonly Seal[], options: VerifyOptions, report: (p:
         report({ reason: 'seal_altered', sealId: s.id, at: s.firstAt, detail: 'The seal\'s signature does not verify.' });
       }
     }
-    const chain = chains.get(s.writer);
-    if (chain === undefined) chains.set(s.writer, [s]);
-    else chain.push(s);
+    bySeq.set(`${s.writer}:${s.seq}`, s);
   }
-  for (const chain of chains.values()) {
-    chain.sort((a, b) => a.seq - b.seq);
-    let prev: Seal | undefined;
-    for (const s of chain) {
-      const expectedSeq = (prev?.seq ?? 0) + 1;
-      if (s.seq > expectedSeq) {
-        report({ reason: 'seal_removed', sealId: s.id, at: prev?.lastAt ?? s.firstAt, detail: `Seal ${expectedSeq} of writer ${s.writer} is missing.` });
-      } else if (s.seq < expectedSeq || s.prevHash !== (prev?.sealHash ?? GENESIS_HASH)) {
-        report({ reason: 'seal_altered', sealId: s.id, at: s.firstAt, detail: 'The seal does not link to the seal before it in its chain.' });
-      }
-      prev = s;
+  for (const s of seals) {
+    const prev = bySeq.get(`${s.writer}:${s.seq - 1}`);
+    if (s.seq === 1 ? s.prevHash !== GENESIS_HASH : prev !== undefined && s.prevHash !== prev.sealHash) {
+      report({ reason: 'seal_altered', sealId: s.id, at: s.firstAt, detail: 'The seal does not link to the seal before it in its chain.' });
+    }
+  }
+  const byWriter = new Map(chains.map((c) => [c.writer, c]));
+  for (const chain of chains) {
+    if (chain.count > chain.distinctSeqs) {
+      report({ reason: 'seal_altered', at: chain.firstCreatedAt, detail: `Writer ${chain.writer}'s chain has two seals with one seq.` });
+    }
+    const gap = chain.firstSeq > 1 ? chain.firstSeq : chain.distinctSeqs < chain.lastSeq ? await store.firstSealGap(orgId, chain.writer, 1) : null;
+    if (gap !== null) {
+      // Named by the seal after the gap; placed in time after the seal before it.
+      const after = (await store.sealRange(orgId, chain.writer, gap, gap))[0];
+      const before = gap > 2 ? (await store.sealRange(orgId, chain.writer, gap - 2, gap - 2))[0] : undefined;
+      report({ reason: 'seal_removed', sealId: after?.id, at: before?.lastAt ?? '', detail: `Seal ${gap - 1} of writer ${chain.writer} is missing.` });
     }
   }
   for (const head of options.heads ?? []) {
-    const chain = chains.get(head.writer) ?? [];
-    const last = chain[chain.length - 1];
-    const atHead = chain.find((s) => s.seq === head.seq);
-    if (last === undefined || last.seq < head.seq) {
-      report({ reason: 'tail_truncated', sealId: last?.id, at: last?.lastAt ?? '', detail: `Writer ${head.writer}'s chain ends at seal ${last?.seq ?? 0}; seal ${head.seq} was recorded as written.` });
-    } else if (atHead !== undefined && atHead.sealHash !== head.sealHash) {
+    const chain = byWriter.get(head.writer);
+    if (chain === undefined || chain.lastSeq < head.seq) {
+      const last = chain === undefined ? undefined : (await store.sealRange(orgId, head.writer, chain.lastSeq, chain.lastSeq))[0];
+      report({ reason: 'tail_truncated', sealId: last?.id, at: last?.lastAt ?? '', detail: `Writer ${head.writer}'s chain ends at seal ${chain?.lastSeq ?? 0}; seal ${head.seq} was recorded as written.` });
+      continue;
+    }
+    const atHead = bySeq.get(`${head.writer}:${head.seq}`) ?? (await store.sealRange(orgId, head.writer, head.seq, head.seq))[0];
+    if (atHead !== undefined && atHead.sealHash !== head.sealHash) {
       report({ reason: 'seal_altered', sealId: atHead.id, at: atHead.firstAt, detail: 'The seal differs from the one recorded as its chain\'s head.' });
     }
   }

@@ -54,6 +54,19 @@ export interface ReplaySample {
   decision: 'allowed' | 'denied';
 }
 
+/** One chain of seals as the store sums it up. */
+export interface SealChain {
+  writer: string;
+  firstSeq: number;
+  lastSeq: number;
+  count: number;
+  /** Distinct seqs: fewer than count when one is repeated. */
+  distinctSeqs: number;
+  lastHash: string;
+  /** ISO 8601. */
+  firstCreatedAt: string;
+}
+
 /** The instants a verification reads with. */
 export interface VerifyScan {
   /** Entries read: [from, to). */
@@ -127,8 +140,21 @@ export interface AuditStore {
   replayGroups(orgId: string, agentId: string, since: Date, until: Date): Promise<ReplayGroup[]>;
   /** The newest `limit` policy-decided calls of the given groups in [since, until). */
   replaySamples(orgId: string, agentId: string, since: Date, until: Date, groups: readonly ReplayGroupKey[], limit: number): Promise<ReplaySample[]>;
-  /** The org's seals whose time range meets [since, until) (every seal when no window), by writer, then seq. */
-  listSeals(orgId: string, window?: { since: Date; until: Date }): Promise<Seal[]>;
+  /**
+   * The org's seals whose time range meets [since, until) (every seal when no
+   * window), by first_at, then writer and seq; at most `limit`.
+   */
+  listSeals(orgId: string, window?: { since: Date; until: Date }, limit?: number, newestFirst?: boolean): Promise<Seal[]>;
+  /** How many of the org's seals meet [since, until). */
+  countSeals(orgId: string, window: { since: Date; until: Date }): Promise<number>;
+  /** Each chain (writer) of the org, summed up by the store: first and last seq, how many seals, the last seal's hash, the earliest created_at. */
+  sealChains(orgId: string): Promise<SealChain[]>;
+  /** The first seq of the chain after `afterSeq` whose predecessor is missing, or null (a gap: a seal removed). */
+  firstSealGap(orgId: string, writer: string, afterSeq: number): Promise<number | null>;
+  /** One chain's seals with seq in [fromSeq, toSeq], by seq. */
+  sealRange(orgId: string, writer: string, fromSeq: number, toSeq: number): Promise<Seal[]>;
+  /** The org's seals of these batches. */
+  sealsOfBatches(orgId: string, batchIds: readonly string[]): Promise<Seal[]>;
   /**
    * What verification needs of the org's entries in [scan.from, scan.to),
    * summed up per batch by the store (hashes recomputed, leaves sorted), in

@@ -27,7 +27,7 @@ import {
 } from '../../audit/audit-codec.js';
 import { AUDIT_EXACT_FILTERS, type AuditFilter, type AuditRecord } from '../../types.js';
 import { decodeSealRow, SEAL_COLUMNS, splitBatchBody, type Seal } from '../../audit/seal.js';
-import type { AuditPage, AuditReportData, AuditStore, EntryRef, ReplayGroup, ReplayGroupKey, ReplaySample, VerifyGroup, VerifyScan, WrittenId } from '../audit-store.js';
+import type { AuditPage, AuditReportData, AuditStore, EntryRef, ReplayGroup, ReplayGroupKey, ReplaySample, SealChain, VerifyGroup, VerifyScan, WrittenId } from '../audit-store.js';
 import { guardBoundary, unreachableClassifier } from '../store-boundary.js';
 
 /** How many denied calls the report lists. */
@@ -285,19 +285,63 @@ export class ClickHouseAuditStore implements AuditStore {
     };
   }
 
-  async listSeals(orgId: string, window?: { since: Date; until: Date }): Promise<Seal[]> {
+  async listSeals(orgId: string, window?: { since: Date; until: Date }, limit = 0xffffffff, newestFirst = false): Promise<Seal[]> {
     if (!UUID_RE.test(orgId)) return [];
-    const params: QueryParams = { org: orgId };
-    let where = 'org_id = {org:UUID}';
-    if (window !== undefined) {
-      // A seal meets [since, until) when its first entry is before until and its last at or after since.
-      where += " AND first_at < {until:DateTime64(3, 'UTC')} AND last_at >= {since:DateTime64(3, 'UTC')}";
-      params.since = toChDateTime(window.since);
-      params.until = toChDateTime(window.until);
-    }
+    const { where, params } = sealWindow(orgId, window);
+    params.limit = nonNegativeInt(limit, 'limit');
     const rows = await this.#query<Record<string, string | number>>(
-      `SELECT ${SEAL_COLUMN_NAMES.join(', ')} FROM ${SEALS_TABLE} WHERE ${where} ORDER BY writer, seq, id`,
+      `SELECT ${SEAL_COLUMN_NAMES.join(', ')} FROM ${SEALS_TABLE} WHERE ${where} ${newestFirst ? 'ORDER BY last_at DESC, writer, seq DESC' : 'ORDER BY first_at, writer, seq'} LIMIT {limit:UInt32}`,
       params,
+    );
+    return rows.map(decodeSealRow);
+  }
+
+  async countSeals(orgId: string, window: { since: Date; until: Date }): Promise<number> {
+    if (!UUID_RE.test(orgId)) return 0;
+    const { where, params } = sealWindow(orgId, window);
+    const rows = await this.#query<{ n: number | string }>(`SELECT count() AS n FROM ${SEALS_TABLE} WHERE ${where}`, params);
+    return Number(rows[0]?.n ?? 0);
+  }
+
+  async sealChains(orgId: string): Promise<SealChain[]> {
+    if (!UUID_RE.test(orgId)) return [];
+    const rows = await this.#query<{ writer: string; first_seq: number | string; last_seq: number | string; n: number | string; distinct_seqs: number | string; last_hash: string; first_created: string }>(
+      `SELECT toString(writer) AS writer, min(seq) AS first_seq, max(seq) AS last_seq, count() AS n, uniqExact(seq) AS distinct_seqs, argMax(seal_hash, seq) AS last_hash,
+              toString(min(created_at)) AS first_created
+       FROM ${SEALS_TABLE} WHERE org_id = {org:UUID} GROUP BY writer`,
+      { org: orgId },
+    );
+    return rows.map((r) => ({ writer: r.writer, firstSeq: Number(r.first_seq), lastSeq: Number(r.last_seq), count: Number(r.n), distinctSeqs: Number(r.distinct_seqs), lastHash: r.last_hash, firstCreatedAt: isoOf(r.first_created) }));
+  }
+
+  async firstSealGap(orgId: string, writer: string, afterSeq: number): Promise<number | null> {
+    if (!UUID_RE.test(orgId) || !UUID_RE.test(writer)) return null;
+    const rows = await this.#query<{ seq: number | string }>(
+      `SELECT seq FROM ${SEALS_TABLE}
+       WHERE org_id = {org:UUID} AND writer = {writer:UUID} AND seq > {after:UInt64}
+         AND seq - 1 NOT IN (SELECT seq FROM ${SEALS_TABLE} WHERE org_id = {org:UUID} AND writer = {writer:UUID})
+       ORDER BY seq LIMIT 1`,
+      { org: orgId, writer, after: afterSeq },
+    );
+    return rows.length === 0 ? null : Number(rows[0]!.seq);
+  }
+
+  async sealRange(orgId: string, writer: string, fromSeq: number, toSeq: number): Promise<Seal[]> {
+    if (!UUID_RE.test(orgId) || !UUID_RE.test(writer)) return [];
+    const rows = await this.#query<Record<string, string | number>>(
+      `SELECT ${SEAL_COLUMN_NAMES.join(', ')} FROM ${SEALS_TABLE}
+       WHERE org_id = {org:UUID} AND writer = {writer:UUID} AND seq >= {from:UInt64} AND seq <= {to:UInt64} ORDER BY seq, id`,
+      { org: orgId, writer, from: Math.max(0, fromSeq), to: Math.max(0, toSeq) },
+    );
+    return rows.map(decodeSealRow);
+  }
+
+  async sealsOfBatches(orgId: string, batchIds: readonly string[]): Promise<Seal[]> {
+    const ids = batchIds.filter((id) => UUID_RE.test(id));
+    if (!UUID_RE.test(orgId) || ids.length === 0) return [];
+    const rows = await this.#query<Record<string, string | number>>(
+      `SELECT ${SEAL_COLUMN_NAMES.join(', ')} FROM ${SEALS_TABLE} WHERE org_id = {org:UUID} AND batch_id IN {ids:Array(UUID)}`,
+      { org: orgId, ids },
     );
     return rows.map(decodeSealRow);
   }
@@ -509,6 +553,18 @@ async function migrate(client: ClickHouseClient, retentionDays: number): Promise
     // An ALTER ... MODIFY TTL runs as a background mutation; open does not wait for it.
     await client.command({ query });
   }
+}
+
+/** A seal meets [since, until) when its first entry is before until and its last at or after since. */
+function sealWindow(orgId: string, window?: { since: Date; until: Date }): { where: string; params: QueryParams } {
+  const params: QueryParams = { org: orgId };
+  let where = 'org_id = {org:UUID}';
+  if (window !== undefined) {
+    where += " AND first_at < {until:DateTime64(3, 'UTC')} AND last_at >= {since:DateTime64(3, 'UTC')}";
+    params.since = toChDateTime(window.since);
+    params.until = toChDateTime(window.until);
+  }
+  return { where, params };
 }
 
 /** A verify group as the server returns it (JSONEachRow; tuples as arrays). */
