@@ -52,8 +52,8 @@ export function auditSealHandlers(ctx: AdminContext) {
   const verify: Handler = async (req, caller) => {
     const window = windowOf(req.query);
     const run = running.then(async () => {
-      const heads = await ctx.store.listSealHeads(caller.orgId);
-      return verifyAudit(ctx.auditStore, caller.orgId, { ...window, keys, heads, pageRows: VERIFY_PAGE_ROWS });
+      const [heads, sealingSince] = await Promise.all([ctx.store.listSealHeads(caller.orgId), ctx.store.sealingSince()]);
+      return verifyAudit(ctx.auditStore, caller.orgId, { ...window, keys, heads, pageRows: VERIFY_PAGE_ROWS, ...(sealingSince === null ? {} : { sealingSince }) });
     });
     running = run.catch(() => undefined);
     return json(200, verifyJson(await run));

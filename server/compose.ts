@@ -184,10 +184,13 @@ async function recoverJournal(spool: AuditSpool, dir: string, sealer: Sealer, lo
   let records = 0;
   for (const batch of recovered) {
     // The batch a killed process had open was never sealed: this process seals it, in its own chain.
+    const before = sealer.snapshot();
     const lines = batch.lines.some((line) => line.startsWith(SEAL_LINE_PREFIX)) ? batch.lines : batch.lines.concat(sealer.sealLines(batch.lines).lines);
     try {
       await spool.write(lines, batch.token);
     } catch (err) {
+      // Its seals are not kept: the chain must not link to them.
+      sealer.restore(before);
       // Kept in the journal: the next start tries again.
       log.error('audit records left in the journal could not be spooled; kept for the next start', { records: batch.lines.length, err });
       continue;

@@ -65,7 +65,9 @@ async function main(): Promise<void> {
   }
   const key = trustedKey(values['public-key'], config);
   const keys = new Map([[publicKeyInfo(key).fingerprint, key]]);
-  const since = instant(values.since, 'since', new Date(0));
+  // DateTime64's range starts in 1900: an entry dated before 1970 is read too.
+  const since = instant(values.since, 'since', new Date('1900-01-01T00:00:00Z'));
+  if (values.org !== undefined && !/^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i.test(values.org)) fail('--org must be an org id (a UUID)');
   const until = instant(values.until, 'until', new Date(Date.now() + 60_000));
   const audit = await openAuditStore(config).catch((err: unknown) => fail(`cannot open the audit store: ${(err as Error).message}`));
   let metadata: MetadataStore | null = null;
@@ -83,7 +85,8 @@ async function main(): Promise<void> {
     const orgs = values.org !== undefined ? [values.org] : await audit.orgIds();
     for (const orgId of orgs) {
       const heads: ChainHead[] = metadata === null ? [] : await metadata.listSealHeads(orgId);
-      const result = await verifyAudit(audit, orgId, { since, until, keys, heads });
+      const sealingSince = metadata === null ? null : await metadata.sealingSince();
+      const result = await verifyAudit(audit, orgId, { since, until, keys, heads, ...(sealingSince === null ? {} : { sealingSince }) });
       entries += result.entries;
       if (!result.ok) bad++;
       process.stdout.write(`${JSON.stringify({ org_id: orgId, ...verifyJson(result) })}\n`);

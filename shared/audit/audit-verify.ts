@@ -81,6 +81,9 @@ export interface VerifyOptions {
   pageRows?: number;
 }
 
+/** An entry dated this far past the verifier's clock cannot have been written yet. */
+const FUTURE_SKEW_MS = 5 * 60_000;
+
 /** Candidate mismatches read back in full per query, at most. */
 const RECHECK_CHUNK = 1000;
 
@@ -193,6 +196,12 @@ export async function verifyAudit(store: AuditStore, orgId: string, options: Ver
     } else if (merkleRootOfLeaves(leaves) !== s.root) {
       report({ reason: 'root_mismatch', sealId: s.id, at: s.firstAt, detail: 'The entries of the seal\'s batch are not the ones it sealed, in that order (replaced, reordered, or edited with their entry_hash).' });
     }
+  }
+
+  // An entry dated ahead of the clock sorts first in GET /audit but lies past any window ending now.
+  const ahead = await store.list(orgId, { since: new Date(now.getTime() + FUTURE_SKEW_MS).toISOString() }, 1, 0);
+  if (ahead.total > 0) {
+    report({ reason: 'entry_added', auditId: ahead.rows[0]!.id, at: ahead.rows[0]!.timestamp, detail: `${ahead.total} entr${ahead.total === 1 ? 'y is' : 'ies are'} dated more than 5 minutes ahead of the verifier's clock.` });
   }
 
   problems.sort((a, b) => (a.at < b.at ? -1 : a.at > b.at ? 1 : 0));

@@ -345,6 +345,17 @@ export class Sealer {
     return this.#key.fingerprint;
   }
 
+  /** The chains' ends, to put back with `restore` when seals just made will not be kept. */
+  snapshot(): ReadonlyMap<string, { seq: number; hash: string }> {
+    return new Map(this.#heads);
+  }
+
+  /** Puts the chains' ends back to a snapshot: the seals made since are dropped, so the next links to the last kept. */
+  restore(snapshot: ReadonlyMap<string, { seq: number; hash: string }>): void {
+    this.#heads.clear();
+    for (const [org, head] of snapshot) this.#heads.set(org, head);
+  }
+
   /**
    * The seals of one batch's lines, one per org, as lines to append after them.
    * Lines of an earlier version (no entry hash) are left unsealed.

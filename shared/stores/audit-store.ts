@@ -77,7 +77,7 @@ export interface VerifyScan {
   until: Date;
   /** Entries without an entry_hash from here on are not legacy. */
   legacyBefore: Date;
-  /** Entries from here on may not be sealed yet. */
+  /** Entries inserted (written_at) from here on may not be sealed yet. */
   graceFrom: Date;
 }
 
@@ -103,9 +103,9 @@ export interface VerifyGroup {
   lateUnhashed: EntryRef | null;
   /** Hashed entries whose fields the store hashed differently than entry_hash (candidates, rechecked). */
   mismatched: string[];
-  /** Hashed entries in the window from graceFrom on. */
+  /** Hashed entries in the window written from graceFrom on. */
   recentInWindow: number;
-  /** The earliest hashed entry in the window before graceFrom. */
+  /** The earliest hashed entry in the window written before graceFrom (not legacy). */
   oldInWindow: EntryRef | null;
 }
 

@@ -121,6 +121,8 @@ export interface MetadataStore {
    */
   recordSealHeads(heads: readonly SealHeadRow[]): Promise<void>;
   listSealHeads(orgId: string): Promise<ChainHead[]>;
+  /** When this deployment began to seal audit batches: older entries without a batch id are legacy. */
+  sealingSince(): Promise<Date | null>;
 
   /** Cheap round-trip used by readiness checks; GuardError('unavailable') when it fails. */
   ping(): Promise<void>;
@@ -307,6 +309,10 @@ export function createMetadataStore(driver: MetadataDriver): MetadataStore {
     syncRateCounts: async (sync) => driver.syncRateCounts(sync),
 
     recordSealHeads: async (heads) => driver.recordSealHeads(heads),
+    sealingSince: async () => {
+      const at = await driver.sealingStartedAt();
+      return at === null ? null : new Date(at);
+    },
     listSealHeads: async (orgId) => (await driver.sealHeads(orgId)).map((h) => ({ writer: h.writer, seq: h.seq, sealHash: h.seal_hash })),
 
     async ping() {

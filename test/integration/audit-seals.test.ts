@@ -163,6 +163,22 @@ t.test('entries from before sealing began are legacy; an unsealed one after it i
   t.match(later.firstProblem, { reason: 'entry_added', auditId: late.id }, 'newer than the first seal, past the grace, no seal: added');
   const within = await verifyAudit(service.auditStore, orgId, { ...window, until: new Date(Date.now() + 1000) });
   t.match(within, { ok: true, pending: 1 }, 'within the grace it is pending');
+  // When sealing began is known (the metadata store keeps it), an entry backdated before the org's first seal but after that is not legacy.
+  const sealingSince = new Date(Date.now() - 3 * 86_400_000);
+  const known = await verifyAudit(service.auditStore, orgId, { ...window, until: new Date(Date.now() + 1000), sealingSince, now: new Date(Date.now() + 120_000) });
+  t.match(known.firstProblem, { reason: 'entry_added', auditId: old.id }, 'a backdated unsealed entry after sealing began: added');
+  t.ok((await service.store.sealingSince())!.getTime() <= Date.now(), 'the service knows when it began sealing');
+});
+
+t.test('an entry dated ahead of the clock is named, though it lies past every window ending now', async (t) => {
+  const keyRes = await api(base, owner, 'GET', '/audit/public-key');
+  const keys = new Map([[keyRes.headers.get('x-key-fingerprint')!, createPublicKey(keyRes.text)]]);
+  const orgId = (await seals(stranger))[0]!.org_id;
+  const ahead = auditRecord(orgId, { timestamp: new Date(Date.now() + 86_400_000).toISOString() });
+  await service.auditStore.insert([ahead]);
+  const result = await verifyAudit(service.auditStore, orgId, { since: new Date(Date.now() - 3_600_000), until: new Date(), keys });
+  t.match(result.firstProblem, { reason: 'entry_added', auditId: ahead.id });
+  t.match(result.firstProblem?.detail, /ahead of the verifier's clock/);
 });
 
 t.test('bad input is 400 in the contract\'s shape; no token is 401', async (t) => {

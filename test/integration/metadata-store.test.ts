@@ -321,7 +321,7 @@ t.test('sqlite: a file of schema version 1 (before rate limits) gains the rate-l
   const user = await store.createUserWithOrg('v1@example.test', 'hash');
   await store.close();
   // Back to what version 1 wrote.
-  inspect(file, (db) => db.exec('DROP TABLE seal_heads; DROP TABLE approvals; DROP TABLE rate_counts; DROP TABLE rate_nodes; PRAGMA user_version = 1;'));
+  inspect(file, (db) => db.exec('DROP TABLE audit_meta; DROP TABLE seal_heads; DROP TABLE approvals; DROP TABLE rate_counts; DROP TABLE rate_nodes; PRAGMA user_version = 1;'));
   const reopened = openSqlite(file);
   t.teardown(() => reopened.close());
   t.same(await reopened.findUserById(user.id), user, 'the data is untouched');
@@ -342,6 +342,7 @@ t.test('sqlite: a file of schema version 2 gains approvals and keeps its change 
   // Back to what version 2 wrote: the changes table without approvals, one row pruned.
   inspect(file, (db) =>
     db.exec(`
+      DROP TABLE audit_meta;
       DROP TABLE seal_heads;
       DROP TABLE approvals;
       CREATE TABLE changes_v2 (seq INTEGER PRIMARY KEY AUTOINCREMENT, kind TEXT NOT NULL CHECK (kind IN ('agent', 'policy', 'credential')),
@@ -397,7 +398,7 @@ t.test('sqlite: migrations set user_version and are not applied twice on reopen'
         .all()
         .map((row) => row.name),
     ),
-    ['agents', 'approvals', 'changes', 'credentials', 'orgs', 'policies', 'rate_counts', 'rate_nodes', 'seal_heads', 'users'],
+    ['agents', 'approvals', 'audit_meta', 'changes', 'credentials', 'orgs', 'policies', 'rate_counts', 'rate_nodes', 'seal_heads', 'users'],
   );
 });
 

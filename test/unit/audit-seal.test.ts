@@ -98,6 +98,10 @@ t.test('a sealer makes one seal per org per batch, chained per org, signed, over
   const second = sealer.sealLines([encodeAuditRow(auditRecord(orgA), randomUUID())]);
   t.match(second.seals[0], { seq: 2, prevHash: a.sealHash }, 'the next seal of the org links to the last');
   t.equal(sealer.sealLines([encodeAuditRow(auditRecord(orgA))]).seals.length, 0, 'rows without a batch id are not sealed');
+  const kept = sealer.snapshot();
+  sealer.sealLines([encodeAuditRow(auditRecord(orgA), randomUUID())]);
+  sealer.restore(kept);
+  t.match(sealer.sealLines([encodeAuditRow(auditRecord(orgA), randomUUID())]).seals[0], { seq: 3, prevHash: second.seals[0]!.sealHash }, 'seals dropped by restore are not linked to');
 });
 
 t.test('a batch body: rows, then seal lines; split, counted and read for chain heads', async (t) => {

@@ -391,7 +391,7 @@ export class ClickHouseAuditStore implements AuditStore {
                 minIf((timestamp, toString(id)), entry_hash = '' AND ${IN_WINDOW} AND timestamp >= {legacy:DateTime64(3, 'UTC')}) AS late_unhashed,
                 countIf(entry_hash = '' AND ${IN_WINDOW} AND timestamp >= {legacy:DateTime64(3, 'UTC')}) AS late_unhashed_n,
                 groupArrayIf(toString(id), entry_hash != '' AND NOT (${ENTRY_HASH_OK_SQL})) AS mismatched,
-                countIf(entry_hash != '' AND ${IN_WINDOW} AND timestamp >= {grace:DateTime64(3, 'UTC')}) AS recent_in_window,
+                countIf(entry_hash != '' AND ${IN_WINDOW} AND written_at >= {grace:DateTime64(3, 'UTC')} AND NOT ${LEGACY_ROW}) AS recent_in_window,
                 minIf((timestamp, toString(id)), ${OLD_UNSEALED}) AS old_in_window,
                 countIf(${OLD_UNSEALED}) AS old_in_window_n
          FROM ${AUDIT_TABLE} WHERE ${range} GROUP BY batch_id
@@ -587,8 +587,13 @@ interface VerifyGroupRow {
 }
 
 const IN_WINDOW = "timestamp >= {ws:DateTime64(3, 'UTC')} AND timestamp < {wu:DateTime64(3, 'UTC')}";
-/** A hashed entry in the window past the sealing grace, but not one written without a batch before sealing began (legacy). */
-const OLD_UNSEALED = `entry_hash != '' AND ${IN_WINDOW} AND timestamp < {grace:DateTime64(3, 'UTC')} AND NOT (batch_id = '' AND timestamp < {legacy:DateTime64(3, 'UTC')})`;
+/**
+ * A hashed entry in the window written (written_at, the store's insert time: a
+ * long call's timestamp is when it began) before the sealing grace, but not one
+ * written without a batch before sealing began (legacy).
+ */
+const LEGACY_ROW = "(batch_id = '' AND timestamp < {legacy:DateTime64(3, 'UTC')})";
+const OLD_UNSEALED = `entry_hash != '' AND ${IN_WINDOW} AND written_at < {grace:DateTime64(3, 'UTC')} AND NOT ${LEGACY_ROW}`;
 
 /** `2026-03-01 12:00:00.123` → ISO 8601 with Z. */
 function isoOf(at: string): string {

@@ -266,6 +266,10 @@ export class MongoMetadataDriver implements MetadataDriver {
       const replicated = await isReplicated(db);
       await createCollections(db);
       await createIndexes(db);
+      // When this database began to seal audit batches (the first open of a version that seals).
+      await ignoreDuplicateKey(
+        db.collection<{ _id: string; value: string }>('audit_meta').updateOne({ _id: 'sealing_started_at' }, { $setOnInsert: { value: new Date().toISOString() } }, { upsert: true }),
+      );
       // The counter exists before any transaction needs it: an upsert that inserts
       // inside a transaction conflicts with every other one doing the same.
       await ignoreDuplicateKey(
@@ -522,6 +526,11 @@ export class MongoMetadataDriver implements MetadataDriver {
       const _id = `${head.org_id}:${head.writer}`;
       await ignoreDuplicateKey(this.#sealHeads.updateOne({ _id, seq: { $lt: head.seq } }, { $set: { ...head } }, { upsert: true }));
     }
+  }
+
+  async sealingStartedAt(): Promise<string | null> {
+    const doc = await this.#db.collection<{ _id: string; value: string }>('audit_meta').findOne({ _id: 'sealing_started_at' });
+    return doc?.value ?? null;
   }
 
   async sealHeads(orgId: string): Promise<SealHeadRow[]> {

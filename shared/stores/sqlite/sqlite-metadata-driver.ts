@@ -183,6 +183,13 @@ const MIGRATIONS: readonly string[] = [
     at        TEXT NOT NULL,
     PRIMARY KEY (org_id, writer)
   ) STRICT;
+  -- When this database began to seal audit batches: entries older than this
+  -- without a batch id are legacy (shared/audit/audit-verify.ts).
+  CREATE TABLE audit_meta (
+    key   TEXT PRIMARY KEY,
+    value TEXT NOT NULL
+  ) STRICT;
+  INSERT INTO audit_meta (key, value) VALUES ('sealing_started_at', strftime('%Y-%m-%dT%H:%M:%fZ', 'now'));
   `,
 ];
 
@@ -321,6 +328,7 @@ function prepareStatements(db: Database.Database) {
        WHERE excluded.seq > seal_heads.seq`,
     ),
     sealHeads: db.prepare<[orgId: string], SealHeadRow>('SELECT org_id, writer, seq, seal_hash, at FROM seal_heads WHERE org_id = ?'),
+    sealingStartedAt: db.prepare<[], { value: string }>("SELECT value FROM audit_meta WHERE key = 'sealing_started_at'"),
 
     ping: db.prepare<[], { ok: number }>('SELECT 1 AS ok'),
   };
@@ -562,6 +570,10 @@ export class SqliteMetadataDriver implements MetadataDriver {
 
   sealHeads(orgId: string): SealHeadRow[] {
     return this.#sql.sealHeads.all(orgId);
+  }
+
+  sealingStartedAt(): string | null {
+    return this.#sql.sealingStartedAt.get()?.value ?? null;
   }
 
   useApproval(orgId: string, id: string, now: string): boolean {
