@@ -195,6 +195,20 @@ export function auditStreamHandler(hub: AuditStreamHub): Handler {
     const filter = auditFilterFromQuery(req.query);
     const open = await hub.subscribe(caller.orgId, filter);
     if (req.method === 'HEAD') return { status: 200, headers: STREAM_HEADERS, body: '' };
-    return { status: 200, headers: STREAM_HEADERS, body: '', stream: open };
+    // A stream ends when its token does: the console logs in again and reopens it.
+    const lifetimeMs = Math.min(Math.max(0, (caller.expiresAt ?? Infinity) - Date.now()), 2 ** 31 - 1);
+    return {
+      status: 200,
+      headers: STREAM_HEADERS,
+      body: '',
+      stream: (sink) => {
+        const close = open(sink);
+        const timer = setTimeout(() => sink.end(), lifetimeMs);
+        return () => {
+          clearTimeout(timer);
+          close();
+        };
+      },
+    };
   };
 }

@@ -22,6 +22,8 @@ export const ARGON2_OPTIONS = { type: argon2.argon2id, memoryCost: 19456, timeCo
 export interface Caller {
   userId: string;
   orgId: string;
+  /** When the caller's token expires (ms since the epoch): a stream ends then. */
+  expiresAt?: number;
 }
 
 export interface AuthOptions {
@@ -109,7 +111,7 @@ export function createAuth(options: AuthOptions) {
     // A deleted user's token stops working even before it expires.
     const user = await store.findUserById(payload.sub);
     if (!user || user.orgId !== payload.org) throw new GuardError('unauthorized');
-    return { userId: user.id, orgId: user.orgId };
+    return { userId: user.id, orgId: user.orgId, expiresAt: (payload.exp ?? 0) * 1000 };
   }
 
   return { signup, login, authenticate };

@@ -86,8 +86,12 @@ export function loadConsole(dir: string | null = findConsoleDir()): ConsoleFiles
       }
       if (index === null) throw new GuardError('not_found', 'The console is not built: run `npm run build`.');
       const name = path.slice(CONSOLE_PREFIX.length + 1);
-      // Any other path is the app's (hash routing keeps real ones at /console/), so the index answers it.
-      const file = (name.includes('/') ? undefined : files.get(name)) ?? index;
+      const found = name.includes('/') ? undefined : files.get(name);
+      // An asset that is not there (a stale page asking for an old build's file) is
+      // 404, not the index served as script; any other path is the app's (hash
+      // routing keeps real ones at /console/), so the index answers it.
+      if (found === undefined && /\.(js|css|map|png|svg|ico)$/.test(name)) throw new GuardError('not_found', 'No such console file.');
+      const file = found ?? index;
       const headers: Record<string, string> = {
         ...CONSOLE_SECURITY_HEADERS,
         'content-type': file.type,

@@ -13,18 +13,31 @@ export interface AdminPassThrough {
   close(): Promise<void>;
 }
 
+/** Event streams one proxy passes through at once, at most: each holds a connection to the admin process. */
+export const PASS_THROUGH_MAX_STREAMS = 256;
+
+const STREAM_PATH = /^\/audit\/stream\/?$/;
+
 export function createAdminPassThrough(adminUrl: string): AdminPassThrough {
-  // bodyTimeout: an event stream carries a comment at least every 15 s, so 60 s of silence is a dead admin.
   const pool = new Pool(adminUrl, { connections: 64, headersTimeout: 60_000, bodyTimeout: 60_000 });
+  // Event streams have a pool of their own: each holds its connection for as long
+  // as the client listens, which must not starve the admin API's 64. bodyTimeout:
+  // a stream carries a comment at least every 15 s, so 60 s of silence is a dead admin.
+  const streamPool = new Pool(adminUrl, { connections: PASS_THROUGH_MAX_STREAMS, headersTimeout: 60_000, bodyTimeout: 60_000 });
   const streams = new Set<() => void>();
+  let closed = false;
   return {
-    async handle(req) {
+    async handle(req): Promise<AdminResponse> {
+      const isStream = STREAM_PATH.test(req.path);
+      if (isStream && (closed || streams.size >= PASS_THROUGH_MAX_STREAMS)) {
+        return { status: 503, headers: { 'content-type': 'application/json', 'retry-after': '5' }, body: errorBody('unavailable', closed ? 'The service is shutting down.' : 'Too many audit streams are open through this proxy; retry later.') };
+      }
       const headers: Record<string, string> = {};
       for (const name in req.headers) if (!DROP.has(name)) headers[name] = req.headers[name]!;
       headers['x-forwarded-for'] = req.remoteAddress;
       const query = req.query.toString();
       try {
-        const res = await pool.request({
+        const res = await (isStream ? streamPool : pool).request({
           method: req.method as 'GET',
           path: query.length > 0 ? `${req.path}?${query}` : req.path,
           headers,
@@ -47,6 +60,10 @@ export function createAdminPassThrough(adminUrl: string): AdminPassThrough {
                 body.destroy();
                 sink.end();
               };
+              if (closed) {
+                end(); // shutdown began while its head was on the way
+                return end;
+              }
               streams.add(end);
               body.on('data', (chunk: Buffer) => {
                 if (!sink.write(chunk)) end(); // the client went away or was too slow
@@ -63,8 +80,11 @@ export function createAdminPassThrough(adminUrl: string): AdminPassThrough {
       }
     },
     endStreams() {
+      closed = true;
       for (const end of [...streams]) end();
     },
-    close: () => pool.close(),
+    close: async () => {
+      await Promise.all([pool.close(), streamPool.close()]);
+    },
   };
 }

@@ -176,7 +176,10 @@ export function auditServerColumnMigrations(columns: readonly string[]): string[
   for (const column of AUDIT_SERVER_COLUMNS) {
     if (columns.includes(column.name)) continue;
     statements.push(`ALTER TABLE ${AUDIT_TABLE} ADD COLUMN IF NOT EXISTS ${column.name} ${column.type}`);
-    statements.push(`ALTER TABLE ${AUDIT_TABLE} MATERIALIZE COLUMN ${column.name} SETTINGS mutations_sync = 1`);
+    // Not waited for: on a large table it runs long (a start must not wait on it,
+    // nor an HTTP request time out on it); until it reaches a part, that part's
+    // rows read written_at as now, which the stream's timestamp bound keeps out.
+    statements.push(`ALTER TABLE ${AUDIT_TABLE} MATERIALIZE COLUMN ${column.name}`);
     for (const index of AUDIT_SERVER_INDEXES) statements.push(`ALTER TABLE ${AUDIT_TABLE} ADD INDEX IF NOT EXISTS ${index.name} ${index.definition}`);
   }
   return statements;

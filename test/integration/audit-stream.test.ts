@@ -179,3 +179,13 @@ t.test('SIGTERM: a process with open streams ends them and exits within a couple
   t.equal(await exit, 0, 'exit code 0');
   t.ok(Date.now() - started < 3000, `exited ${Date.now() - started} ms after SIGTERM`);
 });
+
+t.test('the console: a missing asset is 404, not the index; an app path is the index', async (t) => {
+  const missing = await fetch(`${base}/console/app-00000000.js`);
+  t.equal(missing.status, 404);
+  t.match(missing.headers.get('content-type') ?? '', /application\/json/);
+  await missing.arrayBuffer();
+  const app = await fetch(`${base}/console/agents`);
+  t.equal(app.status, 200);
+  t.match(await app.text(), /<html/i);
+});

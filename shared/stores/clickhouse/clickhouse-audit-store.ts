@@ -623,7 +623,13 @@ ORDER BY (org_id, writer, seq)
 SETTINGS non_replicated_deduplication_window = 10000, fsync_after_insert = 1, fsync_part_directory = 1`;
 
 /** The live audit stream's window: some orgs' rows inserted at or after an instant of the store's clock. */
-const WRITTEN_WINDOW = "org_id IN {orgs:Array(UUID)} AND written_at >= fromUnixTimestamp64Milli(toInt64({since:UInt64}), 'UTC')";
+/**
+ * Bounded by timestamp too (a day before the cursor: the table's key, and no
+ * call lasts a day): parts of a table made before written_at that are not yet
+ * materialized read written_at as now() and would otherwise stream the org's
+ * whole history as new, again on every poll.
+ */
+const WRITTEN_WINDOW = "org_id IN {orgs:Array(UUID)} AND written_at >= fromUnixTimestamp64Milli(toInt64({since:UInt64}), 'UTC') AND timestamp >= fromUnixTimestamp64Milli(toInt64({since:UInt64}), 'UTC') - INTERVAL 1 DAY";
 
 /** Policy replay reads the agent's proxied calls in a half-open window. */
 const REPLAY_WINDOW =
