@@ -1,13 +1,13 @@
 // Audit: write one entry (POST /audit), list with filters, export as PDF.
 import { randomUUID } from 'node:crypto';
-import { isUuid } from '../shared/http.js';
 import { GuardError } from '../shared/errors.js';
 import { auditJson, entryHash, wellFormed } from '../shared/audit/entry-json.js';
-import { AUDIT_EXACT_FILTERS, NO_PROXY_DETAIL, type AuditDecision, type AuditFilter, type AuditRecord } from '../shared/types.js';
+import { NO_PROXY_DETAIL, type AuditDecision, type AuditRecord } from '../shared/types.js';
 import type { AdminContext, Handler } from './context.js';
 import { enumField, integerField, json, queryInteger, readJsonObject, stringField } from './http.js';
 import { requireAgent } from './agents.js';
 import { createPdfRenderer, type PdfRenderer } from './report/pdf-renderer.js';
+import { auditFilterFromQuery } from './audit-filter.js';
 import type { Seal } from '../shared/audit/seal.js';
 
 const DECISIONS: readonly AuditDecision[] = ['allowed', 'denied'];
@@ -23,10 +23,6 @@ export const PDF_SEALS_MAX = 100;
 const INT32_MAX = 2_147_483_647;
 
 
-function isoParam(query: URLSearchParams, name: string): string | undefined {
-  const raw = query.get(name);
-  return raw === null ? undefined : isoInstant(raw, name, 'Query parameter');
-}
 
 /** An ISO 8601 date or date-time (a time without a zone is UTC) as toISOString(); 400 naming `name` otherwise. */
 export function isoInstant(raw: string, name: string, what = 'Field'): string {
@@ -106,27 +102,7 @@ export function auditHandlers(ctx: AdminContext) {
 
   const list: Handler = async (req, caller) => {
     const q = req.query;
-    const filter: AuditFilter = {};
-    const agentId = q.get('agent_id');
-    if (agentId !== null) {
-      if (!isUuid(agentId)) throw new GuardError('invalid_request', "Query parameter 'agent_id' must be a UUID.", { field: 'agent_id' });
-      filter.agentId = agentId.toLowerCase();
-    }
-    const decision = q.get('decision');
-    if (decision !== null) {
-      if (!DECISIONS.includes(decision as AuditDecision)) {
-        throw new GuardError('invalid_request', "Query parameter 'decision' must be one of: allowed, denied.", { field: 'decision' });
-      }
-      filter.decision = decision as AuditDecision;
-    }
-    for (const [field, param] of AUDIT_EXACT_FILTERS) {
-      const value = q.get(param);
-      if (value !== null) filter[field] = value;
-    }
-    const since = isoParam(q, 'since');
-    if (since !== undefined) filter.since = since;
-    const until = isoParam(q, 'until');
-    if (until !== undefined) filter.until = until;
+    const filter = auditFilterFromQuery(q);
     const limit = queryInteger(q, 'limit', AUDIT_LIMIT_DEFAULT, 1, AUDIT_LIMIT_MAX);
     const offset = queryInteger(q, 'offset', 0, 0, AUDIT_OFFSET_MAX);
     const page = await ctx.auditStore.list(caller.orgId, filter, limit, offset);
