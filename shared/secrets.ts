@@ -2,7 +2,7 @@
 // API keys and their hashes.
 import { API_KEY_LENGTH, API_KEY_PREFIX } from './http.js';
 import { createCipheriv, createDecipheriv, generateKeyPairSync, hash, randomBytes } from 'node:crypto';
-import { chmodSync, existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { chmodSync, closeSync, existsSync, fsyncSync, linkSync, mkdirSync, openSync, readFileSync, unlinkSync, writeFileSync, writeSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Config } from './config.js';
 import { signingKeyFromPem, type SigningKey } from './audit/seal.js';
@@ -49,11 +49,23 @@ export function loadAuditSigningKey(config: Readonly<Config>, options: { allowGe
   if (!existsSync(file)) {
     mkdirSync(config.dataDir, { recursive: true, mode: 0o700 });
     const { privateKey } = generateKeyPairSync('ed25519');
+    // Written whole and synced under a temporary name, then linked into place: a
+    // power cut leaves either no key or the whole key, never an empty file, and of
+    // two processes starting at once the second reads the first's.
+    const tmp = `${file}.${process.pid}.tmp`;
+    const fd = openSync(tmp, 'w', 0o600);
     try {
-      writeFileSync(file, privateKey.export({ type: 'pkcs8', format: 'pem' }), { mode: 0o600, flag: 'wx' });
+      writeSync(fd, String(privateKey.export({ type: 'pkcs8', format: 'pem' })));
+      fsyncSync(fd);
+    } finally {
+      closeSync(fd);
+    }
+    try {
+      linkSync(tmp, file);
     } catch (err) {
-      // Another process made it first: read theirs.
       if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw err;
+    } finally {
+      unlinkSync(tmp);
     }
     chmodSync(file, 0o600);
   }
