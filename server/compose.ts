@@ -15,7 +15,7 @@ import type { Config } from '../shared/config.js';
 import { createLogger, type Logger } from '../shared/log.js';
 import { Metrics, NO_APPROVALS } from '../shared/metrics.js';
 import { loadAuditSigningKey, loadSecrets } from '../shared/secrets.js';
-import { SEAL_LINE_PREFIX, Sealer, sealHeadsOf } from '../shared/audit/seal.js';
+import { SEAL_LINE_PREFIX, Sealer, sealHeadsOf, unsealedRows } from '../shared/audit/seal.js';
 import type { AuditStore } from '../shared/stores/audit-store.js';
 import type { MetadataStore } from '../shared/stores/metadata-store.js';
 import { openAuditStoreWhenReachable, openMetadataStore } from '../shared/stores/open-stores.js';
@@ -185,7 +185,9 @@ async function recoverJournal(spool: AuditSpool, dir: string, sealer: Sealer, lo
   for (const batch of recovered) {
     // The batch a killed process had open was never sealed: this process seals it, in its own chain.
     const before = sealer.snapshot();
-    const lines = batch.lines.some((line) => line.startsWith(SEAL_LINE_PREFIX)) ? batch.lines : batch.lines.concat(sealer.sealLines(batch.lines).lines);
+    // (Or the rows of orgs whose seal lines a kill cut off mid-write.)
+    const unsealed = unsealedRows(batch.lines);
+    const lines = unsealed.length === 0 ? batch.lines : batch.lines.concat(sealer.sealLines(unsealed).lines);
     try {
       await spool.write(lines, batch.token);
     } catch (err) {

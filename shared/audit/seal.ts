@@ -312,6 +312,25 @@ export function countSealLines(body: string): number {
   return n;
 }
 
+/**
+ * The row lines of a recovered journal segment that none of its seal lines
+ * covers (by org and batch): all of them when it has none, the rest of a batch
+ * whose seal lines a kill cut short.
+ */
+export function unsealedRows(lines: readonly string[]): string[] {
+  const covered = new Set<string>();
+  for (const line of lines) {
+    if (!line.startsWith(SEAL_LINE_PREFIX)) continue;
+    const f = line.slice(SEAL_LINE_PREFIX.length).split('\t');
+    covered.add(`${f[1]}:${f[4]}`); // org_id, batch_id (SEAL_COLUMNS order)
+  }
+  return lines.filter((line) => {
+    if (line.startsWith(SEAL_LINE_PREFIX)) return false;
+    const f = sealedFields(line);
+    return f !== null && !covered.has(`${f.orgId}:${f.batchId}`);
+  });
+}
+
 /** The chain heads a batch body's seal lines carry: per (org, writer), the highest seq. */
 export function sealHeadsOf(body: string): { org_id: string; writer: string; seq: number; seal_hash: string; at: string }[] {
   const { seals } = splitBatchBody(body);

@@ -9,6 +9,7 @@ import { entryHash } from '../../shared/audit/entry-json.js';
 import {
   encodeSealLine,
   freshSealedFields,
+  unsealedRows,
   GENESIS_HASH,
   merkleRoot,
   sealBody,
@@ -130,6 +131,19 @@ t.test('a batch body: rows, then seal lines; split, counted and read for chain h
     seals: [...lines, ...lines, ...second.lines].map((l) => l.slice(SEAL_LINE_PREFIX.length)).join(''),
   });
   t.match(sealHeadsOf(interleaved), [{ seq: 2 }], 'the chain\'s highest seq');
+});
+
+t.test('a recovered segment: the rows no seal line covers are found, by org and batch', async (t) => {
+  const sealer = new Sealer(key);
+  const [orgA, orgB] = [randomUUID(), randomUUID()];
+  const batch = randomUUID();
+  const rows = [orgA, orgB, orgA].map((org) => encodeAuditRow(auditRecord(org), batch));
+  const { lines } = sealer.sealLines(rows);
+  t.strictSame(unsealedRows(rows), rows, 'no seal lines: every row');
+  t.strictSame(unsealedRows([...rows, ...lines]), [], 'all sealed');
+  const sealA = lines.find((l) => l.includes(orgA))!;
+  t.strictSame(unsealedRows([...rows, sealA]), [rows[1]], 'cut off after org A\'s seal: org B\'s row');
+  t.strictSame(unsealedRows([encodeAuditRow(auditRecord(orgA))]), [], 'a row without a batch id is never sealed');
 });
 
 t.test('the PDF prints at most N seals: the last of each chain, then the newest, oldest first', async (t) => {
