@@ -133,9 +133,9 @@ const results = [
   measure('RateLimiter.decide (next of 100,000 agents each call)', (i) =>
     manyLimiter.decide(agentIds[i % agentIds.length]!, manyLimits, '127.0.0.1', 'GET', '/small'),
   ),
-  measure('journal append (write amortised over 1,000 per turn)', (i) => {
+  measure('journal append (one write(2) a line; a segment sealed every 1,000)', (i) => {
     journal.append(line);
-    if (i % 1000 === 999) journal.seal(`t${i}`); // the write, once per "turn" of 1,000
+    if (i % 1000 === 999) journal.seal(`t${i}`);
   }),
 ];
 journal.close();

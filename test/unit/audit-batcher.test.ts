@@ -3,7 +3,7 @@
 // and a real spool in a fresh directory per test. Every test writes to an org of
 // its own and counts only that org's rows.
 import { generateKeyPairSync, randomUUID } from 'node:crypto';
-import { mkdirSync, mkdtempSync, readdirSync, rmSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -11,6 +11,7 @@ import t, { type Test } from 'tap';
 import { countEncodedRows, parseSpoolFileName } from '../../shared/audit/audit-codec.js';
 import { AuditBatcher, type AuditBatcherOptions } from '../../shared/audit/audit-batcher.js';
 import { AuditSpool } from '../../shared/audit/audit-spool.js';
+import { AuditJournal } from '../../shared/audit/audit-journal.js';
 import { Sealer, signingKeyFromPem } from '../../shared/audit/seal.js';
 import { auditRecord } from '../support/audit-records.js';
 import { openAuditStoreOnDemand } from '../support/audit-store-on-demand.js';
@@ -126,6 +127,19 @@ t.test('with a sealer, a batch and its seals are spooled together and replayed o
   enqueue(batcher, orgA, 3);
   await eventually(async () => ((await store.listSeals(orgA)).length === 2 ? true : undefined));
   t.match((await store.listSeals(orgA))[1], { seq: 2, prevHash: sealsA[0]!.sealHash }, 'the next batch\'s seal links to it');
+});
+
+t.test('with a journal, a record is on disk when enqueue returns: before the answer that follows it can leave', async (t) => {
+  const dir = spoolDir(t);
+  const { journal } = AuditJournal.open(join(dir, 'journal'));
+  const { batcher } = batcherFor(t, { maxRows: 1000, maxDelayMs: 60_000, maxQueued: 100, journal });
+  const org = randomUUID();
+  for (let i = 0; i < 3; i++) {
+    const record = auditRecord(org);
+    batcher.enqueue(record);
+    const onDisk = readdirSync(join(dir, 'journal')).map((name) => readFileSync(join(dir, 'journal', name), 'utf8')).join('');
+    t.ok(onDisk.includes(record.id), `record ${i} is in the journal at once`);
+  }
 });
 
 t.test('a batch neither the store nor the spool takes stays in memory and is retried', async (t) => {
