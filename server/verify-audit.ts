@@ -14,9 +14,10 @@ import { createPublicKey, type KeyObject } from 'node:crypto';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import { verifyAudit, verifyJson, type ChainHead } from '../shared/audit/audit-verify.js';
-import { publicKeyInfo, signingKeyFromPem } from '../shared/audit/seal.js';
+import { publicKeyInfo } from '../shared/audit/seal.js';
 import { loadConfig } from '../shared/config.js';
-import { AUDIT_KEY_FILE } from '../shared/secrets.js';
+import { readAuditSigningKey } from '../shared/secrets.js';
+import { isUuid } from '../shared/http.js';
 import { openAuditStore, openMetadataStore } from '../shared/stores/open-stores.js';
 import type { MetadataStore } from '../shared/stores/metadata-store.js';
 
@@ -34,9 +35,8 @@ function trustedKey(file: string | undefined, config: ReturnType<typeof loadConf
       fail(`cannot read the public key ${file}: ${(err as Error).message}`);
     }
   }
-  if (config.auditSigningKey !== null) return signingKeyFromPem(config.auditSigningKey).publicKey;
-  const keyFile = join(config.dataDir, AUDIT_KEY_FILE);
-  if (existsSync(keyFile)) return signingKeyFromPem(readFileSync(keyFile, 'utf8')).publicKey;
+  const own = readAuditSigningKey(config);
+  if (own !== null) return own.publicKey;
   fail('no public key: pass --public-key FILE (GET /audit/public-key gives it), or set AUDIT_SIGNING_KEY or DATA_DIR');
 }
 
@@ -67,7 +67,7 @@ async function main(): Promise<void> {
   const keys = new Map([[publicKeyInfo(key).fingerprint, key]]);
   // DateTime64's range starts in 1900: an entry dated before 1970 is read too.
   const since = instant(values.since, 'since', new Date('1900-01-01T00:00:00Z'));
-  if (values.org !== undefined && !/^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i.test(values.org)) fail('--org must be an org id (a UUID)');
+  if (values.org !== undefined && !isUuid(values.org)) fail('--org must be an org id (a UUID)');
   const until = instant(values.until, 'until', new Date(Date.now() + 60_000));
   const audit = await openAuditStore(config).catch((err: unknown) => fail(`cannot open the audit store: ${(err as Error).message}`));
   let metadata: MetadataStore | null = null;

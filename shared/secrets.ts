@@ -43,32 +43,39 @@ export const AUDIT_KEY_FILE = 'audit-signing-key.pem';
  * only) DATA_DIR/audit-signing-key.pem, generated once with mode 0600.
  */
 export function loadAuditSigningKey(config: Readonly<Config>, options: { allowGenerate: boolean }): SigningKey {
-  if (config.auditSigningKey !== null) return signingKeyFromPem(config.auditSigningKey);
-  if (!options.allowGenerate) throw new Error('AUDIT_SIGNING_KEY must be set in split mode (every process must share it)');
+  if (config.auditSigningKey === null && !options.allowGenerate) throw new Error('AUDIT_SIGNING_KEY must be set in split mode (every process must share it)');
+  const existing = readAuditSigningKey(config);
+  if (existing !== null) return existing;
   const file = join(config.dataDir, AUDIT_KEY_FILE);
-  if (!existsSync(file)) {
-    mkdirSync(config.dataDir, { recursive: true, mode: 0o700 });
-    const { privateKey } = generateKeyPairSync('ed25519');
-    // Written whole and synced under a temporary name, then linked into place: a
-    // power cut leaves either no key or the whole key, never an empty file, and of
-    // two processes starting at once the second reads the first's.
-    const tmp = `${file}.${process.pid}.tmp`;
-    const fd = openSync(tmp, 'w', 0o600);
-    try {
-      writeSync(fd, String(privateKey.export({ type: 'pkcs8', format: 'pem' })));
-      fsyncSync(fd);
-    } finally {
-      closeSync(fd);
-    }
-    try {
-      linkSync(tmp, file);
-    } catch (err) {
-      if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw err;
-    } finally {
-      unlinkSync(tmp);
-    }
-    chmodSync(file, 0o600);
+  mkdirSync(config.dataDir, { recursive: true, mode: 0o700 });
+  const { privateKey } = generateKeyPairSync('ed25519');
+  // Written whole and synced under a temporary name, then linked into place: a
+  // power cut leaves either no key or the whole key, never an empty file, and of
+  // two processes starting at once the second reads the first's.
+  const tmp = `${file}.${process.pid}.tmp`;
+  const fd = openSync(tmp, 'w', 0o600);
+  try {
+    writeSync(fd, String(privateKey.export({ type: 'pkcs8', format: 'pem' })));
+    fsyncSync(fd);
+  } finally {
+    closeSync(fd);
   }
+  try {
+    linkSync(tmp, file);
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw err;
+  } finally {
+    unlinkSync(tmp);
+  }
+  chmodSync(file, 0o600);
+  return readAuditSigningKey(config)!;
+}
+
+/** The audit signing key the configuration names or DATA_DIR holds, without making one (null: neither). */
+export function readAuditSigningKey(config: Readonly<Config>): SigningKey | null {
+  if (config.auditSigningKey !== null) return signingKeyFromPem(config.auditSigningKey);
+  const file = join(config.dataDir, AUDIT_KEY_FILE);
+  if (!existsSync(file)) return null;
   try {
     return signingKeyFromPem(readFileSync(file, 'utf8'));
   } catch (err) {

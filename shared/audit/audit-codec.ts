@@ -7,6 +7,7 @@ import { compress, decompress } from '@mongodb-js/zstd';
 import type { AuditRecord } from '../types.js';
 import { entryHash, SORTED as HASHED_KEYS, type Kind as HashedKind } from './entry-json.js';
 import { countSealLines } from './seal.js';
+import { chFromIso, isoFromCh } from './ch-instant.js';
 
 export const AUDIT_TABLE = 'audit_log';
 
@@ -219,7 +220,7 @@ function uint(n: number): number {
  *  toISOString() output; anything else is parsed and normalised. */
 function instant(iso: string): string {
   const ts = ISO_MS.test(iso) ? iso : parseInstant(iso, 'timestamp').toISOString();
-  return `${ts.slice(0, 10)} ${ts.slice(11, 23)}`;
+  return chFromIso(ts);
 }
 
 /** The expression that encodes one column of record `r`. */
@@ -323,7 +324,7 @@ function decodeColumns(row: Partial<AuditRow>): Record<string, unknown> {
     switch (kind) {
       case 'text':
       case 'text-or-null': record[field] = value; break;
-      case 'instant': record[field] = fromChDateTime(String(value)); break;
+      case 'instant': record[field] = isoFromCh(String(value)); break;
       case 'count': record[field] = Number(value); break;
       case 'empty-is-null':
       case 'entry-hash':
@@ -337,13 +338,9 @@ function decodeColumns(row: Partial<AuditRow>): Record<string, unknown> {
 
 /** `2026-03-01T12:00:00.123Z` → `2026-03-01 12:00:00.123`, the DateTime64(3) text form in UTC. */
 export function toChDateTime(d: Date): string {
-  return d.toISOString().slice(0, 23).replace('T', ' ');
+  return chFromIso(d.toISOString());
 }
 
-/** `2026-03-01 12:00:00.123` (UTC, from a DateTime64(3, 'UTC') column) → ISO 8601 with `Z`. */
-function fromChDateTime(s: string): string {
-  return `${s.replace(' ', 'T')}Z`;
-}
 
 export function parseInstant(value: string, field: string): Date {
   const d = new Date(value);

@@ -34,7 +34,6 @@ export class AuditJournal {
   #fd: number;
   #segment: string;
   #nextSeq: number;
-  #pending: string[] = [];
   #closed = false;
   /** Counters for /metrics and the bench: writes and lines written. */
   readonly stats = { writes: 0, lines: 0 };
@@ -66,18 +65,17 @@ export class AuditJournal {
 
   /** Writes one encoded line (ending in a newline) before returning. */
   append(line: string): void {
-    this.#pending.push(line);
-    this.#flush();
+    this.#write(line);
+    this.stats.lines += 1;
   }
 
   /**
-   * Closes the current segment with the batch's token (written now, with any
-   * queued lines) and starts the next. Returns the closed segment's name, for
+   * Closes the current segment with the batch's token (written now) and starts
+   * the next. Returns the closed segment's name, for
    * `forget` once the batch is written or spooled.
    */
   seal(token: string): string {
-    this.#pending.push(`${SEAL_PREFIX}${token}\n`);
-    this.#flush();
+    this.#write(`${SEAL_PREFIX}${token}\n`);
     const sealed = this.#segment;
     closeSync(this.#fd);
     this.#openSegment();
@@ -93,19 +91,16 @@ export class AuditJournal {
     }
   }
 
-  /** Writes what is queued and closes; the open segment stays if it holds lines. */
+  /** Closes; the open segment stays if it holds lines. */
   close(): void {
     if (this.#closed) return;
-    this.#flush();
     this.#closed = true;
     closeSync(this.#fd);
   }
 
-  #flush(): void {
-    if (this.#pending.length === 0 || this.#closed) return;
-    const data = Buffer.from(this.#pending.join(''), 'utf8');
-    this.stats.lines += this.#pending.length;
-    this.#pending = [];
+  #write(text: string): void {
+    if (this.#closed) return;
+    const data = Buffer.from(text, 'utf8');
     let written = 0;
     while (written < data.length) written += writeSync(this.#fd, data, written);
     this.stats.writes += 1;

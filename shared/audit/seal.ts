@@ -11,6 +11,7 @@
 //
 // This file is the format, pure functions over it, and the Sealer that keeps the
 // chains of one process. Verification is in audit-verify.ts.
+import { chFromIso, isoFromCh } from './ch-instant.js';
 import { createPrivateKey, createPublicKey, hash, randomUUID, sign, type KeyObject } from 'node:crypto';
 
 /** A batch's seal lines start with this, after all its rows (a row starts with a UUID). */
@@ -232,10 +233,6 @@ export function byTimeThenId(a: { at: string; id: string }, b: { at: string; id:
   return a.at < b.at ? -1 : a.at > b.at ? 1 : a.id < b.id ? -1 : a.id > b.id ? 1 : 0;
 }
 
-/** `2026-03-01 12:00:00.123` → `2026-03-01T12:00:00.123Z`. */
-function isoFromCh(at: string): string {
-  return `${at.slice(0, 10)}T${at.slice(11)}Z`;
-}
 
 // ---- Seal lines: a seal as a TabSeparated row of the seals table ------------
 
@@ -259,11 +256,19 @@ export const SEAL_COLUMNS = [
 
 const INSTANT_FIELDS: ReadonlySet<keyof Seal> = new Set(['firstAt', 'lastAt', 'createdAt']);
 
+/** Each seals-table column's position in a seal line (after the prefix). */
+const SEAL_COLUMN_AT = Object.fromEntries(SEAL_COLUMNS.map(([name], i) => [name, i])) as Record<(typeof SEAL_COLUMNS)[number][0], number>;
+
+/** A seal line's (or a seals-table TSV row's) fields, in SEAL_COLUMNS order. */
+function sealLineFields(line: string): string[] {
+  return (line.startsWith(SEAL_LINE_PREFIX) ? line.slice(SEAL_LINE_PREFIX.length) : line).replace(/\n$/, '').split('\t');
+}
+
 /** A seal as a line of a batch (SEAL_LINE_PREFIX, then its TabSeparated row). No field needs escaping. */
 export function encodeSealLine(s: Seal): string {
   return SEAL_LINE_PREFIX + SEAL_COLUMNS.map(([, , field]) => {
     const v = s[field];
-    return INSTANT_FIELDS.has(field) ? String(v).slice(0, 23).replace('T', ' ') : String(v);
+    return INSTANT_FIELDS.has(field) ? chFromIso(String(v)) : String(v);
   }).join('\t') + '\n';
 }
 
@@ -321,8 +326,8 @@ export function unsealedRows(lines: readonly string[]): string[] {
   const covered = new Set<string>();
   for (const line of lines) {
     if (!line.startsWith(SEAL_LINE_PREFIX)) continue;
-    const f = line.slice(SEAL_LINE_PREFIX.length).split('\t');
-    covered.add(`${f[1]}:${f[4]}`); // org_id, batch_id (SEAL_COLUMNS order)
+    const f = sealLineFields(line);
+    covered.add(`${f[SEAL_COLUMN_AT.org_id]}:${f[SEAL_COLUMN_AT.batch_id]}`);
   }
   return lines.filter((line) => {
     if (line.startsWith(SEAL_LINE_PREFIX)) return false;
@@ -335,12 +340,10 @@ export function unsealedRows(lines: readonly string[]): string[] {
 export function sealHeadsOf(body: string): { org_id: string; writer: string; seq: number; seal_hash: string; at: string }[] {
   const { seals } = splitBatchBody(body);
   const heads = new Map<string, { org_id: string; writer: string; seq: number; seal_hash: string; at: string }>();
-  const col = (name: string) => SEAL_COLUMNS.findIndex(([n]) => n === name);
-  const [org, writer, seq, sealHash] = [col('org_id'), col('writer'), col('seq'), col('seal_hash')];
   for (const line of seals.split('\n')) {
     if (line.length === 0) continue;
-    const f = line.split('\t');
-    const head = { org_id: f[org]!, writer: f[writer]!, seq: Number(f[seq]), seal_hash: f[sealHash]!, at: new Date().toISOString() };
+    const f = sealLineFields(line);
+    const head = { org_id: f[SEAL_COLUMN_AT.org_id]!, writer: f[SEAL_COLUMN_AT.writer]!, seq: Number(f[SEAL_COLUMN_AT.seq]), seal_hash: f[SEAL_COLUMN_AT.seal_hash]!, at: new Date().toISOString() };
     const known = heads.get(`${head.org_id}:${head.writer}`);
     if (known === undefined || known.seq < head.seq) heads.set(`${head.org_id}:${head.writer}`, head);
   }

@@ -26,6 +26,7 @@ import {
   type AuditRow,
 } from '../../audit/audit-codec.js';
 import { AUDIT_EXACT_FILTERS, type AuditFilter, type AuditRecord } from '../../types.js';
+import { isoFromCh } from '../../audit/ch-instant.js';
 import { decodeSealRow, SEAL_COLUMNS, splitBatchBody, type Seal } from '../../audit/seal.js';
 import type { AuditPage, AuditReportData, AuditStore, EntryRef, ReplayGroup, ReplayGroupKey, ReplaySample, SealChain, VerifyGroup, VerifyScan, WrittenId } from '../audit-store.js';
 import { guardBoundary, unreachableClassifier } from '../store-boundary.js';
@@ -198,7 +199,7 @@ export class ClickHouseAuditStore implements AuditStore {
     );
     return rows.map((r) => ({
       id: r.id,
-      timestamp: `${r.timestamp.replace(' ', 'T')}Z`,
+      timestamp: isoFromCh(r.timestamp),
       toolName: r.tool_name,
       action: r.action,
       path: r.path,
@@ -311,7 +312,7 @@ export class ClickHouseAuditStore implements AuditStore {
        FROM ${SEALS_TABLE} WHERE org_id = {org:UUID} GROUP BY writer`,
       { org: orgId },
     );
-    return rows.map((r) => ({ writer: r.writer, firstSeq: Number(r.first_seq), lastSeq: Number(r.last_seq), count: Number(r.n), distinctSeqs: Number(r.distinct_seqs), lastHash: r.last_hash, firstCreatedAt: isoOf(r.first_created) }));
+    return rows.map((r) => ({ writer: r.writer, firstSeq: Number(r.first_seq), lastSeq: Number(r.last_seq), count: Number(r.n), distinctSeqs: Number(r.distinct_seqs), lastHash: r.last_hash, firstCreatedAt: isoFromCh(r.first_created) }));
   }
 
   async firstSealGap(orgId: string, writer: string, afterSeq: number): Promise<number | null> {
@@ -402,8 +403,8 @@ export class ClickHouseAuditStore implements AuditStore {
         batchId: r.batch_id === '' ? null : r.batch_id,
         count: Number(r.n),
         inWindow: Number(r.in_window),
-        first: { id: r.first_id, timestamp: isoOf(r.first_at) },
-        last: { id: r.last_id, timestamp: isoOf(r.last_at) },
+        first: { id: r.first_id, timestamp: isoFromCh(r.first_at) },
+        last: { id: r.last_id, timestamp: isoFromCh(r.last_at) },
         leaves: r.leaves,
         legacyInWindow: Number(r.legacy_in_window),
         lateUnhashed: Number(r.late_unhashed_n) > 0 ? entryRef(r.late_unhashed) : null,
@@ -595,13 +596,9 @@ const IN_WINDOW = "timestamp >= {ws:DateTime64(3, 'UTC')} AND timestamp < {wu:Da
 const LEGACY_ROW = "(batch_id = '' AND timestamp < {legacy:DateTime64(3, 'UTC')})";
 const OLD_UNSEALED = `entry_hash != '' AND ${IN_WINDOW} AND written_at < {grace:DateTime64(3, 'UTC')} AND NOT ${LEGACY_ROW}`;
 
-/** `2026-03-01 12:00:00.123` → ISO 8601 with Z. */
-function isoOf(at: string): string {
-  return `${at.replace(' ', 'T')}Z`;
-}
 
 function entryRef([at, id]: [string, string]): EntryRef {
-  return { id, timestamp: isoOf(at) };
+  return { id, timestamp: isoFromCh(at) };
 }
 
 /** The audit seals (seal.ts), beside the audit table. */
