@@ -211,23 +211,21 @@ export class ProxyExchange {
    * ends the connection after the answer (a head whose framing cannot be trusted).
    */
   answerError(code: ErrorCode, message?: string, extra?: Record<string, unknown>, decision: AuditDecision = 'denied', closeConnection = false): false {
-    if (this.finished) return false;
+    if (this.finished || this.#lastSend !== null) return false;
     this.auditDecision = decision;
     if (!this.aborted) this.body?.detach();
     const status = ERRORS[code].status;
     this.statusCode = status;
-    if (!this.aborted) {
-      const body = errorBody(code, message, extra);
-      this.responseBytes = Buffer.byteLength(body);
-      this.res.cork(() => {
-        this.res.writeStatus(statusLine(status)).writeHeader('content-type', 'application/json');
-        if (status === 405) this.res.writeHeader('allow', PROXY_ALLOW);
-        const extraHeaders = this.answerHeaders;
-        if (extraHeaders !== null) for (let i = 0; i < extraHeaders.length; i += 2) this.res.writeHeader(extraHeaders[i]!, extraHeaders[i + 1]!);
-        this.res.end(body, closeConnection);
-      });
-    }
+    const body = this.aborted ? '' : errorBody(code, message, extra);
+    if (!this.aborted) this.responseBytes = Buffer.byteLength(body);
     this.finish();
+    if (!this.aborted) this.sendLast(() => this.res.cork(() => {
+      this.res.writeStatus(statusLine(status)).writeHeader('content-type', 'application/json');
+      if (status === 405) this.res.writeHeader('allow', PROXY_ALLOW);
+      const extraHeaders = this.answerHeaders;
+      if (extraHeaders !== null) for (let i = 0; i < extraHeaders.length; i += 2) this.res.writeHeader(extraHeaders[i]!, extraHeaders[i + 1]!);
+      this.res.end(body, closeConnection);
+    }));
     return false;
   }
 
@@ -236,7 +234,7 @@ export class ProxyExchange {
    * and no audit entry (the retry's answer will have one).
    */
   answerPending(approval: Approval, retryAfterS: number, location: string): false {
-    if (this.finished) return false;
+    if (this.finished || this.#lastSend !== null) return false;
     this.unaudited = true;
     this.statusCode = 202;
     if (!this.aborted) {
@@ -253,12 +251,55 @@ export class ProxyExchange {
     return false;
   }
 
-  /** Ends the exchange once: queues the audit record (when the agent is known). Safe to call twice. */
+  /** Ends the exchange once: queues the audit record, unless sendLast already did. Safe to call twice. */
   finish(): void {
     if (this.finished) return;
     this.finished = true;
     if (this.aborted) this.statusCode = 499;
-    this.onFinish?.(this);
+    this.#record();
+  }
+
+  /** The audit record is queued (by finish or sendLast), and whether there was one to queue (a known agent, not a pending hold). */
+  #recorded = false;
+  #recordQueued = false;
+
+  #record(): void {
+    if (this.#recorded) return;
+    this.#recorded = true;
+    this.#recordQueued = this.onFinish?.(this) ?? false;
+  }
+
+  /** The answer's last send, held until the call's record is in the journal. */
+  #lastSend: (() => void) | null = null;
+
+  /**
+   * Sends the answer's last bytes (`send` corks its writes) once the call's audit
+   * record is in the journal: the record is queued first, and the send waits for
+   * the turn's journal write (audit-journal.ts), so a client never holds an
+   * answer whose record a SIGKILL could lose. A client gone by then gets nothing
+   * (its record, queued already, keeps the answer it was about to get).
+   */
+  sendLast(send: () => void): void {
+    this.#record();
+    if (!this.#recordQueued || this.waitForJournal === null) {
+      send();
+      return;
+    }
+    this.#lastSend = send;
+    this.waitForJournal(this);
+  }
+
+  /** The call's record is in the journal: its held last send goes (JournalWaiter). */
+  journaled(): void {
+    const send = this.#lastSend;
+    if (send === null || this.aborted) return;
+    this.#lastSend = null;
+    send();
+  }
+
+  /** A last send is waiting for the journal: nothing else may answer. */
+  get lastSendHeld(): boolean {
+    return this.#lastSend !== null;
   }
 
   /** The request's path, and where its `/proxy/{key}` part ends (for proxyPrefix). */
@@ -279,8 +320,11 @@ export class ProxyExchange {
   /** The agent accepts an event stream (Accept: text/event-stream): the upstream body gets the stream idle timeout. */
   acceptsEventStream = false;
 
-  /** Set by the proxy: turns the finished exchange into an audit record. */
-  onFinish: ((ex: ProxyExchange) => void) | null = null;
+  /** Set by the proxy: turns the finished exchange into an audit record; true when one was queued. */
+  onFinish: ((ex: ProxyExchange) => boolean) | null = null;
+
+  /** Set by the proxy: calls `ex.journaled()` once the records queued so far are in the journal (the batcher's afterJournaled). */
+  waitForJournal: ((ex: ProxyExchange) => void) | null = null;
 
   /** The upstream response once its head arrived (stream-response.ts); shutdown ends it through it. */
   upstream: { endEarly(): void } | null = null;

@@ -108,9 +108,14 @@ export function createProxyPipeline(deps: {
   /** Exchanges started and not yet finished (shutdown ends what is left of them). */
   const running = new Set<ProxyExchange>();
 
-  function onFinish(ex: ProxyExchange): void {
+  function onFinish(ex: ProxyExchange): boolean {
     running.delete(ex);
-    record(ex);
+    return record(ex);
+  }
+
+  /** An answer's last send waits for the journal write of the turn (audit-journal.ts). */
+  function waitForJournal(ex: ProxyExchange): void {
+    batcher.afterJournaled(ex);
   }
 
   function fail(ex: ProxyExchange, err: unknown): void {
@@ -169,6 +174,7 @@ export function createProxyPipeline(deps: {
     run(ex) {
       running.add(ex);
       ex.onFinish = onFinish;
+      ex.waitForJournal = waitForJournal;
       runFrom(ex, 0);
     },
     async close() {

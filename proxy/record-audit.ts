@@ -1,6 +1,7 @@
 // The last stage: a finished exchange is counted, and becomes one audit record
 // (when its agent is known) and, for a sampled share, one canonical log line.
-// It runs once per exchange, from ProxyExchange.finish().
+// It runs once per exchange, from ProxyExchange.finish() or, before the answer's
+// last bytes, from sendLast, and says whether it queued a record.
 import type { AuditBatcher } from '../shared/audit/audit-batcher.js';
 import { FIELD, type Logger } from '../shared/log.js';
 import type { Metrics } from '../shared/metrics.js';
@@ -15,7 +16,7 @@ export function createRecordAudit(deps: {
   logSample: number;
   /** Called once a record is queued. */
   onRecorded: () => void;
-}): (ex: ProxyExchange) => void {
+}): (ex: ProxyExchange) => boolean {
   const { batcher, log, metrics, logSample } = deps;
   return (ex) => {
     if (metrics !== null) {
@@ -26,7 +27,7 @@ export function createRecordAudit(deps: {
       metrics.recordProxied(ex.auditDecision, ex.method, ex.aborted ? 499 : ex.statusCode, ex.agent?.id ?? null);
     }
     // No agent, no record; a held call answered 202 (still pending) has none either (the contract).
-    if (ex.agent === null || ex.unaudited) return;
+    if (ex.agent === null || ex.unaudited) return false;
     const record = ex.toAuditRecord();
     batcher.enqueue(record);
     deps.onRecorded();
@@ -49,5 +50,6 @@ export function createRecordAudit(deps: {
         [FIELD.responseBytes]: record.responseBytes,
       });
     }
+    return true;
   };
 }

@@ -32,6 +32,14 @@ export class UpstreamResponse {
   #chunk: Buffer | null = null;
   readonly #writeChunkCorked = (): void => this.#writeChunk();
   readonly #endCorked = (): void => this.#end();
+  /** The body's last bytes or its end, handed to the exchange's sendLast (they leave once the record is journaled). */
+  #lastQueued = false;
+  readonly #sendLastChunk = (): void => {
+    this.#ex.res.cork(this.#writeChunkCorked);
+  };
+  readonly #sendEnd = (): void => {
+    this.#ex.res.cork(this.#endCorked);
+  };
 
   /** Tries the target's next checked address after a refused connection; false when none is left. */
   readonly #retry: (() => boolean) | null;
@@ -99,11 +107,11 @@ export class UpstreamResponse {
   /** Shutdown: end the response now, as a complete one when its framing allows (chunked), else cut. */
   endEarly(): void {
     const ex = this.#ex;
-    if (ex.aborted || ex.finished) return;
+    if (ex.aborted || ex.finished || this.#lastQueued) return;
     // The client's response ends first: aborting upstream reports an error
-    // (onError), which must find the exchange finished, not cut it.
+    // (onError), which must find the end queued, not cut it.
     if (this.#length < 0 || this.#headOnly) {
-      ex.res.cork(this.#endCorked); // a complete (chunked) response: an event-stream client reconnects
+      this.#queueLast(this.#sendEnd); // a complete (chunked) response: an event-stream client reconnects
     } else if (!this.#headWritten) {
       ex.answerError('unavailable', 'The service is shutting down; retry.', undefined, 'allowed', true);
     } else {
@@ -117,7 +125,7 @@ export class UpstreamResponse {
 
   onData(chunk: Buffer): boolean {
     const ex = this.#ex;
-    if (ex.aborted || this.#ended) return true;
+    if (ex.aborted || this.#ended || this.#lastQueued) return true;
     ex.responseBytes += chunk.length;
     if (ex.hashing) ex.hashChunk(chunk, ex.responseBytes === chunk.length && chunk.length === this.#length);
     else if (ex.agent!.logOutputs === 'full') this.#capture(chunk);
@@ -127,8 +135,18 @@ export class UpstreamResponse {
       if (chunk.length === 0) return true;
     }
     this.#chunk = chunk;
+    if (this.#length >= 0 && !this.#headOnly && ex.responseBytes >= this.#length) {
+      this.#queueLast(this.#sendLastChunk); // the body's last bytes
+      return true;
+    }
     ex.res.cork(this.#writeChunkCorked);
     return this.#pending === null && !this.#backpressured;
+  }
+
+  /** The response's last send: after the call's audit record (ProxyExchange.sendLast). */
+  #queueLast(send: () => void): void {
+    this.#lastQueued = true;
+    this.#ex.sendLast(send);
   }
 
   #released(): void {
@@ -141,14 +159,14 @@ export class UpstreamResponse {
   onComplete(): void {
     this.#released();
     const ex = this.#ex;
-    if (ex.aborted || ex.finished) return;
-    ex.res.cork(this.#endCorked);
+    if (ex.aborted || ex.finished || this.#lastQueued) return;
+    this.#queueLast(this.#sendEnd);
   }
 
   onError(err: Error): void {
     this.#released();
     const ex = this.#ex;
-    if (ex.aborted || ex.finished) return;
+    if (ex.aborted || ex.finished || this.#lastQueued) return;
     const timeout = isTimeout(err);
     if (!this.#headWritten && (err as NodeJS.ErrnoException).code === 'UND_ERR_INVALID_ARG') {
       // undici's dispatch reports a header, path or method it will not put on the

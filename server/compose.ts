@@ -77,7 +77,7 @@ export async function startService(config: Readonly<Config>, log: Logger = creat
     journal,
     sealer,
     onError: (err, rows, stage) => {
-      const next = { encode: 'the record is dropped', seal: 'its rows are written unsealed', insert: 'spooling it for replay', spool: 'keeping it in memory and retrying', replay: 'retrying later' }[stage];
+      const next = { encode: 'the record is dropped', seal: 'its rows are written unsealed', journal: 'its records are still batched, but a kill before their batch is written would lose them', insert: 'spooling it for replay', spool: 'keeping it in memory and retrying', replay: 'retrying later' }[stage];
       log.error(`audit ${stage} failed; ${next}`, { rows, err });
     },
     onBatchWritten: (rows, ms) => {

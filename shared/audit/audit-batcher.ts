@@ -15,7 +15,7 @@ import { randomUUID } from 'node:crypto';
 import type { AuditStore } from '../stores/audit-store.js';
 import type { AuditRecord } from '../types.js';
 import { countEncodedRows } from './audit-codec.js';
-import type { AuditJournal } from './audit-journal.js';
+import type { AuditJournal, JournalWaiter } from './audit-journal.js';
 import type { AuditSpool } from './audit-spool.js';
 import { freshSealedFields, type SealedField, type Sealer } from './seal.js';
 
@@ -35,7 +35,7 @@ export interface AuditBatcherOptions {
   /** Where each record goes at enqueue, so a killed process loses none (audit-journal.ts). */
   journal?: AuditJournal;
   /** A failed insert (then spooled), spool write (then kept in memory) or replay (then retried). */
-  onError?: (err: unknown, batchRows: number, stage: 'encode' | 'seal' | 'insert' | 'spool' | 'replay') => void;
+  onError?: (err: unknown, batchRows: number, stage: 'encode' | 'seal' | 'journal' | 'insert' | 'spool' | 'replay') => void;
   /** Each insert the store took: its rows and how long it took. */
   onBatchWritten?: (rows: number, ms: number) => void;
   /** Seals each closed batch (seal.ts); without one rows are written unsealed. */
@@ -96,6 +96,7 @@ export class AuditBatcher {
     this.#options = options;
     this.#spool = options.spool;
     this.#journal = options.journal;
+    if (this.#journal !== undefined) this.#journal.onError = (err) => options.onError?.(err, 0, 'journal');
     this.#sealer = options.sealer;
     // Batches a previous run left in the spool are replayed from the start.
     if (this.#spool !== undefined && this.#spool.batches.length > 0) this.#schedule(0);
@@ -123,6 +124,15 @@ export class AuditBatcher {
   /** Queues the record of work already admitted; never refuses and never throws. */
   enqueue(record: AuditRecord): void {
     this.#add(record);
+  }
+
+  /**
+   * Runs `waiter.journaled()` once every record queued so far is in the journal
+   * (now, without one): a call's answer leaves only then (audit-journal.ts).
+   */
+  afterJournaled(waiter: JournalWaiter): void {
+    if (this.#journal === undefined) waiter.journaled();
+    else this.#journal.afterWrite(waiter);
   }
 
   /** Queues a record and resolves once the batch holding it is durable (written or spooled). */

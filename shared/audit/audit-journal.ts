@@ -1,24 +1,30 @@
 // The audit journal: every record's encoded line reaches local disk (the page
-// cache; a process kill is not a power cut) before the append returns, so a
-// SIGKILL loses no answered call. The proxy queues a call's record while it ends
-// the call's response inside uWS's cork, and uWS sends the corked bytes as the
-// cork returns: a line written later in the turn (as it once was, one write(2)
-// per turn on a setImmediate) let a client hold an answer whose record a kill
-// then lost (seen under load: 5 of 760 calls). So each line is one write(2),
-// about 1.8 µs, to one segment file per audit batch. When the batcher
+// cache; a process kill is not a power cut) before the answer of its call can
+// leave, so a SIGKILL loses no answered call. Lines are gathered and written
+// together, one write(2) per event-loop turn (on a setImmediate), and a call's
+// last bytes wait for that write: the proxy queues the record, then hands its
+// last send to afterWrite, which runs it once the line is written. One write a
+// call instead cost ~13 µs of a small GET's event loop under load
+// (docs/performance.md), a tenth of it; one per turn carries about a dozen lines
+// there. Lines go to one segment file per audit batch. When the batcher
 // seals a batch, a marker line naming its deduplication token closes the segment
-// (written at once, before the batch's insert can start); once the batch is in
-// ClickHouse or the spool, its segment is deleted. On the next start, segments
-// left behind become spool batches: a sealed one with its own token (so rows
-// ClickHouse already took are not written twice), an unsealed one with a fresh
-// token (its insert had not begun). The journal lives in the process's spool
-// directory and shares its lock.
+// (written at once, with the lines still gathered, before the batch's insert can
+// start); once the batch is in ClickHouse or the spool, its segment is deleted.
+// On the next start, segments left behind become spool batches: a sealed one
+// with its own token (so rows ClickHouse already took are not written twice), an
+// unsealed one with a fresh token (its insert had not begun). The journal lives
+// in the process's spool directory and shares its lock.
 import { randomUUID } from 'node:crypto';
 import { closeSync, mkdirSync, openSync, readFileSync, readdirSync, unlinkSync, writeSync } from 'node:fs';
 import { join } from 'node:path';
 
 const SEGMENT = /^(\d{12})\.journal$/;
 const SEAL_PREFIX = '#sealed ';
+
+/** What waits for the journal: a call's held last send (the proxy's exchange). */
+export interface JournalWaiter {
+  journaled(): void;
+}
 
 /** A batch found in the journal at start, to be handed to the spool. */
 export interface RecoveredBatch {
@@ -35,8 +41,14 @@ export class AuditJournal {
   #segment: string;
   #nextSeq: number;
   #closed = false;
-  /** Counters for /metrics and the bench: writes and lines written. */
-  readonly stats = { writes: 0, lines: 0 };
+  /** Lines appended and not yet written, and what waits for them. */
+  #pending: string[] = [];
+  #waiting: JournalWaiter[] = [];
+  #scheduled: NodeJS.Immediate | null = null;
+  /** Counters for /metrics and the bench: writes, lines written, failed writes. */
+  readonly stats = { writes: 0, lines: 0, failures: 0 };
+  /** A write that failed (the lines stay in the batch in memory; the answers waiting still go). */
+  onError: ((err: unknown) => void) | null = null;
 
   private constructor(dir: string, nextSeq: number) {
     this.dir = dir;
@@ -63,10 +75,18 @@ export class AuditJournal {
     return { journal: new AuditJournal(dir, last + 1), recovered };
   }
 
-  /** Writes one encoded line (ending in a newline) before returning. */
+  /** Gathers one encoded line (ending in a newline); it is written before the turn ends. */
   append(line: string): void {
-    this.#write(line);
+    if (this.#closed) return;
+    this.#pending.push(line);
     this.stats.lines += 1;
+    this.#scheduled ??= setImmediate(this.flush);
+  }
+
+  /** Runs `waiter.journaled()` once every line appended so far is written: now, when none waits. */
+  afterWrite(waiter: JournalWaiter): void {
+    if (this.#pending.length === 0) waiter.journaled();
+    else this.#waiting.push(waiter);
   }
 
   /**
@@ -75,7 +95,8 @@ export class AuditJournal {
    * `forget` once the batch is written or spooled.
    */
   seal(token: string): string {
-    this.#write(`${SEAL_PREFIX}${token}\n`);
+    this.#pending.push(`${SEAL_PREFIX}${token}\n`);
+    this.#writePending();
     const sealed = this.#segment;
     closeSync(this.#fd);
     this.#openSegment();
@@ -91,19 +112,41 @@ export class AuditJournal {
     }
   }
 
-  /** Closes; the open segment stays if it holds lines. */
+  /** Writes what is gathered and closes; the open segment stays if it holds lines. */
   close(): void {
     if (this.#closed) return;
+    this.flush();
     this.#closed = true;
     closeSync(this.#fd);
   }
 
-  #write(text: string): void {
-    if (this.#closed) return;
-    const data = Buffer.from(text, 'utf8');
-    let written = 0;
-    while (written < data.length) written += writeSync(this.#fd, data, written);
-    this.stats.writes += 1;
+  /** Writes what is gathered and runs what waited for it (the turn's setImmediate does this). */
+  readonly flush = (): void => {
+    if (this.#scheduled !== null) {
+      clearImmediate(this.#scheduled);
+      this.#scheduled = null;
+    }
+    this.#writePending();
+    const waiting = this.#waiting;
+    if (waiting.length === 0) return;
+    this.#waiting = [];
+    for (const waiter of waiting) waiter.journaled();
+  };
+
+  /** One write(2) for every gathered line. A failure is reported, not thrown: the lines are still in their batch in memory. */
+  #writePending(): void {
+    const pending = this.#pending;
+    if (pending.length === 0 || this.#closed) return;
+    this.#pending = [];
+    try {
+      const data = Buffer.from(pending.length === 1 ? pending[0]! : pending.join(''), 'utf8');
+      let written = 0;
+      while (written < data.length) written += writeSync(this.#fd, data, written);
+      this.stats.writes += 1;
+    } catch (err) {
+      this.stats.failures += 1;
+      this.onError?.(err);
+    }
   }
 
   #openSegment(): void {

@@ -1,9 +1,9 @@
 // SIGKILL under load loses no answered call: each record reaches the audit
-// journal (local disk) in the event-loop turn its call was answered in, and the
+// journal (local disk) before its call's answer leaves, and the
 // next start replays what the killed process left, with its deduplication tokens.
 // All-in-one on embedded chDB, and a split-mode proxy writing to a ClickHouse
 // HTTP server in another process.
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import t, { type Test } from 'tap';
@@ -84,4 +84,43 @@ t.test('split mode: a proxy killed with -9 under load replays its journal on res
   t.teardown(() => again.stop());
   assertAuditedOnce(t, await settledIds(admin.url, owner, agent.id, answered.length), answered);
   await assertVerifies(t, admin.url, owner, answered.length);
+});
+
+t.test('an answer leaves only once its record is in the journal: every kind of answer, under load', async (t) => {
+  // The journal writes a turn's records together, and each call's last bytes
+  // wait for that write (audit-journal.ts): so the moment a client holds an
+  // answer, its record is on disk. Batches are held back (AUDIT_BATCH_MS) so the
+  // journal keeps every record for the test to read.
+  const dataDir = join(root, 'order');
+  const service = await spawnService('all-in-one', { ...base, DATA_DIR: dataDir, AUDIT_BATCH_MS: '60000', AUDIT_BATCH_ROWS: '100000' });
+  t.teardown(() => service.stop());
+  const owner = await signup(service.url);
+  const agent = await createAgent(service.url, owner, 'ordered', 'hash');
+  const policy = await api(service.url, owner, 'POST', `/agents/${agent.id}/policy`, {
+    rules_yaml: 'version: "1"\nrules:\n  - name: no-deletes\n    tool: "*"\n    action: DELETE\n    decision: deny\n',
+  });
+  t.equal(policy.status, 200);
+  const journalDir = join(dataDir, 'spool', 'journal');
+  const journaled = () => readdirSync(journalDir).map((name) => readFileSync(join(journalDir, name), 'utf8')).join('');
+  const load = startLoad(`${service.url}/proxy/${agent.api_key}/${upstream.authority}/json`, 16);
+  t.teardown(() => load.stop());
+  const kinds: [string, string, number][] = [
+    ['GET', '/json', 200], // Content-Length body: the last chunk waits
+    ['GET', '/chunked', 200], // chunked: the end waits
+    ['HEAD', '/json', 200], // no body: the end waits
+    ['DELETE', '/json', 403], // the proxy's own answer waits
+  ];
+  let missing = 0;
+  for (let round = 0; round < 25; round++) {
+    for (const [method, path, status] of kinds) {
+      const id = `order-${round}-${method}-${path.slice(1)}`;
+      const res = await fetch(`${service.url}/proxy/${agent.api_key}/${upstream.authority}${path}`, { method, headers: { 'x-request-id': id } });
+      // Read before the body: the head alone may leave earlier; the answer is whole once the body ends.
+      await res.arrayBuffer();
+      if (res.status !== status || !journaled().includes(id)) missing++;
+    }
+  }
+  await load.stop();
+  t.equal(missing, 0, 'each of 100 answers found its record already in the journal');
+  t.ok(load.answered.length > 0, `${load.answered.length} calls of load beside them`);
 });

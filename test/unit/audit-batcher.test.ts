@@ -129,17 +129,28 @@ t.test('with a sealer, a batch and its seals are spooled together and replayed o
   t.match((await store.listSeals(orgA))[1], { seq: 2, prevHash: sealsA[0]!.sealHash }, 'the next batch\'s seal links to it');
 });
 
-t.test('with a journal, a record is on disk when enqueue returns: before the answer that follows it can leave', async (t) => {
+t.test("with a journal, afterJournaled runs only once the records queued before it are on disk", async (t) => {
+  // The proxy queues a call's record, then holds the call's last bytes in
+  // afterJournaled: an answer never leaves before its record is in the file.
   const dir = spoolDir(t);
   const { journal } = AuditJournal.open(join(dir, 'journal'));
   const { batcher } = batcherFor(t, { maxRows: 1000, maxDelayMs: 60_000, maxQueued: 100, journal });
   const org = randomUUID();
+  const onDisk = () => readdirSync(join(dir, 'journal')).map((name) => readFileSync(join(dir, 'journal', name), 'utf8')).join('');
+  const found: boolean[] = [];
   for (let i = 0; i < 3; i++) {
     const record = auditRecord(org);
     batcher.enqueue(record);
-    const onDisk = readdirSync(join(dir, 'journal')).map((name) => readFileSync(join(dir, 'journal', name), 'utf8')).join('');
-    t.ok(onDisk.includes(record.id), `record ${i} is in the journal at once`);
+    batcher.afterJournaled({ journaled: () => found.push(onDisk().includes(record.id)) });
   }
+  t.strictSame(found, [], 'nothing released within the turn the records were queued in');
+  await new Promise((r) => setImmediate(r));
+  t.strictSame(found, [true, true, true], 'each waiter saw its record in the journal');
+  t.equal(journal.stats.writes, 1, 'one write for the three');
+  const { batcher: plain } = batcherFor(t, { maxRows: 1000, maxDelayMs: 60_000, maxQueued: 100 });
+  let ran = false;
+  plain.afterJournaled({ journaled: () => (ran = true) });
+  t.ok(ran, 'without a journal a waiter runs at once');
 });
 
 t.test('a batch neither the store nor the spool takes stays in memory and is retried', async (t) => {

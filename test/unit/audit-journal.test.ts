@@ -1,8 +1,9 @@
-// The audit journal (shared/audit/audit-journal.ts) on a real directory: a line
-// is in the file when append returns; seal closes a segment with
+// The audit journal (shared/audit/audit-journal.ts) on a real directory: a
+// turn's lines are written in one write, and what waits for them runs only
+// after it; seal closes a segment with
 // its token; a restart recovers sealed and unsealed segments; a torn last line
 // is dropped.
-import { appendFileSync, mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
+import { appendFileSync, mkdtempSync, readdirSync, readFileSync, rmSync, symlinkSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import t, { type Test } from 'tap';
@@ -16,32 +17,63 @@ function dir(t: Test): string {
 
 const turn = () => new Promise((r) => setImmediate(r));
 
-t.test('a line is in the file when append returns, before anything else runs', async (t) => {
-  // The proxy appends a call's record inside the cork that sends the call's last
-  // bytes: a line written later in the turn could follow the answer out.
+t.test("a turn's lines are written in one write, and a waiter runs only once its line is on disk", async (t) => {
+  // The proxy queues a call's record, then hands the call's last send to
+  // afterWrite: the answer must not leave before its line is in the file.
   const d = dir(t);
   const { journal, recovered } = AuditJournal.open(d);
   t.strictSame(recovered, []);
   const [segment] = readdirSync(d);
+  const onDisk = () => readFileSync(join(d, segment!), 'utf8');
+  const seen: string[] = [];
   for (let i = 0; i < 5; i++) {
     journal.append(`row-${i}\tx\n`);
-    t.match(readFileSync(join(d, segment!), 'utf8'), new RegExp(`row-${i}\\tx\\n$`), `row ${i} is on disk at once`);
+    journal.afterWrite({ journaled: () => seen.push(onDisk().includes(`row-${i}\tx\n`) ? `row-${i} on disk` : `row-${i} missing`) });
   }
-  t.strictSame(journal.stats, { writes: 5, lines: 5 }, 'one write a line');
+  t.equal(onDisk(), '', 'nothing written yet within the turn');
+  t.strictSame(seen, [], 'no waiter ran before the write');
+  await turn();
+  t.strictSame(seen, [0, 1, 2, 3, 4].map((i) => `row-${i} on disk`), 'each waiter ran after its line was written');
+  t.strictSame(journal.stats, { writes: 1, lines: 5, failures: 0 }, 'one write for the turn');
+  let ranAtOnce = false;
+  journal.afterWrite({ journaled: () => (ranAtOnce = true) });
+  t.ok(ranAtOnce, 'with nothing gathered, a waiter runs at once');
   journal.close();
 });
 
-t.test('seal writes the token at once and starts a new segment; forget deletes the sealed one', async (t) => {
+t.test('seal and close write what is gathered first; close runs the waiters', async (t) => {
   const d = dir(t);
   const { journal } = AuditJournal.open(d);
   journal.append('a\n');
-  const sealed = journal.seal('token-1');
-  t.equal(readFileSync(join(d, sealed), 'utf8'), 'a\n#sealed token-1\n', 'rows and the seal, written synchronously');
   journal.append('b\n');
+  let ran = false;
+  journal.afterWrite({ journaled: () => (ran = true) });
+  const sealed = journal.seal('token-0');
+  t.equal(readFileSync(join(d, sealed), 'utf8'), 'a\nb\n#sealed token-0\n', 'gathered lines before the seal marker, in one write');
+  journal.append('c\n');
+  journal.afterWrite({ journaled: () => (ran = true) });
+  journal.close();
+  t.ok(ran, 'close wrote the line and ran its waiter');
+  const [open] = readdirSync(d).filter((name) => name !== sealed);
+  t.equal(readFileSync(join(d, open!), 'utf8'), 'c\n');
+});
+
+t.test('a failed write is reported, not thrown, and the waiters still run', async (t) => {
+  const d = dir(t);
+  const { journal } = AuditJournal.open(d);
+  const errors: unknown[] = [];
+  journal.onError = (err) => errors.push(err);
+  // The next segment is /dev/full: every write to it fails with ENOSPC.
+  symlinkSync('/dev/full', join(d, '000000000001.journal'));
+  journal.seal('token-x');
+  journal.append('b\n');
+  let ran = false;
+  journal.afterWrite({ journaled: () => (ran = true) });
   await turn();
-  t.equal(readdirSync(d).length, 2);
-  journal.forget(sealed);
-  t.strictSame(readdirSync(d).length, 1, 'the written batch is gone from the journal');
+  t.ok(ran, 'the waiter ran: an answer is not held back by a broken disk');
+  t.equal(errors.length, 1, 'the failure was reported');
+  t.match(errors[0], { code: 'ENOSPC' });
+  t.match(journal.stats, { writes: 1, failures: 1 }, 'the seal written, the line failed');
   journal.close();
 });
 
