@@ -17,7 +17,7 @@ import type { AuditRecord } from '../types.js';
 import { countEncodedRows } from './audit-codec.js';
 import type { AuditJournal, JournalWaiter } from './audit-journal.js';
 import type { AuditSpool } from './audit-spool.js';
-import { freshSealedFields, type SealedField, type Sealer } from './seal.js';
+import { freshSealedFields, sealRows, type SealedField, type Sealer } from './seal.js';
 
 export interface AuditBatcherOptions {
   maxRows: number;
@@ -40,7 +40,7 @@ export interface AuditBatcherOptions {
   onBatchWritten?: (rows: number, ms: number) => void;
   /** Seals each closed batch (seal.ts); without one rows are written unsealed. */
   sealer?: Sealer;
-  /** A batch's body (rows, then seal lines) is in the store: the chain heads it carries can be recorded. */
+  /** A batch is in the store: the chain heads its seal lines carry (all of them, or its whole body) can be recorded. */
   onBodyWritten?: (body: string) => void;
 }
 
@@ -231,11 +231,11 @@ export class AuditBatcher {
     while ((batch = this.#sealed[0]) !== undefined) {
       try {
         const started = performance.now();
-        const body = batchBody(batch);
-        await this.#store.insertEncoded(body, batch.token);
+        // Rows and seals go apart: a batch of megabytes joined into one body would only be split again.
+        await this.#store.insertEncoded({ rows: batch.rows.join(''), seals: sealRows(batch.seals) }, batch.token);
         if (this.#stopped) return; // close() spooled it meanwhile; its token makes the second copy a no-op
         this.#options.onBatchWritten?.(batch.rows.length, performance.now() - started);
-        if (batch.seals.length > 0) this.#options.onBodyWritten?.(body);
+        if (batch.seals.length > 0) this.#options.onBodyWritten?.(batch.seals.join(''));
         this.stats.written += batch.rows.length;
         this.stats.batches += 1;
         this.#retryMs = RETRY_MIN_MS;
@@ -350,10 +350,4 @@ export class AuditBatcher {
 
 function newBatch(): Batch {
   return { rows: [], seals: [], sealed: [], bytes: 0, token: randomUUID(), waiters: [] };
-}
-
-/** The insert's body: the rows, then their seals. */
-function batchBody(batch: Batch): string {
-  const rows = batch.rows.join('');
-  return batch.seals.length === 0 ? rows : rows + batch.seals.join('');
 }

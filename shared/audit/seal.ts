@@ -310,6 +310,13 @@ export function splitBatchBody(body: string): { rows: string; seals: string } {
   return { rows: rows + body.slice(from), seals };
 }
 
+/** A batch's seal lines as rows of the seals table (without the prefix), as splitBatchBody gives them. */
+export function sealRows(lines: readonly string[]): string {
+  let rows = '';
+  for (const line of lines) rows += line.slice(SEAL_LINE_PREFIX.length);
+  return rows;
+}
+
 /** How many of a body's lines are seal lines. */
 export function countSealLines(body: string): number {
   let n = 0;

@@ -4,6 +4,12 @@ import type { ReportEntry } from '../audit/audit-codec.js';
 import type { Seal } from '../audit/seal.js';
 import type { AuditFilter, AuditRecord } from '../types.js';
 
+/** A batch's body already apart: its rows, and its seals as rows of the seals table (no seal-line prefix). */
+export interface BatchParts {
+  rows: string;
+  seals: string;
+}
+
 export interface AuditPage {
   rows: AuditRecord[];
   total: number;
@@ -131,8 +137,10 @@ export interface AuditStore {
   /**
    * Writes lines made by `encode`, concatenated, as one insert (dedupToken as for
    * insert); seal lines after them (seal.ts) go to the seals table with the same token.
+   * The batcher hands its rows and its seals' rows apart (BatchParts), so a
+   * batch of megabytes is not joined only to be split again.
    */
-  insertEncoded(body: string, dedupToken: string): Promise<void>;
+  insertEncoded(body: string | BatchParts, dedupToken: string): Promise<void>;
   /** Newest first, with the total number of rows matching the filter. */
   list(orgId: string, filter: AuditFilter, limit: number, offset: number): Promise<AuditPage>;
   report(orgId: string, since: Date, until: Date, maxEntries: number, topN: number): Promise<AuditReportData>;

@@ -50,7 +50,7 @@ export async function openAuditStoreOnDemand(): Promise<AuditStoreOnDemand> {
     insert: (rows, token) => real.insert(rows, token),
     encode: (record, batchId) => real.encode(record, batchId),
     insertEncoded: async (body, token) => {
-      attempts.push({ token, rows: countEncodedRows(body) });
+      attempts.push({ token, rows: countEncodedRows(typeof body === 'string' ? body : body.rows) });
       await real.insertEncoded(body, token);
       if (loseAcknowledgement) {
         loseAcknowledgement = false;

@@ -28,7 +28,7 @@ import {
 import { AUDIT_EXACT_FILTERS, type AuditFilter, type AuditRecord } from '../../types.js';
 import { isoFromCh } from '../../audit/ch-instant.js';
 import { decodeSealRow, SEAL_COLUMNS, splitBatchBody, type Seal } from '../../audit/seal.js';
-import type { AuditPage, AuditReportData, AuditStore, EntryRef, ReplayGroup, ReplayGroupKey, ReplaySample, SealChain, VerifyGroup, VerifyScan, WrittenId } from '../audit-store.js';
+import type { AuditPage, AuditReportData, BatchParts, AuditStore, EntryRef, ReplayGroup, ReplayGroupKey, ReplaySample, SealChain, VerifyGroup, VerifyScan, WrittenId } from '../audit-store.js';
 import { guardBoundary, unreachableClassifier } from '../store-boundary.js';
 
 /** How many denied calls the report lists. */
@@ -95,8 +95,8 @@ export class ClickHouseAuditStore implements AuditStore {
     return encodeAuditRow(record, batchId);
   }
 
-  async insertEncoded(body: string, dedupToken: string): Promise<void> {
-    const { rows, seals } = splitBatchBody(body);
+  async insertEncoded(body: string | BatchParts, dedupToken: string): Promise<void> {
+    const { rows, seals } = typeof body === 'string' ? splitBatchBody(body) : body;
     // Rows first, then their seals, under the same token (deduplication is per
     // table): a retry after either failed writes each exactly once.
     if (rows.length > 0) await this.#insertTsv(AUDIT_TABLE, AUDIT_COLUMN_NAMES, rows, dedupToken);
