@@ -376,6 +376,7 @@ export class ProxyExchange {
     return {
       id: this.id,
       timestamp: new Date(this.timestamp).toISOString(),
+      timestampMs: this.timestamp,
       orgId: agent.orgId,
       agentId: agent.id,
       agentName: agent.name,

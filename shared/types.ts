@@ -52,6 +52,8 @@ export type AuditSource = 'proxy' | 'api';
 export interface AuditRecord {
   id: string;
   timestamp: string; // ISO 8601 UTC with milliseconds
+  /** The same instant in epoch milliseconds, when whoever made the record had it as a number (the proxy): the seal's sort needs it, and parsing costs. */
+  timestampMs?: number;
   orgId: string;
   agentId: string;
   agentName: string;

@@ -97,10 +97,14 @@ const agentIds = Array.from({ length: 100_000 }, () => randomUUID());
 
 const sealer = new Sealer(signingKeyFromPem(generateKeyPairSync('ed25519').privateKey.export({ type: 'pkcs8', format: 'pem' }).toString()));
 const sealBatchId = randomUUID();
-// As a batch holds them: queued as calls end, so in arrival order but for calls that overtook one another (every 10th pair here).
+// As a batch holds them: queued as calls end, in the order they ended. Under
+// load (bench/profile/run.sh: ~14 calls a millisecond, 64 at once, a few ms
+// each) a call's timestamp (when it began) is out of order by up to its latency.
 const sealStart = Date.parse(record.timestamp);
-const sealBatch = Array.from({ length: 250 }, (_, i) => encodeAuditRow({ ...record, id: randomUUID(), timestamp: new Date(sealStart + i + (i % 10 === 0 ? 1 : i % 10 === 1 ? -1 : 0)).toISOString() }, sealBatchId));
-const sealFields = sealBatch.map((l) => freshSealedFields(l, record.orgId, sealBatchId));
+const sealRecords = Array.from({ length: 250 }, (_, i) => ({ ...record, id: randomUUID(), timestamp: new Date(sealStart + Math.floor(i / 14)).toISOString(), endsAt: i / 14 + 1 + ((i * 7919) % 50) / 10 }))
+  .sort((a, b) => a.endsAt - b.endsAt);
+const sealBatch = sealRecords.map((r) => encodeAuditRow(r, sealBatchId));
+const sealFields = sealBatch.map((l, i) => freshSealedFields(l, sealRecords[i]!, sealBatchId));
 
 const dir = mkdtempSync(join(tmpdir(), 'tcg-micro-'));
 const { journal } = AuditJournal.open(dir);
@@ -115,7 +119,7 @@ const results = [
   measure('encodeAuditRow (entry_hash included)', () => encodeAuditRow(record)),
   measure('entryHash (canonical JSON + SHA-256)', () => entryHash(record)),
   // A batch of 250 rows of one org (AUDIT_BATCH_MS at ~1,000 calls/s), sealed as the batcher closes it: per row.
-  measure('freshSealedFields (the batcher reads a row\'s seal fields as it queues it)', (i) => freshSealedFields(sealBatch[i % 250]!, record.orgId, sealBatchId)),
+  measure('freshSealedFields (the batcher reads a row\'s seal fields as it queues it)', (i) => freshSealedFields(sealBatch[i % 250]!, sealRecords[i % 250]!, sealBatchId)),
   measure('Sealer.sealFields (per row, 250-row batch of one org, one Ed25519 signature)', (i) => {
     if (i % 250 === 0) sealer.sealFields(sealFields);
   }),

@@ -148,7 +148,7 @@ export class AuditBatcher {
     let line: string;
     try {
       line = this.#store.encode(record, this.#sealer === undefined ? '' : this.#open.token);
-      if (this.#sealer !== undefined) this.#open.sealed.push(freshSealedFields(line, record.orgId, this.#open.token));
+      if (this.#sealer !== undefined) this.#open.sealed.push(freshSealedFields(line, record, this.#open.token));
     } catch (err) {
       // A record the store cannot encode is a bug upstream of here; it is reported, not thrown into the proxy.
       this.#options.onError?.(err, 1, 'encode');

@@ -7,8 +7,10 @@ import t from 'tap';
 import { countEncodedRows, encodeAuditRow } from '../../shared/audit/audit-codec.js';
 import { entryHash } from '../../shared/audit/entry-json.js';
 import {
+  byTimeThenId,
   encodeSealLine,
   freshSealedFields,
+  inLeafOrder,
   unsealedRows,
   GENESIS_HASH,
   merkleRoot,
@@ -54,22 +56,37 @@ t.test('a row line gives the sealer its id, timestamp, org, entry hash and batch
   const line = encodeAuditRow(record, batch);
   t.strictSame(sealedFields(line), {
     id: record.id,
-    at: record.timestamp.slice(0, 23).replace('T', ' '),
+    ms: Date.parse(record.timestamp),
     orgId: record.orgId,
     entryHash: entryHash(record),
     batchId: batch,
   });
   t.equal(sealedFields(encodeAuditRow(record)), null, 'no batch id: unsealed');
-  t.strictSame(freshSealedFields(line, record.orgId, batch), sealedFields(line), 'the batcher\'s positional read agrees');
+  t.strictSame(freshSealedFields(line, record, batch), sealedFields(line), 'the batcher\'s positional read agrees');
+  t.strictSame(freshSealedFields(line, { ...record, timestampMs: Date.parse(record.timestamp) }, batch), sealedFields(line), 'and so does the proxy\'s record, which has its instant as a number');
   fc.assert(fc.property(fc.string({ unit: 'binary', maxLength: 50 }), fc.string({ maxLength: 20 }), fc.option(fc.string({ maxLength: 30 }), { nil: null }), (reasoning, agentName, output) => {
     const r = auditRecord(randomUUID(), { reasoning, agentName, output });
     const l = encodeAuditRow(r, batch);
-    const fresh = freshSealedFields(l, r.orgId, batch);
+    const fresh = freshSealedFields(l, r, batch);
     return JSON.stringify(fresh) === JSON.stringify(sealedFields(l)) && fresh.entryHash === entryHash(r);
   }));
   // A line as the version before seals wrote it: no batch_id column at all.
   t.equal(sealedFields(line.slice(0, line.lastIndexOf('\t')) + '\n'), null, 'an earlier version\'s line');
   t.equal(sealedFields('garbage\n'), null);
+});
+
+t.test("a batch's entries come out in (timestamp, id) order, as a general sort puts them", async (t) => {
+  const entry = fc.record({ ms: fc.integer({ min: 0, max: 40 }), id: fc.constantFrom('a', 'b', 'c', 'd', 'e', 'f') });
+  // Dense (the counting sort), spread thin (the general sort), with ties in both.
+  for (const spread of [1, 1_000_000]) {
+    fc.assert(fc.property(fc.array(entry, { maxLength: 300 }), (raw) => {
+      const entries = raw.map((e, i) => ({ ms: e.ms * spread, id: `${e.id}${i % 3}` }));
+      const expected = [...entries].sort(byTimeThenId);
+      return JSON.stringify(inLeafOrder([...entries])) === JSON.stringify(expected);
+    }));
+  }
+  const inOrder = [{ ms: 1, id: 'a' }, { ms: 2, id: 'a' }];
+  t.equal(inLeafOrder(inOrder), inOrder, 'a batch already in order is returned as it is');
 });
 
 const key = signingKeyFromPem(generateKeyPairSync('ed25519').privateKey.export({ type: 'pkcs8', format: 'pem' }).toString());
