@@ -15,6 +15,16 @@ export const LOAD_COLUMNS: Column[] = [
   { key: 'errors', label: 'errors', digits: 0, better: 'lower' },
 ];
 
+/** The fixed-rate scenario's: latency is the point, with the 99.9th percentile. */
+export const FIXED_RATE_COLUMNS: Column[] = [
+  { key: 'rps', label: 'req/s', digits: 0, better: 'higher' },
+  { key: 'p50', label: 'p50 ms', digits: 2, better: 'lower', ratio: true },
+  { key: 'p99', label: 'p99 ms', digits: 2, better: 'lower', ratio: true },
+  { key: 'p999', label: 'p99.9 ms', digits: 2, better: 'lower', ratio: true },
+  { key: 'cpu', label: 'proxy CPU µs/req', digits: 1, better: 'lower', ratio: true },
+  { key: 'errors', label: 'errors', digits: 0, better: 'lower' },
+];
+
 export interface LoadRequest {
   /** Paths on the target; more than one are drawn at random per request. */
   paths: string[];
@@ -24,7 +34,7 @@ export interface LoadRequest {
   jsonBody?: string;
   /** The status every answer must have. */
   expectStatus: number;
-  /** A fixed request rate (requests/s): run by the fixed-rate generator (wrk2). */
+  /** A fixed request rate (requests/s): run by the fixed-rate generator (wrk2, else the open-loop one). */
   rate?: number;
 }
 
@@ -95,6 +105,7 @@ export async function measureLoad(ctx: BenchContext, target: Target, request: Lo
     rps: run.rps,
     p50: run.p50Ms,
     p99: run.p99Ms,
+    ...(run.p999Ms !== undefined ? { p999: run.p999Ms } : {}),
     cpu: proxyBefore !== null && proxyAfter !== null && run.requests > 0 ? ((proxyAfter - proxyBefore) * 1e6) / run.requests : null,
     upstreamCpu: upstreamBefore !== null && upstreamAfter !== null ? ((upstreamAfter - upstreamBefore) / wallSec) * 100 : null,
     // Busy share of all cores: with 2 cores, the load generator, the proxy and the upstream compete.

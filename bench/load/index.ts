@@ -2,6 +2,7 @@
 // than a Node one on 2 shared cores), else autocannon; `--loadgen` overrides.
 import { onPath } from '../processes.js';
 import { createAutocannon } from './autocannon.js';
+import { createOpenLoop } from './open-loop.js';
 import type { LoadGenerator } from './types.js';
 import { createWrk } from './wrk.js';
 
@@ -15,9 +16,12 @@ export function pickLoadGenerator(preference: 'auto' | 'wrk' | 'autocannon'): { 
   return { generator: createAutocannon(), note: preference === 'autocannon' ? 'autocannon (asked for)' : 'autocannon (wrk is not on PATH)' };
 }
 
-/** wrk2 (fixed-rate, coordinated-omission-corrected latency) when it is on PATH, else why not. */
-export function pickFixedRateGenerator(): { generator: LoadGenerator | null; note: string } {
+/**
+ * The fixed-rate generator (coordinated-omission-corrected latency): wrk2 when
+ * it is on PATH, else the bench's own open-loop generator (open-loop-worker.ts).
+ */
+export function pickFixedRateGenerator(): { generator: LoadGenerator; note: string } {
   const wrk2 = onPath('wrk2');
-  if (wrk2 === null) return { generator: null, note: 'wrk2 is not on PATH (the bench installs nothing); fixed-rate latency not measured' };
+  if (wrk2 === null) return { generator: createOpenLoop(), note: 'the open-loop Node generator (bench/load/open-loop-worker.ts; wrk2 is not on PATH): latency from each request\'s scheduled instant, paced by a 1 ms timer' };
   return { generator: createWrk(wrk2, { threads: WRK_THREADS, fixedRate: true }), note: `wrk2 (${wrk2})` };
 }

@@ -12,7 +12,7 @@ export interface LoadSpec {
   jsonBody?: string;
   connections: number;
   durationSec: number;
-  /** Fixed rate over all connections (requests/s); only the wrk2 adapter honours it. */
+  /** Fixed rate over all connections (requests/s); only the fixed-rate generators (wrk2, open-loop) honour it. */
   rate?: number;
 }
 
@@ -23,6 +23,8 @@ export interface LoadResult {
   rps: number;
   p50Ms: number;
   p99Ms: number;
+  /** The fixed-rate generators' 99.9th percentile. */
+  p999Ms?: number;
   /** Connect, read, write and timeout errors. */
   errors: number;
   /** Responses with an error status (wrk: >= 400; autocannon: not 2xx). */
@@ -30,7 +32,7 @@ export interface LoadResult {
 }
 
 export interface LoadGenerator {
-  name: 'wrk' | 'wrk2' | 'autocannon';
+  name: 'wrk' | 'wrk2' | 'autocannon' | 'open-loop';
   /** Runs one load; `workDir` is where it may write scripts. */
   run(spec: LoadSpec, workDir: string): Promise<LoadResult>;
 }

@@ -1,8 +1,8 @@
 // Latency at a fixed request rate, well below every comparator's capacity, with
-// coordinated omission corrected: wrk2 only (a closed-loop generator such as wrk
-// measures latency at saturation instead). Skipped, with the reason, when wrk2
-// is not on PATH; the bench installs nothing.
-import { LOAD_COLUMNS, loadVariant, runningComparators, COMPARATOR_LABELS } from '../measure.js';
+// coordinated omission corrected (a closed-loop generator such as wrk measures
+// latency at saturation instead): wrk2 when it is on PATH, else the bench's own
+// open-loop generator (bench/load/open-loop-worker.ts).
+import { FIXED_RATE_COLUMNS, loadVariant, runningComparators, COMPARATOR_LABELS } from '../measure.js';
 import { SMALL_PATH } from '../routes.js';
 import type { Scenario } from '../scenario.js';
 
@@ -11,8 +11,8 @@ export const FIXED_RATE = 2000;
 export const fixedRate: Scenario = {
   id: 'fixed-rate',
   title: `Fixed rate ${FIXED_RATE} req/s (GET small JSON)`,
-  about: `p50/p99 latency when every comparator is asked for the same ${FIXED_RATE} requests per second (wrk2, coordinated omission corrected).`,
-  columns: LOAD_COLUMNS,
+  about: `p50/p99/p99.9 latency when every comparator is asked for the same ${FIXED_RATE} requests per second, counted from each request's scheduled instant (coordinated omission corrected).`,
+  columns: FIXED_RATE_COLUMNS,
   headline: 'p99',
   subject: 'guard',
   skipReason: (ctx) => (ctx.fixedRateLoad === null ? ctx.fixedRateNote : null),
