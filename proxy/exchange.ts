@@ -257,6 +257,7 @@ export class ProxyExchange {
     this.finished = true;
     if (this.aborted) this.statusCode = 499;
     this.#record();
+    this.onDone?.(this);
   }
 
   /** The audit record is queued (by finish or sendLast), and whether there was one to queue (a known agent, not a pending hold). */
@@ -320,8 +321,11 @@ export class ProxyExchange {
   /** The agent accepts an event stream (Accept: text/event-stream): the upstream body gets the stream idle timeout. */
   acceptsEventStream = false;
 
-  /** Set by the proxy: turns the finished exchange into an audit record; true when one was queued. */
+  /** Set by the proxy: turns the exchange into an audit record (at finish, or before the last send); true when one was queued. */
   onFinish: ((ex: ProxyExchange) => boolean) | null = null;
+
+  /** Set by the proxy: the exchange is over (its answer sent or cut, or its client gone): no longer in flight. */
+  onDone: ((ex: ProxyExchange) => void) | null = null;
 
   /** Set by the proxy: calls `ex.journaled()` once the records queued so far are in the journal (the batcher's afterJournaled). */
   waitForJournal: ((ex: ProxyExchange) => void) | null = null;

@@ -105,12 +105,25 @@ export function createProxyPipeline(deps: {
     },
   });
 
-  /** Exchanges started and not yet finished (shutdown ends what is left of them). */
+  /** Exchanges started and not yet done (shutdown ends what is left of them). */
   const running = new Set<ProxyExchange>();
 
+  /**
+   * The record, queued before the answer's last bytes. A failure to queue it is
+   * logged, not thrown: the answer still goes (the exchange sends it at once).
+   */
   function onFinish(ex: ProxyExchange): boolean {
+    try {
+      return record(ex);
+    } catch (err) {
+      log.error('an audit record could not be queued', { [FIELD.requestId]: ex.requestId || ex.id, [FIELD.err]: err });
+      return false;
+    }
+  }
+
+  /** Over: shutdown's drain waits for what is still in `running`, a last chunk held back by a slow client included. */
+  function onDone(ex: ProxyExchange): void {
     running.delete(ex);
-    return record(ex);
   }
 
   /** An answer's last send waits for the journal write of the turn (audit-journal.ts). */
@@ -174,6 +187,7 @@ export function createProxyPipeline(deps: {
     run(ex) {
       running.add(ex);
       ex.onFinish = onFinish;
+      ex.onDone = onDone;
       ex.waitForJournal = waitForJournal;
       runFrom(ex, 0);
     },

@@ -107,7 +107,16 @@ export class UpstreamResponse {
   /** Shutdown: end the response now, as a complete one when its framing allows (chunked), else cut. */
   endEarly(): void {
     const ex = this.#ex;
-    if (ex.aborted || ex.finished || this.#lastQueued) return;
+    if (ex.aborted || ex.finished) return;
+    if (this.#lastQueued) {
+      // Still waiting for the turn's journal write: it leaves then.
+      if (ex.lastSendHeld) return;
+      // Handed to uWS but held back by a slow client: a Content-Length
+      // response cannot end early and be complete, so it is cut, as on an upstream failure.
+      ex.finish();
+      ex.res.close();
+      return;
+    }
     // The client's response ends first: aborting upstream reports an error
     // (onError), which must find the end queued, not cut it.
     if (this.#length < 0 || this.#headOnly) {

@@ -52,7 +52,11 @@ export type AuditSource = 'proxy' | 'api';
 export interface AuditRecord {
   id: string;
   timestamp: string; // ISO 8601 UTC with milliseconds
-  /** The same instant in epoch milliseconds, when whoever made the record had it as a number (the proxy): the seal's sort needs it, and parsing costs. */
+  /**
+   * The same instant in epoch milliseconds (Date.parse(timestamp), exactly),
+   * when whoever made the record had it as a number (the proxy): the seal's
+   * sort needs it, and parsing costs.
+   */
   timestampMs?: number;
   orgId: string;
   agentId: string;

@@ -83,9 +83,9 @@ export class AuditJournal {
     this.#scheduled ??= setImmediate(this.flush);
   }
 
-  /** Runs `waiter.journaled()` once every line appended so far is written: now, when none waits. */
+  /** Runs `waiter.journaled()` once every line appended so far is written: now, when none waits (or the journal is closed). */
   afterWrite(waiter: JournalWaiter): void {
-    if (this.#pending.length === 0) waiter.journaled();
+    if (this.#pending.length === 0 || this.#closed) waiter.journaled();
     else this.#waiting.push(waiter);
   }
 
@@ -95,16 +95,23 @@ export class AuditJournal {
    * `forget` once the batch is written or spooled.
    */
   seal(token: string): string {
+    if (this.#closed) return ''; // after close(): nothing of the batch was journaled (forget('') does nothing)
     this.#pending.push(`${SEAL_PREFIX}${token}\n`);
     this.#writePending();
     const sealed = this.#segment;
-    closeSync(this.#fd);
+    try {
+      if (this.#fd >= 0) closeSync(this.#fd);
+    } catch (err) {
+      this.onError?.(err);
+    }
+    this.#fd = -1;
     this.#openSegment();
     return sealed;
   }
 
   /** The batch of this segment is in ClickHouse or the spool: its journal copy goes. */
   forget(segment: string): void {
+    if (segment === '') return;
     try {
       unlinkSync(join(this.dir, segment));
     } catch {
@@ -117,7 +124,8 @@ export class AuditJournal {
     if (this.#closed) return;
     this.flush();
     this.#closed = true;
-    closeSync(this.#fd);
+    if (this.#fd >= 0) closeSync(this.#fd);
+    this.#fd = -1;
   }
 
   /** Writes what is gathered and runs what waited for it (the turn's setImmediate does this). */
@@ -130,7 +138,14 @@ export class AuditJournal {
     const waiting = this.#waiting;
     if (waiting.length === 0) return;
     this.#waiting = [];
-    for (const waiter of waiting) waiter.journaled();
+    // One waiter that throws (a bug in its send) must not leave the others' answers held.
+    for (const waiter of waiting) {
+      try {
+        waiter.journaled();
+      } catch (err) {
+        this.onError?.(err);
+      }
+    }
   };
 
   /** One write(2) for every gathered line. A failure is reported, not thrown: the lines are still in their batch in memory. */
@@ -139,6 +154,7 @@ export class AuditJournal {
     if (pending.length === 0 || this.#closed) return;
     this.#pending = [];
     try {
+      if (this.#fd < 0) throw new Error('the journal has no open segment (its last could not be opened)');
       const data = Buffer.from(pending.length === 1 ? pending[0]! : pending.join(''), 'utf8');
       let written = 0;
       while (written < data.length) written += writeSync(this.#fd, data, written);
@@ -149,9 +165,16 @@ export class AuditJournal {
     }
   }
 
+  /** The next segment; one that cannot be opened is reported, and the writes until the next seal fail (reported) rather than throw. */
   #openSegment(): void {
     this.#segment = `${String(this.#nextSeq++).padStart(12, '0')}.journal`;
-    this.#fd = openSync(join(this.dir, this.#segment), 'a', 0o600);
+    try {
+      this.#fd = openSync(join(this.dir, this.#segment), 'a', 0o600);
+    } catch (err) {
+      this.#fd = -1;
+      if (this.onError === null) throw err; // at open(): the service does not start without its journal
+      this.onError(err);
+    }
   }
 }
 

@@ -245,17 +245,20 @@ export function byTimeThenId(a: { ms: number; id: string }, b: { ms: number; id:
 export function inLeafOrder<T extends { ms: number; id: string }>(entries: T[]): T[] {
   const n = entries.length;
   let sorted = true;
+  let whole = true;
   let min = Infinity;
   let max = -Infinity;
   for (let i = 0; i < n; i++) {
     const ms = entries[i]!.ms;
+    if (!Number.isSafeInteger(ms)) whole = false;
     if (ms < min) min = ms;
     if (ms > max) max = ms;
     if (sorted && i > 0 && byTimeThenId(entries[i - 1]!, entries[i]!) > 0) sorted = false;
   }
   if (sorted) return entries;
   const range = max - min + 1;
-  if (!(range <= 4 * n + 1024)) return entries.sort(byTimeThenId);
+  // Milliseconds that are not whole numbers (never from the proxy) or spread thin: the general sort.
+  if (!whole || !(range <= 4 * n + 1024)) return entries.sort(byTimeThenId);
   const starts = new Uint32Array(range + 1);
   for (let i = 0; i < n; i++) starts[entries[i]!.ms - min + 1]! += 1;
   for (let k = 1; k <= range; k++) starts[k]! += starts[k - 1]!;

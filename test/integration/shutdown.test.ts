@@ -1,6 +1,8 @@
 // Graceful shutdown of a real process: SIGTERM drains in-flight proxied calls,
 // flushes the audit and exits 0; a second signal exits at once.
+import { once } from 'node:events';
 import { mkdtempSync, rmSync } from 'node:fs';
+import { connect } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import t from 'tap';
@@ -85,4 +87,46 @@ t.test('SIGTERM under load: every call answered is audited, none twice', async (
   t.equal(await auditTotal(again.url, await login(again.url, owner.email), agent.id), answered, 'audit rows equal calls answered');
   t.equal(await again.stop(), 0);
   rmSync(dir, { recursive: true, force: true });
+});
+
+t.test('SIGTERM waits for a slow client to read a Content-Length answer to its end', async (t) => {
+  // A call is in flight until its last byte is handed over, not only until its
+  // record is queued (which is before its last chunk is sent): the drain waits
+  // for a slow reader instead of exiting under it. (The narrow case where the
+  // last chunk itself meets back-pressure, and its tail would be lost with the
+  // process, needs a timing this test does not force.)
+  const service = await spawnService('all-in-one', env);
+  const owner = await signup(service.url);
+  const agent = await createAgent(service.url, owner, 'slow-reader', 'none');
+  const size = 4 * 1024 * 1024;
+  const url = new URL(`${service.url}/proxy/${agent.api_key}/${upstream.authority}/bytes?n=${size}`);
+  const socket = connect(Number(url.port), url.hostname);
+  await once(socket, 'connect');
+  socket.write(`GET ${url.pathname}${url.search} HTTP/1.1\r\nHost: ${url.host}\r\n\r\n`);
+  let received = 0;
+  let head = '';
+  let signalled = false;
+  const done = new Promise<void>((resolve) => socket.on('close', () => resolve()));
+  // About 1 MiB/s: four seconds for the whole answer (the drain allows 10), the
+  // signal after the first 256 KiB; the kernel's buffers alone hold more than a
+  // second of it when the last chunk is handed over.
+  socket.on('data', (chunk: Buffer) => {
+    if (head === '' || !head.includes('\r\n\r\n')) {
+      head += chunk.toString('latin1');
+      const end = head.indexOf('\r\n\r\n');
+      if (end >= 0) received += Buffer.byteLength(head, 'latin1') - end - 4;
+    } else received += chunk.length;
+    if (!signalled && received >= 256 * 1024) {
+      signalled = true;
+      service.child.kill('SIGTERM');
+    }
+    socket.pause();
+    setTimeout(() => socket.resume(), Math.ceil(chunk.length / 1024));
+    if (received >= size) socket.end();
+  });
+  await done;
+  t.match(head, /^HTTP\/1\.1 200 /);
+  t.ok(signalled, 'SIGTERM arrived mid-answer');
+  t.equal(received, size, 'every byte of the Content-Length answer arrived');
+  t.equal(await service.exited, 0, 'and the process exited 0 after it');
 });

@@ -77,6 +77,29 @@ t.test('a failed write is reported, not thrown, and the waiters still run', asyn
   journal.close();
 });
 
+t.test('a waiter that throws is reported and the others still run; after close, seal does nothing and waiters run at once', async (t) => {
+  const d = dir(t);
+  const { journal } = AuditJournal.open(d);
+  const errors: unknown[] = [];
+  journal.onError = (err) => errors.push(err);
+  const ran: number[] = [];
+  journal.append('a\n');
+  journal.afterWrite({ journaled: () => ran.push(1) });
+  journal.afterWrite({ journaled: () => { throw new Error('a send that throws'); } });
+  journal.afterWrite({ journaled: () => ran.push(3) });
+  await turn();
+  t.strictSame(ran, [1, 3], 'the waiters around the one that threw ran');
+  t.match(errors, [{ message: 'a send that throws' }], 'and the throw was reported');
+  journal.close();
+  t.equal(journal.seal('late'), '', 'a seal after close writes and opens nothing');
+  journal.append('late\n');
+  let late = false;
+  journal.afterWrite({ journaled: () => (late = true) });
+  t.ok(late, 'a waiter after close runs at once: nothing more will be written');
+  journal.forget(''); // what the batcher does with that seal's segment: nothing
+  t.equal(readdirSync(d).length, 1, 'the one segment, with its line, stays for the next start');
+});
+
 t.test('a restart recovers sealed segments with their token and unsealed ones with a fresh token, oldest first', async (t) => {
   const d = dir(t);
   const first = AuditJournal.open(d).journal;

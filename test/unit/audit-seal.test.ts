@@ -85,6 +85,8 @@ t.test("a batch's entries come out in (timestamp, id) order, as a general sort p
       return JSON.stringify(inLeafOrder([...entries])) === JSON.stringify(expected);
     }));
   }
+  const odd = [{ ms: 2.5, id: 'b' }, { ms: 1, id: 'a' }, { ms: 2.25, id: 'c' }];
+  t.strictSame(inLeafOrder([...odd]).map((e) => e.id), ['a', 'c', 'b'], 'milliseconds that are not whole numbers take the general sort, losing none');
   const inOrder = [{ ms: 1, id: 'a' }, { ms: 2, id: 'a' }];
   t.equal(inLeafOrder(inOrder), inOrder, 'a batch already in order is returned as it is');
 });
