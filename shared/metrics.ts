@@ -14,6 +14,51 @@ const LATENCY_BUCKETS = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0
 
 export type CacheName = 'agents' | 'policies' | 'credentials';
 
+/**
+ * A label-less histogram counted in a typed array on the hot path and handed to
+ * prom-client only when /metrics is read, as the counters above are:
+ * prom-client's observe() builds a closure, a label object and a hash per call
+ * (~0.4 µs; two a proxied call). The exposition is prom-client's own (a test
+ * compares the two texts).
+ */
+export class FastHistogram {
+  readonly #bounds: readonly number[];
+  /** Observations per bucket (not cumulative); the last slot is above every bound. */
+  readonly #counts: Float64Array;
+  #sum = 0;
+  #count = 0;
+
+  constructor(config: { name: string; help: string; buckets: readonly number[]; registers: Registry[] }) {
+    this.#bounds = [...config.buckets].sort((a, b) => a - b);
+    this.#counts = new Float64Array(this.#bounds.length + 1);
+    const self = this;
+    new Histogram({
+      name: config.name,
+      help: config.help,
+      buckets: [...this.#bounds],
+      registers: config.registers,
+      collect() {
+        this.reset();
+        this.zero({});
+        const entry = Object.values((this as unknown as { hashMap: Record<string, { bucketValues: Record<number, number>; sum: number; count: number }> }).hashMap)[0]!;
+        for (let i = 0; i < self.#bounds.length; i++) entry.bucketValues[self.#bounds[i]!] = self.#counts[i]!;
+        entry.sum = self.#sum;
+        entry.count = self.#count;
+      },
+    });
+  }
+
+  observe(value: number): void {
+    if (!Number.isFinite(value)) return;
+    const bounds = this.#bounds;
+    let i = 0;
+    while (i < bounds.length && value > bounds[i]!) i++;
+    this.#counts[i]! += 1;
+    this.#sum += value;
+    this.#count += 1;
+  }
+}
+
 export interface CacheCounters {
   hits: number;
   misses: number;
@@ -69,8 +114,8 @@ export class Metrics {
   readonly #byAgent: Map<string, number> | null;
   /** Calls refused 429 per limit name, or per limit name and agent ("name\0agent") with METRICS_AGENT_LABEL. */
   readonly #rateLimited = new Map<string, number>();
-  readonly upstreamLatency: Histogram;
-  readonly totalLatency: Histogram;
+  readonly upstreamLatency: FastHistogram;
+  readonly totalLatency: FastHistogram;
   readonly batchRows: Histogram;
   readonly flushSeconds: Histogram;
   #sources: MetricSources | null = null;
@@ -165,13 +210,13 @@ export class Metrics {
     counter('tcg_approval_webhook_failures_total', 'Approval webhook attempts that failed (each retry counts).', () => approvals().webhookFailures);
     counter('tcg_approval_webhook_dropped_total', 'Approval webhook notifications given up on (out of attempts, or too many queued).', () => approvals().webhookDropped);
     gauge('tcg_proxy_in_flight', 'Proxied calls under way (one per open proxied connection).', () => self.#sources?.inFlight() ?? 0);
-    this.upstreamLatency = new Histogram({
+    this.upstreamLatency = new FastHistogram({
       name: 'tcg_proxy_upstream_latency_seconds',
       help: 'From forwarding a call to the upstream response head.',
       buckets: LATENCY_BUCKETS,
       registers: [registry],
     });
-    this.totalLatency = new Histogram({
+    this.totalLatency = new FastHistogram({
       name: 'tcg_proxy_request_duration_seconds',
       help: 'From a call\'s arrival to its last response byte.',
       buckets: LATENCY_BUCKETS,
