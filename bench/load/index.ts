@@ -1,8 +1,7 @@
 // Picks the load generator: wrk when it is on PATH (a C client: far less CPU
 // than a Node one on 2 shared cores), else autocannon; `--loadgen` overrides.
 import { onPath } from '../processes.js';
-import { createAutocannon } from './autocannon.js';
-import { createOpenLoop } from './open-loop.js';
+import { createAutocannon, createOpenLoop } from './worker-generators.js';
 import type { LoadGenerator } from './types.js';
 import { createWrk } from './wrk.js';
 

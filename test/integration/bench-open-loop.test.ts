@@ -8,7 +8,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import t from 'tap';
-import { createOpenLoop } from '../../bench/load/open-loop.js';
+import { createOpenLoop } from '../../bench/load/worker-generators.js';
 
 t.test('the open-loop generator holds its rate and counts a stall in every request behind it', async (t) => {
   const dir = mkdtempSync(join(tmpdir(), 'tcg-open-loop-'));
