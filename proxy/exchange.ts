@@ -379,7 +379,7 @@ export class ProxyExchange {
     }
     return {
       id: this.id,
-      timestamp: new Date(this.timestamp).toISOString(),
+      timestamp: isoOf(this.timestamp),
       timestampMs: this.timestamp,
       orgId: agent.orgId,
       agentId: agent.id,
@@ -410,6 +410,18 @@ export class ProxyExchange {
       approvalId: this.approval?.id ?? null,
     };
   }
+}
+
+let lastMs = NaN;
+let lastIso = '';
+
+/** The instant's ISO form; calls of one millisecond (a dozen under load) share one string, and the encoders then compare it once. */
+function isoOf(ms: number): string {
+  if (ms !== lastMs) {
+    lastIso = new Date(ms).toISOString();
+    lastMs = ms;
+  }
+  return lastIso;
 }
 
 const REDACTED = Buffer.from('[REDACTED]');

@@ -223,13 +223,20 @@ function instant(iso: string): string {
   return chFromIso(ts);
 }
 
-/** The expression that encodes one column of record `r`. */
-function fieldExpression({ field, kind }: AuditColumn): string {
+/**
+ * The expression that encodes column `i` of record `r`. A text column keeps its
+ * last value and that value's escaped form in two variables of the template
+ * (`v<i>`, `e<i>`), and so does the instant: consecutive rows repeat the agent,
+ * the tool, the rule, the millisecond, so most are a comparison instead of a scan
+ * (=== compares contents: a repeat is exact). Side by side over 250 calls of one
+ * agent, each its own ids, the row less its entry hash: ~1.2 → ~0.75 µs.
+ */
+function fieldExpression({ field, kind }: AuditColumn, i: number): string {
   switch (kind) {
-    case 'text': return `tsv(r.${field})`;
-    case 'instant': return `instant(r.${field})`;
+    case 'text': return `(r.${field} === v${i} ? e${i} : (e${i} = tsv(v${i} = r.${field})))`;
+    case 'instant': return `(r.${field} === v${i} ? e${i} : (e${i} = instant(v${i} = r.${field})))`;
     case 'count': return `uint(r.${field})`;
-    case 'empty-is-null':
+    case 'empty-is-null': return `((r.${field} ?? '') === v${i} ? e${i} : (e${i} = tsv(v${i} = r.${field} ?? '')))`;
     case 'text-or-null': return `tsv(r.${field} ?? '')`;
     case 'presence': return `(r.${field} !== null ? 1 : 0)`;
     case 'flag': return `(r.${field} ? 1 : 0)`;
@@ -245,12 +252,13 @@ function fieldExpression({ field, kind }: AuditColumn): string {
  * a hand-written encoder would be: a loop calling one encoder per column costs
  * ~30% more per record (measured, Node 20, bench's small-GET record: 560 ns
  * hand-written, 525 ns compiled, 735 ns loop). Field names come from the typed
- * table above, never from input.
+ * table above, never from input. The memo variables start at a value no field holds.
  */
 export const encodeAuditRow = new Function(
-  'tsv', 'instant', 'uint', 'entryHash',
-  `return function encodeAuditRow(r, b = '') { return \`${AUDIT_COLUMNS.map((c) => `\${${fieldExpression(c)}}`).join('\\t')}\\n\`; };`,
-)(tsv, instant, uint, entryHash) as (record: AuditRecord, batchId?: string) => string;
+  'tsv', 'instant', 'uint', 'entryHash', 'NONE',
+  `${AUDIT_COLUMNS.map((_, i) => `let v${i} = NONE, e${i} = '';`).join(' ')}
+  return function encodeAuditRow(r, b = '') { return \`${AUDIT_COLUMNS.map((c, i) => `\${${fieldExpression(c, i)}}`).join('\\t')}\\n\`; };`,
+)(tsv, instant, uint, entryHash, Symbol('none')) as (record: AuditRecord, batchId?: string) => string;
 
 /** Records as concatenated lines, ready for one insert. */
 export function encodeAuditRows(rows: readonly AuditRecord[]): string {

@@ -14,7 +14,7 @@
 // RFC 8785 forms are JSON.stringify's, and the keys are ASCII, so sorting them
 // once is the RFC's ordering. A general library costs ~13 µs an entry (measured:
 // `canonicalize` 5.1; the tests use 4.0, the last for Node 20); this, with the
-// SHA-256, ~2.7 µs (bench/micro/hot-path.ts, entryHash; docs/performance.md has
+// SHA-256, ~1.9 µs (bench/micro/hot-path.ts, entryHash; docs/performance.md has
 // it in a profile under load). The unit test checks the two agree on random
 // entries and on the RFC's vectors.
 import { hash } from 'node:crypto';
@@ -131,28 +131,40 @@ function time(value: string): string {
   return `"${ISO_MS.test(value) ? value : new Date(value).toISOString()}"`;
 }
 
-function valueOf(kind: Kind, field: string): string {
+/**
+ * The expression for one value of record `r`. A text field (`s`, `sn`) keeps its
+ * last value and that value's JSON in two variables of the template (`v<i>`,
+ * `j<i>`), and so does the timestamp: under load consecutive entries repeat the
+ * agent's name, the tool, the rule, the reasoning, the millisecond, so most are
+ * a comparison instead of an escape (entryHash over 250 calls of one agent, each
+ * its own ids, ~14 a millisecond: ~2.5 → ~1.9 µs, old and new side by side in
+ * one process). Comparing strings with === compares their contents, so a repeat is exact.
+ */
+function valueOf(kind: Kind, field: string, i: number): string {
+  const memo = (encode: string) => `(r.${field} === v${i} ? j${i} : (j${i} = ${encode}(v${i} = r.${field})))`;
   switch (kind) {
-    case 's': return `str(r.${field})`;
+    case 's': return memo('str');
     case 'u': return `'"' + r.${field} + '"'`;
     case 'un': return `(r.${field} === null || r.${field} === '' ? 'null' : '"' + r.${field} + '"')`;
-    case 'sn': return `strOrNull(r.${field})`;
+    case 'sn': return memo('strOrNull');
     case 'on': return `(r.${field} === null ? 'null' : str(r.${field}))`;
     case 'n': return `int(r.${field})`;
     case 'b': return `(r.${field} ? 'true' : 'false')`;
-    case 't': return `time(r.${field})`;
+    case 't': return memo('time');
   }
 }
 
 /**
  * The entry's RFC 8785 canonical JSON without entry_hash, compiled from the key
  * list into one template (keys and field names come from the table above, never
- * from input), as encodeAuditRow is.
+ * from input), as encodeAuditRow is. The memo variables start at a value no
+ * field holds.
  */
 export const canonicalEntry = new Function(
-  'str', 'strOrNull', 'int', 'time',
-  `return function canonicalEntry(r) { return '{' + ${SORTED.map(([key, field, kind], i) => `'${i > 0 ? ',' : ''}"${key}":' + ${valueOf(kind, field)}`).join(' + ')} + '}'; };`,
-)(str, strOrNull, int, time) as (record: AuditRecord) => string;
+  'str', 'strOrNull', 'int', 'time', 'NONE',
+  `${SORTED.map((_, i) => `let v${i} = NONE, j${i} = '';`).join(' ')}
+  return function canonicalEntry(r) { return '{' + ${SORTED.map(([key, field, kind], i) => `'${i > 0 ? ',' : ''}"${key}":' + ${valueOf(kind, field, i)}`).join(' + ')} + '}'; };`,
+)(str, strOrNull, int, time, Symbol('none')) as (record: AuditRecord) => string;
 
 /** Lowercase hex SHA-256 of canonicalEntry. */
 export function entryHash(record: AuditRecord): string {

@@ -90,3 +90,32 @@ t.test('the hash is lowercase hex SHA-256, changes with any field, and a read-ba
   t.equal(auditJson({ ...base, entryHash: null }).entry_hash, null, 'a row written before hashing has none');
   t.equal(auditJson(base).entry_hash, null, 'nothing is recomputed here: only the hash the row was written with is returned');
 });
+
+t.test('a repeated field value reuses its JSON: every entry of a run that repeats and changes fields hashes as alone', async (t) => {
+  // The encoder keeps each text field's last value and JSON (entry-json.ts):
+  // draw fields from small pools so that consecutive entries repeat some and change others.
+  const pick = <T>(...values: T[]) => fc.constantFrom(...values);
+  const entry = fc.record({
+    agentName: pick('bot', 'bot ', 'b\u00f6t', '"q"', '\uD800'),
+    reasoning: pick('', 'why', 'why\n', 'w\\hy'),
+    mcpTool: pick<string | null>(null, '', 'search', 'se\tarch'),
+    shadowRule: pick<string | null>(null, 'r1', 'r2'),
+    timestamp: pick('2026-11-24T12:00:00.000Z', '2026-11-24T12:00:00.001Z', '2026-11-24T13:00:00+01:00'),
+    latencyMs: fc.integer({ min: 0, max: 5 }),
+  });
+  fc.assert(
+    fc.property(fc.array(entry, { minLength: 2, maxLength: 30 }), (fields) => {
+      const entries = fields.map((f) => record(f));
+      const forward = entries.map((r) => entryHash(r));
+      const backward = [...entries].reverse().map((r) => entryHash(r)).reverse();
+      const wellFormed = (s: string) => s.replace(/[\uD800-\uDFFF]/gu, '\uFFFD');
+      return entries.every((r, i) => {
+        const json = auditJson(r);
+        const readBack = { ...json, agent_name: wellFormed(r.agentName), timestamp: new Date(r.timestamp).toISOString(), mcp_tool: r.mcpTool === '' ? null : r.mcpTool };
+        return forward[i] === backward[i] && forward[i] === contractHash(readBack);
+      });
+    }),
+    { numRuns: 500 },
+  );
+  t.pass('500 runs of entries agree in either order and with the contract');
+});

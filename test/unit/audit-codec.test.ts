@@ -1,0 +1,41 @@
+// The audit row's TabSeparated line (shared/audit/audit-codec.ts). The encoder
+// keeps each text column's last value and its escaped form, so a line must not
+// depend on the rows encoded before it: checked on runs of records whose fields
+// repeat and change, encoded forwards and backwards.
+import fc from 'fast-check';
+import t from 'tap';
+import { AUDIT_COLUMNS, encodeAuditRow } from '../../shared/audit/audit-codec.js';
+import { auditRecord } from '../support/audit-records.js';
+
+const ORG = '5d0c5a9e-8d6f-4b0b-a2a8-2d1f8e0c7b33';
+
+t.test('a line escapes tab, newline, carriage return, backslash and NUL, and has one field per column', async (t) => {
+  const line = encodeAuditRow(auditRecord(ORG, { reasoning: 'a\tb\nc\rd\\e\0f', mcpTool: 'x\ty' }), 'b4c0ffee-0000-4000-8000-000000000000');
+  t.ok(line.endsWith('\n'));
+  const fields = line.slice(0, -1).split('\t');
+  t.equal(fields.length, AUDIT_COLUMNS.length);
+  t.equal(fields[AUDIT_COLUMNS.findIndex((c) => c.name === 'reasoning')], 'a\\tb\\nc\\rd\\\\e\\0f');
+  t.equal(fields[AUDIT_COLUMNS.findIndex((c) => c.name === 'mcp_tool')], 'x\\ty');
+});
+
+t.test("a row's line does not depend on the rows encoded before it", async (t) => {
+  const pick = <T>(...values: T[]) => fc.constantFrom(...values);
+  const fields = fc.record({
+    agentName: pick('bot', 'bot\t', 'b\u00f6t'),
+    reasoning: pick('', 'why', 'why\n', 'w\\hy'),
+    mcpTool: pick<string | null>(null, '', 'search', 'se\tarch'),
+    ruleMatched: pick('default', 'rule\r1'),
+    timestamp: pick('2026-11-24T12:00:00.000Z', '2026-11-24T12:00:00.001Z', '2026-11-24T13:00:00+01:00'),
+    output: pick<string | null>(null, '', 'out\tput'),
+  });
+  fc.assert(
+    fc.property(fc.array(fields, { minLength: 2, maxLength: 30 }), (runs) => {
+      const records = runs.map((f) => auditRecord(ORG, f));
+      const forward = records.map((r) => encodeAuditRow(r, 'b'));
+      const backward = [...records].reverse().map((r) => encodeAuditRow(r, 'b')).reverse();
+      return forward.every((line, i) => line === backward[i]);
+    }),
+    { numRuns: 500 },
+  );
+  t.pass('500 runs encode the same in either order');
+});
