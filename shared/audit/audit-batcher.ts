@@ -73,6 +73,8 @@ export interface AuditBatcherStats {
 
 export class AuditBatcher {
   readonly #store: AuditStore;
+  /** The store's encoder, looked up once: it runs for every record. */
+  readonly #encode: AuditStore['encode'];
   readonly #options: AuditBatcherOptions;
   readonly #spool: AuditSpool | undefined;
   readonly #journal: AuditJournal | undefined;
@@ -93,6 +95,7 @@ export class AuditBatcher {
 
   constructor(store: AuditStore, options: AuditBatcherOptions) {
     this.#store = store;
+    this.#encode = store.encode.bind(store);
     this.#options = options;
     this.#spool = options.spool;
     this.#journal = options.journal;
@@ -147,7 +150,7 @@ export class AuditBatcher {
   #add(record: AuditRecord): void {
     let line: string;
     try {
-      line = this.#store.encode(record, this.#sealer === undefined ? '' : this.#open.token);
+      line = this.#encode(record, this.#sealer === undefined ? '' : this.#open.token);
       if (this.#sealer !== undefined) this.#open.sealed.push(freshSealedFields(line, record, this.#open.token));
     } catch (err) {
       // A record the store cannot encode is a bug upstream of here; it is reported, not thrown into the proxy.

@@ -18,14 +18,16 @@ export function unreachableClassifier(storeName: string, unreachable: (err: unkn
 /**
  * `target` with every method's throw or rejection passed through `classify`. A method
  * that returns synchronously still does (SQLite's work is synchronous and its callers
- * may rely on it); a promise is classified when it rejects.
+ * may rely on it); a promise is classified when it rejects. Methods named in `pure`
+ * touch no store (an encoder run per proxied call) and are returned as they are:
+ * the wrapper's rest array, apply and promise check cost more than their work.
  */
-export function guardBoundary<T extends object>(target: T, classify: ErrorClassifier): T {
+export function guardBoundary<T extends object>(target: T, classify: ErrorClassifier, pure: readonly (keyof T)[] = []): T {
   const wrapped = new Map<PropertyKey, unknown>();
   return new Proxy(target, {
     get(object, key) {
       const value: unknown = Reflect.get(object, key, object);
-      if (typeof value !== 'function') return value;
+      if (typeof value !== 'function' || pure.includes(key as keyof T)) return value;
       let method = wrapped.get(key);
       if (method === undefined) {
         method = (...args: unknown[]): unknown => {
