@@ -224,9 +224,10 @@ export function sealedFields(line: string): SealedField | null {
  * without the checks sealedFields makes of lines read back from a journal. A
  * test keeps the two in agreement.
  */
-export function freshSealedFields(line: string, record: { orgId: string; timestamp: string; timestampMs?: number }, batchId: string): SealedField {
+export function freshSealedFields(line: string, record: { id: string; orgId: string; timestamp: string; timestampMs?: number }, batchId: string): SealedField {
   const hashEnd = line.length - batchId.length - 2; // before "\t<batch id>\n"
-  return { id: line.slice(0, line.indexOf('\t')), ms: record.timestampMs ?? Date.parse(record.timestamp), orgId: record.orgId, entryHash: line.slice(hashEnd - 64, hashEnd), batchId };
+  // The id as the record has it: the line's first field is that UUID unescaped (the column takes nothing else).
+  return { id: record.id, ms: record.timestampMs ?? Date.parse(record.timestamp), orgId: record.orgId, entryHash: line.slice(hashEnd - 64, hashEnd), batchId };
 }
 
 /** (timestamp, id), the order a seal's leaves are in; ids compare as their text. */
