@@ -141,7 +141,8 @@ function time(value: string): string {
  * one process). Comparing strings with === compares their contents, so a repeat is exact.
  */
 function valueOf(kind: Kind, field: string, i: number): string {
-  const memo = (encode: string) => `(r.${field} === v${i} ? j${i} : (j${i} = ${encode}(v${i} = r.${field})))`;
+  // The pair changes only once the encoding succeeded: a value that throws leaves the last good pair.
+  const memo = (encode: string) => `(r.${field} === v${i} ? j${i} : (j${i} = ${encode}(r.${field}), v${i} = r.${field}, j${i}))`;
   switch (kind) {
     case 's': return memo('str');
     case 'u': return `'"' + r.${field} + '"'`;

@@ -19,17 +19,22 @@ export function unreachableClassifier(storeName: string, unreachable: (err: unkn
  * `target` with every method's throw or rejection passed through `classify`. A method
  * that returns synchronously still does (SQLite's work is synchronous and its callers
  * may rely on it); a promise is classified when it rejects. Methods named in `pure`
- * touch no store (an encoder run per proxied call) and are returned as they are:
- * the wrapper's rest array, apply and promise check cost more than their work.
+ * touch no store (an encoder run per proxied call) and are returned bound to the
+ * store, unwrapped: the wrapper's rest array, apply and promise check cost more
+ * than their work.
  */
 export function guardBoundary<T extends object>(target: T, classify: ErrorClassifier, pure: readonly (keyof T)[] = []): T {
   const wrapped = new Map<PropertyKey, unknown>();
   return new Proxy(target, {
     get(object, key) {
       const value: unknown = Reflect.get(object, key, object);
-      if (typeof value !== 'function' || pure.includes(key as keyof T)) return value;
+      if (typeof value !== 'function') return value;
       let method = wrapped.get(key);
-      if (method === undefined) {
+      if (method === undefined && pure.includes(key as keyof T)) {
+        // Bound to the store itself, as the wrapper calls it: a method reading a #private field works either way.
+        method = (value as (...a: unknown[]) => unknown).bind(object);
+        wrapped.set(key, method);
+      } else if (method === undefined) {
         method = (...args: unknown[]): unknown => {
           let result: unknown;
           try {

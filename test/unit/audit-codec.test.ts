@@ -39,3 +39,8 @@ t.test("a row's line does not depend on the rows encoded before it", async (t) =
   );
   t.pass('500 runs encode the same in either order');
 });
+
+t.test('a value the encoder refuses is refused every time, whatever was encoded before', async (t) => {
+  encodeAuditRow(auditRecord(ORG, { timestamp: '2026-11-24T12:00:00.000Z' }));
+  for (let i = 0; i < 3; i++) t.throws(() => encodeAuditRow(auditRecord(ORG, { timestamp: 'not a time' })), RangeError, `try ${i + 1}`);
+});

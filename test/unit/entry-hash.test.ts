@@ -119,3 +119,11 @@ t.test('a repeated field value reuses its JSON: every entry of a run that repeat
   );
   t.pass('500 runs of entries agree in either order and with the contract');
 });
+
+t.test('a value the encoder refuses is refused every time, whatever was encoded before', async (t) => {
+  entryHash(record({ timestamp: '2026-11-24T12:00:00.000Z' }));
+  t.throws(() => entryHash(record({ timestamp: 'not a time' })), RangeError);
+  t.throws(() => entryHash(record({ timestamp: 'not a time' })), RangeError, 'again: no earlier timestamp stands in for it');
+  t.throws(() => entryHash(record({ reasoning: undefined as unknown as string })), TypeError, 'a text field that is not a string');
+  t.throws(() => entryHash(record({ reasoning: undefined as unknown as string })), TypeError, 'again');
+});
