@@ -82,14 +82,13 @@ export function createUpstreamPools(config: Readonly<Config>): UpstreamPools {
   // One context for every connection: building one per connection would parse Node's roots each time.
   const secureContext = config.extraCa !== null ? createSecureContext({ ca: [...rootCertificates, config.extraCa] }) : undefined;
 
-  const NO_LAST = { address: '', port: -1, hostname: '', pool: null as Pool | null };
-  let last = NO_LAST;
+  let last: { address: string; port: number; hostname: string; pool: Pool } | null = null;
 
   return {
     budget: createUpstreamBudget(config.upstreamConnectionsTotal),
     poolFor(address, port, hostname) {
       // Consecutive calls mostly go where the last one went: compared, not keyed by a string built per call.
-      if (address === last.address && port === last.port && hostname === last.hostname && last.pool !== null) return last.pool;
+      if (last !== null && address === last.address && port === last.port && hostname === last.hostname) return last.pool;
       const key = `${address}|${port}|${hostname}`;
       let pool = pools.get(key);
       if (pool === undefined) {
@@ -114,7 +113,7 @@ export function createUpstreamPools(config: Readonly<Config>): UpstreamPools {
     async close() {
       const all = [...pools.values()];
       pools.clear();
-      last = NO_LAST;
+      last = null;
       await Promise.allSettled(all.map((pool) => pool.close()));
     },
   };

@@ -19,6 +19,7 @@
 // entries and on the RFC's vectors.
 import { hash } from 'node:crypto';
 import type { AuditRecord } from '../types.js';
+import { memoized, memoNone, memoVariables } from './compiled-memo.js';
 
 /** The fields of an entry, in the API's order. */
 export function auditJson(r: AuditRecord) {
@@ -132,17 +133,13 @@ function time(value: string): string {
 }
 
 /**
- * The expression for one value of record `r`. A text field (`s`, `sn`) keeps its
- * last value and that value's JSON in two variables of the template (`v<i>`,
- * `j<i>`), and so does the timestamp: under load consecutive entries repeat the
- * agent's name, the tool, the rule, the reasoning, the millisecond, so most are
- * a comparison instead of an escape (entryHash over 250 calls of one agent, each
- * its own ids, ~14 a millisecond: ~2.5 → ~1.9 µs, old and new side by side in
- * one process). Comparing strings with === compares their contents, so a repeat is exact.
+ * The expression for one value of record `r`. Text fields (`s`, `sn`) and the
+ * timestamp keep their last value and its JSON (compiled-memo.ts): entryHash
+ * over 250 calls of one agent, each its own ids, ~14 a millisecond: ~2.5 → ~1.9
+ * µs, old and new side by side in one process.
  */
 function valueOf(kind: Kind, field: string, i: number): string {
-  // The pair changes only once the encoding succeeded: a value that throws leaves the last good pair.
-  const memo = (encode: string) => `(r.${field} === v${i} ? j${i} : (j${i} = ${encode}(r.${field}), v${i} = r.${field}, j${i}))`;
+  const memo = (encode: string) => memoized(`r.${field}`, encode, i);
   switch (kind) {
     case 's': return memo('str');
     case 'u': return `'"' + r.${field} + '"'`;
@@ -158,14 +155,13 @@ function valueOf(kind: Kind, field: string, i: number): string {
 /**
  * The entry's RFC 8785 canonical JSON without entry_hash, compiled from the key
  * list into one template (keys and field names come from the table above, never
- * from input), as encodeAuditRow is. The memo variables start at a value no
- * field holds.
+ * from input), as encodeAuditRow is.
  */
 export const canonicalEntry = new Function(
   'str', 'strOrNull', 'int', 'time', 'NONE',
-  `${SORTED.map((_, i) => `let v${i} = NONE, j${i} = '';`).join(' ')}
+  `${memoVariables(SORTED.length)}
   return function canonicalEntry(r) { return '{' + ${SORTED.map(([key, field, kind], i) => `'${i > 0 ? ',' : ''}"${key}":' + ${valueOf(kind, field, i)}`).join(' + ')} + '}'; };`,
-)(str, strOrNull, int, time, Symbol('none')) as (record: AuditRecord) => string;
+)(str, strOrNull, int, time, memoNone) as (record: AuditRecord) => string;
 
 /** Lowercase hex SHA-256 of canonicalEntry. */
 export function entryHash(record: AuditRecord): string {
