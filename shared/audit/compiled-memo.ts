@@ -22,3 +22,27 @@ export const memoNone = Symbol('none');
 export function memoized(value: string, encode: string, i: number): string {
   return `(${value} === v${i} ? e${i} : (e${i} = ${encode}(${value}), v${i} = ${value}, e${i}))`;
 }
+
+/**
+ * A run of adjacent fields that repeat together from call to call (the agent's,
+ * the tool's, the rule's): the run's variables, w<k>_<j> (each value last
+ * encoded) and f<k> (the run's text), declared before the template's function.
+ */
+export function runVariables(k: number, width: number): string {
+  return `${Array.from({ length: width }, (_, j) => `let w${k}_${j} = NONE;`).join(' ')} let f${k} = '';`;
+}
+
+/**
+ * The expression for run `k`: its last text when every value repeats, else its
+ * pieces (each field still memoized on its own) joined by `separator` into one
+ * flat string.
+ * A string built by `+` is a tree of its pieces that V8 walks again each time
+ * it is read whole (the hash's input, a batch's join); a repeated run is one
+ * piece of it instead of two a field. The run's values change only once its
+ * text is built, as memoized's do.
+ */
+export function memoRun(values: readonly string[], pieces: readonly string[], k: number, separator = ''): string {
+  const same = values.map((v, j) => `${v} === w${k}_${j}`).join(' && ');
+  const keep = values.map((v, j) => `w${k}_${j} = ${v}`).join(', ');
+  return `(${same} ? f${k} : (f${k} = [${pieces.join(', ')}].join(${JSON.stringify(separator)}), ${keep}, f${k}))`;
+}
