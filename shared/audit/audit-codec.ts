@@ -8,7 +8,7 @@ import type { AuditRecord } from '../types.js';
 import { entryHash, SORTED as HASHED_KEYS, type Kind as HashedKind } from './entry-json.js';
 import { countSealLines } from './seal.js';
 import { chFromIso, isoFromCh } from './ch-instant.js';
-import { memoized, memoNone, memoRun, memoVariables, runVariables } from './compiled-memo.js';
+import { MEMO_ARGS, MEMO_PARAMS, memoized, memoRun, memoVariables, runVariables } from './compiled-memo.js';
 
 export const AUDIT_TABLE = 'audit_log';
 
@@ -293,10 +293,10 @@ function rowTemplate(): { variables: string; body: string } {
 export const encodeAuditRow = (() => {
   const { variables, body } = rowTemplate();
   return new Function(
-    'tsv', 'instant', 'uint', 'entryHash', 'NONE',
+    'tsv', 'instant', 'uint', 'entryHash', ...MEMO_PARAMS,
     `${variables}
     return function encodeAuditRow(r, b = '') { return ${body} + '\\n'; };`,
-  )(tsv, instant, uint, entryHash, memoNone) as (record: AuditRecord, batchId?: string) => string;
+  )(tsv, instant, uint, entryHash, ...MEMO_ARGS) as (record: AuditRecord, batchId?: string) => string;
 })();
 
 /** Records as concatenated lines, ready for one insert. */

@@ -3,8 +3,8 @@
 // millisecond, so a field that keeps its last value and that value's encoding
 // is mostly a comparison instead of an escape. Comparing strings with ===
 // compares their contents, so a repeat is exact. Used inside a template built
-// with `new Function`, whose parameters include NONE (memoNone): field names
-// come from the encoders' typed tables, never from input.
+// with `new Function`, whose last parameters are MEMO_PARAMS, given MEMO_ARGS:
+// field names come from the encoders' typed tables, never from input.
 
 /** The template's memo variables for `count` fields, v<i> (last value) and e<i> (its encoding), declared before its function. */
 export function memoVariables(count: number): string {
@@ -12,7 +12,26 @@ export function memoVariables(count: number): string {
 }
 
 /** What the memo variables start at: a value no field holds. */
-export const memoNone = Symbol('none');
+const NONE = Symbol('none');
+
+/** The last conversion flattened() made, kept so that no compiler drops it. */
+export let flattenedSink = 0;
+
+/**
+ * `s` in one piece: a string built by `+` is a tree of its pieces, and V8
+ * copies it flat, in place, when it converts it to a number. Not Array.join: a
+ * joined string is two-byte when a piece is an internalized (thin) string,
+ * which store ids are, and one two-byte line makes its whole batch two-byte,
+ * twice the bytes (seen in the proxy: every line of a batch).
+ */
+export function flattened(s: string): string {
+  flattenedSink = Number(s);
+  return s;
+}
+
+/** The template's parameters the memo needs, after the encoder's own, and their values. */
+export const MEMO_PARAMS = ['NONE', 'FLAT'] as const;
+export const MEMO_ARGS = [NONE, flattened] as const;
 
 /**
  * The expression for slot `i`: `value` encoded by `encode`, or its last
@@ -34,8 +53,8 @@ export function runVariables(k: number, width: number): string {
 
 /**
  * The expression for run `k`: its last text when every value repeats, else its
- * pieces (each field still memoized on its own) joined by `separator` into one
- * flat string.
+ * pieces (each field still memoized on its own) with `separator` between them,
+ * flattened.
  * A string built by `+` is a tree of its pieces that V8 walks again each time
  * it is read whole (the hash's input, a batch's join); a repeated run is one
  * piece of it instead of two a field. The run's values change only once its
@@ -44,5 +63,5 @@ export function runVariables(k: number, width: number): string {
 export function memoRun(values: readonly string[], pieces: readonly string[], k: number, separator = ''): string {
   const same = values.map((v, j) => `${v} === w${k}_${j}`).join(' && ');
   const keep = values.map((v, j) => `w${k}_${j} = ${v}`).join(', ');
-  return `(${same} ? f${k} : (f${k} = [${pieces.join(', ')}].join(${JSON.stringify(separator)}), ${keep}, f${k}))`;
+  return `(${same} ? f${k} : (f${k} = FLAT('' + ${pieces.join(separator === '' ? ' + ' : ` + ${JSON.stringify(separator)} + `)}), ${keep}, f${k}))`;
 }

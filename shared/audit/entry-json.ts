@@ -19,7 +19,7 @@
 // entries and on the RFC's vectors.
 import { hash } from 'node:crypto';
 import type { AuditRecord } from '../types.js';
-import { memoized, memoNone, memoRun, memoVariables, runVariables } from './compiled-memo.js';
+import { MEMO_ARGS, MEMO_PARAMS, memoized, memoRun, memoVariables, runVariables } from './compiled-memo.js';
 
 /** The fields of an entry, in the API's order. */
 export function auditJson(r: AuditRecord) {
@@ -196,10 +196,10 @@ function canonicalTemplate(): { variables: string; body: string } {
 export const canonicalEntry = (() => {
   const { variables, body } = canonicalTemplate();
   return new Function(
-    'str', 'strOrNull', 'int', 'time', 'NONE',
+    'str', 'strOrNull', 'int', 'time', ...MEMO_PARAMS,
     `${variables}
     return function canonicalEntry(r) { return '{' + ${body} + '}'; };`,
-  )(str, strOrNull, int, time, memoNone) as (record: AuditRecord) => string;
+  )(str, strOrNull, int, time, ...MEMO_ARGS) as (record: AuditRecord) => string;
 })();
 
 /** Lowercase hex SHA-256 of canonicalEntry. */

@@ -2,6 +2,8 @@
 // keeps each text column's last value and its escaped form, so a line must not
 // depend on the rows encoded before it: checked on runs of records whose fields
 // repeat and change, encoded forwards and backwards.
+import { randomUUID } from 'node:crypto';
+import v8 from 'node:v8';
 import fc from 'fast-check';
 import t from 'tap';
 import { AUDIT_COLUMNS, encodeAuditRow } from '../../shared/audit/audit-codec.js';
@@ -65,4 +67,20 @@ t.test("a row's line does not depend on the rows encoded before it", async (t) =
 t.test('a value the encoder refuses is refused every time, whatever was encoded before', async (t) => {
   encodeAuditRow(auditRecord(ORG, { timestamp: '2026-11-24T12:00:00.000Z' }));
   for (let i = 0; i < 3; i++) t.throws(() => encodeAuditRow(auditRecord(ORG, { timestamp: 'not a time' })), RangeError, `try ${i + 1}`);
+});
+
+t.test('a line of ASCII fields is a one-byte string, even when its ids are internalized (thin) strings', async (t) => {
+  // Store ids are used as property and map keys, which turns them into thin
+  // strings. Array.join makes a two-byte string of those, and one two-byte line
+  // makes its whole batch two-byte: twice the memory, held until written.
+  const ids = JSON.parse(JSON.stringify({ org: randomUUID(), agent: randomUUID() })) as { org: string; agent: string };
+  const byKey: Record<string, number> = {};
+  byKey[ids.org] = 1;
+  byKey[ids.agent] = 2;
+  // v8.serialize writes a one-byte string with the tag '"', a two-byte one with 'c' (after the version header, and padding).
+  const tag = (s: string) => [...v8.serialize(s).subarray(2, 6)].map((b) => String.fromCharCode(b)).find((c) => c === '"' || c === 'c');
+  for (let i = 0; i < 3; i++) {
+    const line = encodeAuditRow(auditRecord(ids.org, { agentId: ids.agent, agentName: 'bot', reasoning: 'why' }), randomUUID());
+    t.equal(tag(line), '"', `line ${i + 1} is one-byte`);
+  }
 });
