@@ -71,6 +71,7 @@ export async function startService(config: Readonly<Config>, log: Logger = creat
   const auditBatcher = new AuditBatcher(auditStore, {
     maxRows: config.auditBatchRows,
     maxDelayMs: config.auditBatchMs,
+    minIntervalMs: config.auditBatchIntervalMs,
     maxQueued: config.auditQueueMax,
     maxQueuedBytes: config.auditQueueMaxBytes,
     spool,

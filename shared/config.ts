@@ -26,6 +26,7 @@ export interface Config {
   jwtTtlSeconds: number;
   auditBatchRows: number;
   auditBatchMs: number;
+  auditBatchIntervalMs: number;
   auditRetentionDays: number;
   auditQueueMax: number;
   auditQueueMaxBytes: number;
@@ -156,8 +157,9 @@ export const CONFIG_SPECS: readonly Spec[] = [
   { env: 'METRICS_PUBLIC', key: 'metricsPublic', doc: 'allow GET /metrics without METRICS_TOKEN on a non-loopback HOST', parse: oneOfBool, fallback: false },
   { env: 'METRICS_AGENT_LABEL', key: 'metricsAgentLabel', doc: 'count proxied calls per agent id (one series per agent)', parse: oneOfBool, fallback: false },
   { env: 'JWT_TTL_SECONDS', key: 'jwtTtlSeconds', doc: 'access token lifetime', parse: integer(60, 30 * 86400), fallback: 12 * 3600 },
-  { env: 'AUDIT_BATCH_ROWS', key: 'auditBatchRows', doc: 'audit rows per insert, at most', parse: integer(1, 100_000), fallback: 5000 },
-  { env: 'AUDIT_BATCH_MS', key: 'auditBatchMs', doc: 'longest an audit row waits before its batch is written', parse: integer(1, 60_000), fallback: 250 },
+  { env: 'AUDIT_BATCH_ROWS', key: 'auditBatchRows', doc: 'audit rows per insert, at most', parse: integer(1, 100_000), fallback: 20_000 },
+  { env: 'AUDIT_BATCH_MS', key: 'auditBatchMs', doc: 'longest an audit row waits before its batch is written, after a quiet spell (see AUDIT_BATCH_INTERVAL_MS)', parse: integer(1, 60_000), fallback: 250 },
+  { env: 'AUDIT_BATCH_INTERVAL_MS', key: 'auditBatchIntervalMs', doc: 'least time between two audit batches (AUDIT_BATCH_ROWS aside): under load rows gather into fewer, larger inserts, each of which ClickHouse writes and merges as a part', parse: integer(0, 60_000), fallback: 1000 },
   { env: 'AUDIT_RETENTION_DAYS', key: 'auditRetentionDays', doc: 'audit rows older than this are dropped (TTL)', parse: integer(1, 36500), fallback: 365 },
   { env: 'AUDIT_QUEUE_MAX', key: 'auditQueueMax', doc: 'audit rows held in memory before proxying answers 503', parse: integer(100, 10_000_000), fallback: 200_000 },
   { env: 'AUDIT_QUEUE_MAX_BYTES', key: 'auditQueueMaxBytes', doc: 'bytes of audit rows held in memory before proxying answers 503', parse: integer(1024 * 1024, 1024 ** 4), fallback: 256 * 1024 * 1024 },
@@ -185,7 +187,7 @@ export const CONFIG_SPECS: readonly Spec[] = [
   { env: 'OUTPUT_CAPTURE_BYTES', key: 'outputCaptureBytes', doc: 'cap of the response body stored for log_outputs: full', parse: integer(0, 16 * 1024 * 1024), fallback: 65536 },
   { env: 'LOGIN_MAX_FAILURES', key: 'loginMaxFailures', doc: 'failed logins per email or client address before 429', parse: integer(1, 1_000_000), fallback: 10 },
   { env: 'LOGIN_WINDOW_SECONDS', key: 'loginWindowSeconds', doc: 'window of LOGIN_MAX_FAILURES', parse: integer(1, 86_400), fallback: 900 },
-  { env: 'AUDIT_STREAM_POLL_MS', key: 'auditStreamPollMs', doc: 'how often the admin process reads new audit rows for open GET /audit/stream streams (only while one is open)', parse: integer(50, 10_000), fallback: 1000 },
+  { env: 'AUDIT_STREAM_POLL_MS', key: 'auditStreamPollMs', doc: 'how often the admin process reads new audit rows for open GET /audit/stream streams (only while one is open)', parse: integer(50, 10_000), fallback: 250 },
   { env: 'AUDIT_STREAM_KEEPALIVE_MS', key: 'auditStreamKeepaliveMs', doc: 'interval of the comment line that keeps an idle GET /audit/stream open', parse: integer(100, 15_000), fallback: 15_000 },
   { env: 'PDF_MAX_ENTRIES', key: 'pdfMaxEntries', doc: 'audit entries listed in a PDF export, at most', parse: integer(0, 100_000), fallback: 500 },
   { env: 'GUARD_DNS_CACHE_TTL_MS', key: 'dnsCacheTtlMs', doc: 'how long a checked DNS answer is reused', parse: integer(1, 3_600_000), fallback: 30_000 },

@@ -1,6 +1,10 @@
 // Queues audit records and writes them to the audit store in batches bounded by
 // rows and by milliseconds. One insert is in flight at a time, so batches land in
-// the order they were sealed. A batch the store refuses goes to the on-disk spool
+// the order they were sealed. Under load batches close at most once per
+// minIntervalMs, so rows gather into fewer, larger inserts: each insert costs
+// ClickHouse a part to write and then merge, whatever its size (embedded chDB
+// does that on the proxy's own cores); a lone row after a quiet spell still
+// goes after maxDelayMs. A batch the store refuses goes to the on-disk spool
 // (with the deduplication token it was tried with) and is replayed, oldest first,
 // once the store answers again; a replay after a partial failure writes nothing
 // twice. Nothing accepted is dropped: when neither the store nor the spool can
@@ -21,7 +25,10 @@ import { freshSealedFields, sealRows, type SealedField, type Sealer } from './se
 
 export interface AuditBatcherOptions {
   maxRows: number;
+  /** How long a batch stays open after its first row, when the last batch closed at least minIntervalMs ago. */
   maxDelayMs: number;
+  /** Least time from one batch's close to the next's, maxRows aside (0: none). */
+  minIntervalMs?: number;
   /**
    * Records held in memory (queued + in flight) at which the batcher reports
    * itself saturated: callers then refuse new work (the proxy answers 503) while
@@ -84,6 +91,8 @@ export class AuditBatcher {
   #held = 0;
   #heldBytes = 0;
   #timer: NodeJS.Timeout | null = null;
+  /** performance.now() when the last batch closed. */
+  #lastSealAt = -Infinity;
   #working = false;
   #retryMs = RETRY_MIN_MS;
   #retryTimer: NodeJS.Timeout | null = null;
@@ -166,7 +175,8 @@ export class AuditBatcher {
     if (this.#open.rows.length >= this.#options.maxRows) {
       this.#seal();
     } else if (this.#timer === null) {
-      this.#timer = setTimeout(() => this.#seal(), this.#options.maxDelayMs);
+      const sinceLast = performance.now() - this.#lastSealAt;
+      this.#timer = setTimeout(() => this.#seal(), Math.max(this.#options.maxDelayMs, (this.#options.minIntervalMs ?? 0) - sinceLast));
     }
   }
 
@@ -176,6 +186,7 @@ export class AuditBatcher {
       this.#timer = null;
     }
     if (this.#open.rows.length === 0) return;
+    this.#lastSealAt = performance.now();
     this.#sealOpen();
     this.#kick();
   }

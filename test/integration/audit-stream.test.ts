@@ -180,6 +180,46 @@ t.test('SIGTERM: a process with open streams ends them and exits within a couple
   t.ok(Date.now() - started < 3000, `exited ${Date.now() - started} ms after SIGTERM`);
 });
 
+t.test('with the default batch settings, proxied calls under steady load arrive within 2 s of their answers', async (t) => {
+  // The defaults (AUDIT_BATCH_MS 250, AUDIT_BATCH_INTERVAL_MS 1000,
+  // AUDIT_STREAM_POLL_MS 250) are what docs/api.md promises 2 s with.
+  const dir = mkdtempSync(join(tmpdir(), 'tcg-stream-defaults-'));
+  t.teardown(() => rmSync(dir, { recursive: true, force: true }));
+  const child = await spawnService('all-in-one', { DATA_DIR: dir, PORT: '0', GUARD_ALLOW_TARGETS: '127.0.0.1', NODE_EXTRA_CA_CERTS: join(TLS_DIR, 'ca.crt') });
+  t.teardown(() => child.stop());
+  const session = await signup(child.url);
+  const loaded = await createAgent(child.url, session, 'steady');
+  const s = await openSse(`${child.url}/audit/stream`, session.auth);
+  t.teardown(() => s.close());
+  const answeredAt = new Map<string, number>();
+  const seenAt = new Map<string, number>();
+  let watching = true;
+  const watcher = (async () => {
+    while (watching || seenAt.size < answeredAt.size) {
+      for (const e of s.events) {
+        const task = (JSON.parse(e.data) as { task_id: string }).task_id;
+        if (!seenAt.has(task)) seenAt.set(task, Date.now());
+      }
+      await new Promise((r) => setTimeout(r, 10));
+      if (!watching && Date.now() - Math.max(...answeredAt.values()) > 5000) break;
+    }
+  })();
+  const until = Date.now() + 3000;
+  for (let i = 0; Date.now() < until; i++) {
+    const task = `steady-${i}`;
+    const res = await fetch(`${child.url}/proxy/${loaded.api_key}/${upstream.authority}/json`, { headers: { 'x-agent-task-id': task } });
+    await res.arrayBuffer();
+    answeredAt.set(task, Date.now());
+    await new Promise((r) => setTimeout(r, 5));
+  }
+  watching = false;
+  await watcher;
+  const late = [...answeredAt].map(([task, at]) => (seenAt.get(task) ?? Infinity) - at);
+  t.ok(answeredAt.size > 50, `${answeredAt.size} calls over 3 s`);
+  t.equal(seenAt.size, answeredAt.size, 'every call arrived');
+  t.ok(Math.max(...late) <= 2000, `the latest arrived ${Math.max(...late)} ms after its answer (median ${late.sort((a, b) => a - b)[late.length >> 1]} ms)`);
+});
+
 t.test('the console: a missing asset is 404, not the index; an app path is the index', async (t) => {
   const missing = await fetch(`${base}/console/app-00000000.js`);
   t.equal(missing.status, 404);

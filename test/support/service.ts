@@ -26,7 +26,9 @@ export async function startTestService(env: Record<string, string> = {}): Promis
     DATA_DIR: dataDir,
     GUARD_ALLOW_TARGETS: '127.0.0.1',
     NODE_EXTRA_CA_CERTS: join(TLS_DIR, 'ca.crt'),
+    // Tests read their calls' entries at once: batches close within 20 ms, under load too.
     AUDIT_BATCH_MS: '20',
+    AUDIT_BATCH_INTERVAL_MS: '20',
     LOG_LEVEL: 'debug',
     ...env,
   });

@@ -70,6 +70,47 @@ t.test('a batch short of maxRows is written after maxDelayMs', async (t) => {
   t.strictSame(audit.attempts.slice(before).map((a) => a.rows), [3], 'one insert of the three rows');
 });
 
+t.test('under steady load batches close at most once per minIntervalMs: fewer, larger inserts', async (t) => {
+  const { batcher } = batcherFor(t, { maxRows: 100_000, maxDelayMs: 20, minIntervalMs: 400, maxQueued: 100_000 });
+  const org = randomUUID();
+  const before = audit.attempts.length;
+  // A row every 10 ms for 1.3 s: with maxDelayMs alone that is ~50 batches.
+  const started = performance.now();
+  for (let i = 0; i < 130; i++) {
+    enqueue(batcher, org, 1);
+    await sleep(10);
+  }
+  await audit.rowsLanded(org, 130, 5000);
+  const took = performance.now() - started;
+  const batches = audit.attempts.slice(before).map((a) => a.rows);
+  t.equal(batches.reduce((a, b) => a + b, 0), 130, 'every row written once');
+  t.ok(batches.length >= 2 && batches.length <= took / 400 + 2, `${batches.length} inserts (${batches.join(', ')} rows) for 130 rows over ${took.toFixed(0)} ms: at most one per 400 ms`);
+  t.ok(batches[0]! <= 3, `the first rows, after a quiet spell, went after maxDelayMs (${batches[0]} of them)`);
+});
+
+t.test('after a quiet spell of minIntervalMs a lone row goes after maxDelayMs', async (t) => {
+  const { batcher } = batcherFor(t, { maxRows: 1000, maxDelayMs: 30, minIntervalMs: 300, maxQueued: 10_000 });
+  const org = randomUUID();
+  enqueue(batcher, org, 1);
+  await audit.rowsLanded(org, 1, 5000);
+  await sleep(350);
+  const started = performance.now();
+  enqueue(batcher, org, 1);
+  await audit.rowsLanded(org, 2, 5000);
+  const waited = performance.now() - started;
+  t.ok(waited < 250, `the second row landed ${waited.toFixed(0)} ms after it was queued, not held for the interval`);
+});
+
+t.test('a batch that reaches maxRows closes at once, whatever minIntervalMs says', async (t) => {
+  const { batcher } = batcherFor(t, { maxRows: 5, maxDelayMs: 20, minIntervalMs: 60_000, maxQueued: 1000 });
+  const org = randomUUID();
+  const before = audit.attempts.length;
+  enqueue(batcher, org, 5);
+  enqueue(batcher, org, 5);
+  await audit.rowsLanded(org, 10, 5000);
+  t.strictSame(audit.attempts.slice(before).map((a) => a.rows), [5, 5], 'two inserts of five rows, without waiting a minute');
+});
+
 t.test('a batch the store refuses is spooled, then replayed with the token it was first tried with', async (t) => {
   const dir = spoolDir(t);
   const { batcher, errors } = batcherFor(t, { maxRows: 4, maxDelayMs: 60_000, maxQueued: 100, spool: AuditSpool.open(dir, 1 << 20) });
