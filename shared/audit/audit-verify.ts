@@ -87,7 +87,7 @@ const FUTURE_SKEW_MS = 5 * 60_000;
 /** Candidate mismatches read back in full per query, at most. */
 const RECHECK_CHUNK = 1000;
 
-/** A batch is sealed when it closes (at most AUDIT_BATCH_MS after its first row) and lands with its rows; this covers a slow insert too. */
+/** A batch is sealed when it closes (AUDIT_BATCH_MS after its first row, at most one per AUDIT_BATCH_INTERVAL_MS under load) and lands with its rows; this covers a slow insert too. */
 export const SEAL_GRACE_MS = 60_000;
 
 
