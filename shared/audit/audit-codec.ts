@@ -318,7 +318,8 @@ export function countEncodedRows(body: string): number {
 /** A hashed field's canonical JSON form as a ClickHouse expression over its column. */
 function canonicalSql(kind: HashedKind, column: string): string {
   switch (kind) {
-    case 's': return `toJSONString(${column})`;
+    case 's':
+    case 'ri': return `toJSONString(${column})`;
     case 'u': return `concat('"', toString(${column}), '"')`;
     case 'un': return `if(${column} = '', 'null', concat('"', ${column}, '"'))`;
     case 'sn': return `if(${column} = '', 'null', toJSONString(${column}))`;

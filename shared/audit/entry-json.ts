@@ -63,9 +63,11 @@ export type AuditEntryJson = ReturnType<typeof auditJson>;
  * third of JSON.stringify's cost), `un` such a string or null, `sn` a string or null
  * (stored as '' for null: '' reads back null), `on` the output (null kept apart
  * from '' by its presence column), `n` a safe integer, `b` a boolean, `t` the
- * timestamp.
+ * timestamp, `ri` the request id: written as `s`, but most calls send none and
+ * theirs is the entry's own id, a UUID quoted as it is (a new value every call,
+ * so no memo helps: ~0.25 µs of JSON.stringify saved).
  */
-export type Kind = 's' | 'u' | 'un' | 'sn' | 'on' | 'n' | 'b' | 't';
+export type Kind = 's' | 'u' | 'un' | 'sn' | 'on' | 'n' | 'b' | 't' | 'ri';
 
 /** Every key of auditJson but entry_hash, with its record field: sorted once, below. */
 const HASHED: readonly (readonly [key: keyof AuditEntryJson, field: keyof AuditRecord, kind: Kind])[] = [
@@ -88,7 +90,7 @@ const HASHED: readonly (readonly [key: keyof AuditEntryJson, field: keyof AuditR
   ['output_hash', 'outputHash', 'sn'],
   ['output', 'output', 'on'],
   ['output_truncated', 'outputTruncated', 'b'],
-  ['request_id', 'requestId', 's'],
+  ['request_id', 'requestId', 'ri'],
   ['mcp_session_id', 'mcpSessionId', 'sn'],
   ['mcp_method', 'mcpMethod', 'sn'],
   ['mcp_tool', 'mcpTool', 'sn'],
@@ -142,6 +144,7 @@ function valueOf(kind: Kind, field: string, i: number): string {
   const memo = (encode: string) => memoized(`r.${field}`, encode, i);
   switch (kind) {
     case 's': return memo('str');
+    case 'ri': return `(r.${field} === r.id ? '"' + r.id + '"' : ${memo('str')})`;
     case 'u': return `'"' + r.${field} + '"'`;
     case 'un': return `(r.${field} === null || r.${field} === '' ? 'null' : '"' + r.${field} + '"')`;
     case 'sn': return memo('strOrNull');

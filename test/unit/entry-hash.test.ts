@@ -67,11 +67,12 @@ t.test('entryHash equals the contract definition on random entries (as they read
   const textOrNull = fc.option(text, { nil: null });
   const count = fc.integer({ min: 0, max: Number.MAX_SAFE_INTEGER });
   fc.assert(
-    fc.property(text, text, textOrNull, textOrNull, fc.boolean(), count, count, fc.date({ min: new Date(0), max: new Date('2100-01-01'), noInvalidDate: true }), (reasoning, toolUrl, output, mcpTool, truncated, bytes, latency, at) => {
-      const r = record({ reasoning, toolUrl, output, mcpTool, outputTruncated: truncated, responseBytes: bytes, latencyMs: latency, timestamp: at.toISOString() });
+    // The request id: most often the entry's own id (the agent sent none), else any text.
+    fc.property(text, text, textOrNull, textOrNull, fc.boolean(), count, count, fc.date({ min: new Date(0), max: new Date('2100-01-01'), noInvalidDate: true }), fc.oneof(fc.constant(record().id), text), (reasoning, toolUrl, output, mcpTool, truncated, bytes, latency, at, requestId) => {
+      const r = record({ reasoning, toolUrl, output, mcpTool, outputTruncated: truncated, responseBytes: bytes, latencyMs: latency, timestamp: at.toISOString(), requestId });
       // How the store keeps it: UTF-8 (a lone surrogate becomes U+FFFD); a column that stores null as '' reads '' back as null.
       const wellFormed = (s: string) => s.replace(/[\uD800-\uDFFF]/gu, '\uFFFD');
-      const readBack = { ...auditJson(r), reasoning: wellFormed(reasoning), tool_url: wellFormed(toolUrl), output: output === null ? null : wellFormed(output), mcp_tool: mcpTool === null || mcpTool === '' ? null : wellFormed(mcpTool) };
+      const readBack = { ...auditJson(r), reasoning: wellFormed(reasoning), tool_url: wellFormed(toolUrl), request_id: wellFormed(requestId), output: output === null ? null : wellFormed(output), mcp_tool: mcpTool === null || mcpTool === '' ? null : wellFormed(mcpTool) };
       return entryHash(r) === contractHash(readBack);
     }),
     { numRuns: 2000 },
