@@ -37,6 +37,8 @@ export class ProxyExchange {
   readonly res: HttpResponse;
   readonly id = randomUUID();
   readonly startedAt = performance.now();
+  /** Its slot in the pipeline's InFlight list (in-flight.ts), -1 when not in it. */
+  inFlightSlot = -1;
   readonly timestamp = Date.now();
 
   // From the request head (copied before the handler returns: uWS frees the request after).

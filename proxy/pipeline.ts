@@ -17,6 +17,7 @@ import { createForward } from './forward.js';
 import { createGuardTarget } from './guard-target.js';
 import { createHeldCalls } from './hold.js';
 import { createInjectCredential } from './inject-credential.js';
+import { InFlight } from './in-flight.js';
 import { createInspectMcp } from './inspect-mcp.js';
 import { createLimit } from './limit.js';
 import { startRateLimitSync, type RateLimitSync } from './rate-limit-sync.js';
@@ -106,7 +107,7 @@ export function createProxyPipeline(deps: {
   });
 
   /** Exchanges started and not yet done (shutdown ends what is left of them). */
-  const running = new Set<ProxyExchange>();
+  const running = new InFlight();
 
   /**
    * The record, queued before the answer's last bytes. A failure to queue it is
@@ -176,7 +177,7 @@ export function createProxyPipeline(deps: {
       held.releaseAll();
     },
     endInFlight() {
-      for (const ex of [...running]) ex.endForShutdown();
+      for (const ex of running.list()) ex.endForShutdown();
     },
     approvals() {
       return { held: held.size, created: held.created, webhookDelivered: webhook?.stats.delivered ?? 0, webhookFailures: webhook?.stats.failures ?? 0, webhookDropped: webhook?.stats.dropped ?? 0 };
