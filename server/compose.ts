@@ -72,6 +72,8 @@ export async function startService(config: Readonly<Config>, log: Logger = creat
     maxRows: config.auditBatchRows,
     maxDelayMs: config.auditBatchMs,
     minIntervalMs: config.auditBatchIntervalMs,
+    // A quarter of the queue's byte bound, at most 32 MiB (a string V8 joins easily).
+    maxBatchBytes: Math.min(32 * 1024 * 1024, Math.floor(config.auditQueueMaxBytes / 4)),
     maxQueued: config.auditQueueMax,
     maxQueuedBytes: config.auditQueueMaxBytes,
     spool,

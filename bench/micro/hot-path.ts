@@ -131,7 +131,7 @@ const results = [
   // agent, tool and rule repeated (the encoders keep each text field's last form).
   measure('encodeAuditRow (entry_hash included)', (i) => encodeAuditRow(sealRecords[i % 250]!)),
   measure('entryHash (canonical JSON + SHA-256)', (i) => entryHash(sealRecords[i % 250]!)),
-  // A batch of 250 rows of one org (AUDIT_BATCH_MS at ~1,000 calls/s), sealed as the batcher closes it: per row.
+  // A batch of 250 rows of one org (AUDIT_BATCH_MS at ~1,000 calls/s; under load a batch holds up to a second's rows), sealed as the batcher closes it: per row.
   measure('freshSealedFields (the batcher reads a row\'s seal fields as it queues it; the proxy\'s record has its instant as a number)', (i) => freshSealedFields(sealBatch[i % 250]!, sealRecords[i % 250]!, sealBatchId)),
   measure('Sealer.sealFields (per row, 250-row batch of one org, one Ed25519 signature)', (i) => {
     if (i % 250 === 0) sealer.sealFields(sealFields);

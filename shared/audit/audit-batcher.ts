@@ -25,10 +25,17 @@ import { freshSealedFields, sealRows, type SealedField, type Sealer } from './se
 
 export interface AuditBatcherOptions {
   maxRows: number;
-  /** How long a batch stays open after its first row, when the last batch closed at least minIntervalMs ago. */
+  /** How long a batch stays open after its first row, after a quiet spell (the last batch closed over minIntervalMs - maxDelayMs ago). */
   maxDelayMs: number;
-  /** Least time from one batch's close to the next's, maxRows aside (0: none). */
+  /** Least time from one batch's close to the next's, maxRows and maxBatchBytes aside (0: none). */
   minIntervalMs?: number;
+  /**
+   * A batch closes once its rows reach this many UTF-16 code units, whatever
+   * the interval: a second of rows with full outputs (64 KiB each) could
+   * otherwise outgrow the queue's byte bound, or the longest string V8 makes
+   * when the batch is joined for its insert or its spool file.
+   */
+  maxBatchBytes?: number;
   /**
    * Records held in memory (queued + in flight) at which the batcher reports
    * itself saturated: callers then refuse new work (the proxy answers 503) while
@@ -172,7 +179,7 @@ export class AuditBatcher {
     this.#heldBytes += line.length;
     this.#open.bytes += line.length;
     this.stats.queued += 1;
-    if (this.#open.rows.length >= this.#options.maxRows) {
+    if (this.#open.rows.length >= this.#options.maxRows || this.#open.bytes >= (this.#options.maxBatchBytes ?? Infinity)) {
       this.#seal();
     } else if (this.#timer === null) {
       const sinceLast = performance.now() - this.#lastSealAt;

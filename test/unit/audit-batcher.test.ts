@@ -111,6 +111,30 @@ t.test('a batch that reaches maxRows closes at once, whatever minIntervalMs says
   t.strictSame(audit.attempts.slice(before).map((a) => a.rows), [5, 5], 'two inserts of five rows, without waiting a minute');
 });
 
+t.test('a batch that reaches maxBatchBytes closes at once, whatever minIntervalMs says', async (t) => {
+  const { batcher } = batcherFor(t, { maxRows: 100_000, maxDelayMs: 20, minIntervalMs: 60_000, maxBatchBytes: 64 * 1024, maxQueued: 100_000 });
+  const org = randomUUID();
+  const before = audit.attempts.length;
+  // Rows of ~16 KiB of output: the fourth reaches 64 KiB.
+  for (let i = 0; i < 8; i++) batcher.enqueue(auditRecord(org, { output: 'x'.repeat(16 * 1024) }));
+  await audit.rowsLanded(org, 8, 5000);
+  t.strictSame(audit.attempts.slice(before).map((a) => a.rows), [4, 4], 'two inserts of four rows, without waiting a minute');
+});
+
+t.test('close writes an open batch at once, however long the interval it waits for', async (t) => {
+  const { batcher } = batcherFor(t, { maxRows: 1000, maxDelayMs: 20, minIntervalMs: 60_000, maxQueued: 10_000 });
+  const org = randomUUID();
+  enqueue(batcher, org, 1);
+  await audit.rowsLanded(org, 1, 5000);
+  enqueue(batcher, org, 2); // this batch waits for the interval
+  await sleep(100);
+  t.equal(await store.count(org), 1, 'held for the interval');
+  const started = performance.now();
+  t.equal(await batcher.close(5000), 0, 'nothing unwritten');
+  t.ok(performance.now() - started < 3000, `closed in ${(performance.now() - started).toFixed(0)} ms`);
+  t.equal(await store.count(org), 3, 'the held rows were written by close');
+});
+
 t.test('a batch the store refuses is spooled, then replayed with the token it was first tried with', async (t) => {
   const dir = spoolDir(t);
   const { batcher, errors } = batcherFor(t, { maxRows: 4, maxDelayMs: 60_000, maxQueued: 100, spool: AuditSpool.open(dir, 1 << 20) });

@@ -69,6 +69,13 @@ t.test('a value the encoder refuses is refused every time, whatever was encoded 
   for (let i = 0; i < 3; i++) t.throws(() => encodeAuditRow(auditRecord(ORG, { timestamp: 'not a time' })), RangeError, `try ${i + 1}`);
 });
 
+t.test('a bad value inside a memoized run is refused every time, after a good row with the same other fields', async (t) => {
+  const agentId = '9a41c3e8-0b7c-4c52-9a43-5b7f0e6f2a11';
+  encodeAuditRow(auditRecord(ORG, { agentId, statusCode: 200 }));
+  for (let i = 0; i < 3; i++) t.throws(() => encodeAuditRow(auditRecord(ORG, { agentId, statusCode: 1.5 })), RangeError, `try ${i + 1}`);
+  t.match(encodeAuditRow(auditRecord(ORG, { agentId, statusCode: 201 })), /\t201\t/, 'the next good value is encoded');
+});
+
 t.test('a line of ASCII fields is a one-byte string, even when its ids are internalized (thin) strings', async (t) => {
   // Store ids are used as property and map keys, which turns them into thin
   // strings. Array.join makes a two-byte string of those, and one two-byte line
