@@ -8,7 +8,7 @@ import type { AuditRecord } from '../types.js';
 import { entryHash, SORTED as HASHED_KEYS, type Kind as HashedKind } from './entry-json.js';
 import { countSealLines } from './seal.js';
 import { chFromIso, isoFromCh } from './ch-instant.js';
-import { MEMO_ARGS, MEMO_PARAMS, memoized, memoRun, memoVariables, runVariables } from './compiled-memo.js';
+import { MEMO_ARGS, MEMO_PARAMS, memoized, runsTemplate } from './compiled-memo.js';
 
 export const AUDIT_TABLE = 'audit_log';
 
@@ -255,30 +255,14 @@ function fieldExpression({ field, kind }: AuditColumn, i: number): string {
 const VARYING_KINDS: ReadonlySet<ColumnKind> = new Set(['instant', 'text-or-null', 'presence', 'entry-hash', 'batch']);
 const VARYING_COLUMNS: ReadonlySet<string> = new Set(['id', 'latency_ms', 'request_id', 'request_bytes', 'response_bytes', 'output_hash']);
 
-/** The template's body: each varying column alone, each run of two or more of the others as one memoized piece. */
+/** The template: each varying column alone, each run of two or more of the others as one memoized piece. */
 function rowTemplate(): { variables: string; body: string } {
-  const variables = [memoVariables(AUDIT_COLUMNS.length)];
-  const parts: string[] = [];
-  let run: { values: string[]; pieces: string[] } = { values: [], pieces: [] };
-  const endRun = () => {
-    if (run.values.length >= 2) {
-      const k = variables.length;
-      variables.push(runVariables(k, run.values.length));
-      parts.push(memoRun(run.values, run.pieces, k, '\t'));
-    } else parts.push(...run.pieces);
-    run = { values: [], pieces: [] };
-  };
-  AUDIT_COLUMNS.forEach((c, i) => {
-    if (VARYING_KINDS.has(c.kind) || VARYING_COLUMNS.has(c.name)) {
-      endRun();
-      parts.push(fieldExpression(c, i));
-    } else {
-      run.values.push(`r.${c.field}`);
-      run.pieces.push(fieldExpression(c, i));
-    }
-  });
-  endRun();
-  return { variables: variables.join(' '), body: parts.join(" + '\\t' + ") };
+  const fields = AUDIT_COLUMNS.map((c, i) => ({
+    value: `r.${c.field}`,
+    pieces: [fieldExpression(c, i)],
+    varies: VARYING_KINDS.has(c.kind) || VARYING_COLUMNS.has(c.name),
+  }));
+  return runsTemplate(fields, AUDIT_COLUMNS.length, '\t');
 }
 
 /**

@@ -65,3 +65,38 @@ export function memoRun(values: readonly string[], pieces: readonly string[], k:
   const keep = values.map((v, j) => `w${k}_${j} = ${v}`).join(', ');
   return `(${same} ? f${k} : (f${k} = FLAT('' + ${pieces.join(separator === '' ? ' + ' : ` + ${JSON.stringify(separator)} + `)}), ${keep}, f${k}))`;
 }
+
+/** One field of a compiled template: its value as read from the record, its pieces of text, and whether it changes from call to call. */
+export interface TemplateField {
+  readonly value: string;
+  readonly pieces: readonly string[];
+  readonly varies: boolean;
+}
+
+/**
+ * A template's memo variables and body: each varying field's pieces alone,
+ * each run of two or more others memoized as one piece (memoRun), every piece
+ * separated by `separator`. `slots` is the number of per-field memo slots
+ * (memoized's `i`) the fields' pieces use.
+ */
+export function runsTemplate(fields: readonly TemplateField[], slots: number, separator: string): { variables: string; body: string } {
+  const variables = [memoVariables(slots)];
+  const parts: string[] = [];
+  let run: TemplateField[] = [];
+  const endRun = () => {
+    if (run.length >= 2) {
+      const k = variables.length;
+      variables.push(runVariables(k, run.length));
+      parts.push(memoRun(run.map((f) => f.value), run.flatMap((f) => f.pieces), k, separator));
+    } else for (const f of run) parts.push(...f.pieces);
+    run = [];
+  };
+  for (const field of fields) {
+    if (field.varies) {
+      endRun();
+      parts.push(...field.pieces);
+    } else run.push(field);
+  }
+  endRun();
+  return { variables: variables.join(' '), body: parts.join(separator === '' ? ' + ' : ` + ${JSON.stringify(separator)} + `) };
+}

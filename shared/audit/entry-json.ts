@@ -19,7 +19,7 @@
 // entries and on the RFC's vectors.
 import { hash } from 'node:crypto';
 import type { AuditRecord } from '../types.js';
-import { MEMO_ARGS, MEMO_PARAMS, memoized, memoRun, memoVariables, runVariables } from './compiled-memo.js';
+import { MEMO_ARGS, MEMO_PARAMS, memoized, runsTemplate } from './compiled-memo.js';
 
 /** The fields of an entry, in the API's order. */
 export function auditJson(r: AuditRecord) {
@@ -163,32 +163,14 @@ function valueOf(kind: Kind, field: string, i: number): string {
  */
 const VARYING: ReadonlySet<string> = new Set(['id', 'timestamp', 'latency_ms', 'request_id', 'request_bytes', 'response_bytes', 'output', 'output_hash']);
 
-/** The template's body: each varying key alone, each run of the others as one memoized piece. */
+/** The template: each varying key alone, each run of the others as one memoized piece. */
 function canonicalTemplate(): { variables: string; body: string } {
-  const variables = [memoVariables(SORTED.length)];
-  const parts: string[] = [];
-  let run: { values: string[]; pieces: string[] } | null = null;
-  const endRun = () => {
-    if (run === null) return;
-    const k = variables.length;
-    variables.push(runVariables(k, run.values.length));
-    parts.push(memoRun(run.values, run.pieces, k));
-    run = null;
-  };
-  SORTED.forEach(([key, field, kind], i) => {
-    const name = `'${i > 0 ? ',' : ''}"${key}":'`;
-    const value = valueOf(kind, field, i);
-    if (VARYING.has(key)) {
-      endRun();
-      parts.push(name, value);
-    } else {
-      run ??= { values: [], pieces: [] };
-      run.values.push(`r.${field}`);
-      run.pieces.push(name, value);
-    }
-  });
-  endRun();
-  return { variables: variables.join(' '), body: parts.join(' + ') };
+  const fields = SORTED.map(([key, field, kind], i) => ({
+    value: `r.${field}`,
+    pieces: [`'${i > 0 ? ',' : ''}"${key}":'`, valueOf(kind, field, i)],
+    varies: VARYING.has(key),
+  }));
+  return runsTemplate(fields, SORTED.length, '');
 }
 
 /**
