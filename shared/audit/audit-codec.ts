@@ -8,7 +8,7 @@ import type { AuditRecord } from '../types.js';
 import { entryHash, SORTED as HASHED_KEYS, type Kind as HashedKind } from './entry-json.js';
 import { countSealLines } from './seal.js';
 import { chFromIso, isoFromCh } from './ch-instant.js';
-import { MEMO_ARGS, MEMO_PARAMS, memoized, runsTemplate } from './compiled-memo.js';
+import { compileTemplate, memoized } from './compiled-memo.js';
 
 export const AUDIT_TABLE = 'audit_log';
 
@@ -228,7 +228,7 @@ function instant(iso: string): string {
  * The expression that encodes column `i` of record `r`. Text columns and the
  * instant keep their last value and its encoding (compiled-memo.ts): side by
  * side over 250 calls of one agent, each its own ids, the row less its entry
- * hash: ~1.2 → ~0.75 µs. With the runs (rowTemplate), the row with its entry
+ * hash: ~1.2 → ~0.75 µs. With the runs (compileTemplate), the row with its entry
  * hash: ~2.6 → ~1.95 µs, of which ~0.4 is the entry hash's own runs.
  */
 function fieldExpression({ field, kind }: AuditColumn, i: number): string {
@@ -255,16 +255,6 @@ function fieldExpression({ field, kind }: AuditColumn, i: number): string {
 const VARYING_KINDS: ReadonlySet<ColumnKind> = new Set(['instant', 'text-or-null', 'presence', 'entry-hash', 'batch']);
 const VARYING_COLUMNS: ReadonlySet<string> = new Set(['id', 'latency_ms', 'request_id', 'request_bytes', 'response_bytes', 'output_hash']);
 
-/** The template: each varying column alone, each run of two or more of the others as one memoized piece. */
-function rowTemplate(): { variables: string; body: string } {
-  const fields = AUDIT_COLUMNS.map((c, i) => ({
-    value: `r.${c.field}`,
-    pieces: [fieldExpression(c, i)],
-    varies: VARYING_KINDS.has(c.kind) || VARYING_COLUMNS.has(c.name),
-  }));
-  return runsTemplate(fields, AUDIT_COLUMNS.length, '\t');
-}
-
 /**
  * One record as a TabSeparated line in AUDIT_COLUMNS order, with its newline;
  * `batchId` is the batch it is queued in (a UUID), '' for a row no seal covers.
@@ -274,14 +264,13 @@ function rowTemplate(): { variables: string; body: string } {
  * hand-written, 525 ns compiled, 735 ns loop). Field names come from the typed
  * table above, never from input.
  */
-export const encodeAuditRow = (() => {
-  const { variables, body } = rowTemplate();
-  return new Function(
-    'tsv', 'instant', 'uint', 'entryHash', ...MEMO_PARAMS,
-    `${variables}
-    return function encodeAuditRow(r, b = '') { return ${body} + '\\n'; };`,
-  )(tsv, instant, uint, entryHash, ...MEMO_ARGS) as (record: AuditRecord, batchId?: string) => string;
-})();
+export const encodeAuditRow = compileTemplate<(record: AuditRecord, batchId?: string) => string>(
+  { tsv, instant, uint, entryHash },
+  AUDIT_COLUMNS.map((c, i) => ({ value: `r.${c.field}`, pieces: [fieldExpression(c, i)], varies: VARYING_KINDS.has(c.kind) || VARYING_COLUMNS.has(c.name) })),
+  AUDIT_COLUMNS.length,
+  '\t',
+  (body) => `function encodeAuditRow(r, b = '') { return ${body} + '\\n'; }`,
+);
 
 /** Records as concatenated lines, ready for one insert. */
 export function encodeAuditRows(rows: readonly AuditRecord[]): string {

@@ -2,12 +2,12 @@
 // under load consecutive rows repeat the agent, the tool, the rule, the
 // millisecond, so a field that keeps its last value and that value's encoding
 // is mostly a comparison instead of an escape. Comparing strings with ===
-// compares their contents, so a repeat is exact. Used inside a template built
-// with `new Function`, whose last parameters are MEMO_PARAMS, given MEMO_ARGS:
-// field names come from the encoders' typed tables, never from input.
+// compares their contents, so a repeat is exact. compileTemplate builds an
+// encoder from its fields with `new Function`: field names come from the
+// encoders' typed tables, never from input.
 
 /** The template's memo variables for `count` fields, v<i> (last value) and e<i> (its encoding), declared before its function. */
-export function memoVariables(count: number): string {
+function memoVariables(count: number): string {
   return Array.from({ length: count }, (_, i) => `let v${i} = NONE, e${i} = '';`).join(' ');
 }
 
@@ -29,10 +29,6 @@ export function flattened(s: string): string {
   return s;
 }
 
-/** The template's parameters the memo needs, after the encoder's own, and their values. */
-export const MEMO_PARAMS = ['NONE', 'FLAT'] as const;
-export const MEMO_ARGS = [NONE, flattened] as const;
-
 /**
  * The expression for slot `i`: `value` encoded by `encode`, or its last
  * encoding when `value` repeats. The pair changes only once the encoding
@@ -47,7 +43,7 @@ export function memoized(value: string, encode: string, i: number): string {
  * the tool's, the rule's): the run's variables, w<k>_<j> (each value last
  * encoded) and f<k> (the run's text), declared before the template's function.
  */
-export function runVariables(k: number, width: number): string {
+function runVariables(k: number, width: number): string {
   return `${Array.from({ length: width }, (_, j) => `let w${k}_${j} = NONE;`).join(' ')} let f${k} = '';`;
 }
 
@@ -60,10 +56,15 @@ export function runVariables(k: number, width: number): string {
  * piece of it instead of two a field. The run's values change only once its
  * text is built, as memoized's do.
  */
-export function memoRun(values: readonly string[], pieces: readonly string[], k: number, separator = ''): string {
+function memoRun(values: readonly string[], pieces: readonly string[], k: number, separator: string): string {
   const same = values.map((v, j) => `${v} === w${k}_${j}`).join(' && ');
   const keep = values.map((v, j) => `w${k}_${j} = ${v}`).join(', ');
-  return `(${same} ? f${k} : (f${k} = FLAT('' + ${pieces.join(separator === '' ? ' + ' : ` + ${JSON.stringify(separator)} + `)}), ${keep}, f${k}))`;
+  return `(${same} ? f${k} : (f${k} = FLAT('' + ${concatenated(pieces, separator)}), ${keep}, f${k}))`;
+}
+
+/** The expression concatenating `pieces` with `separator` between them. */
+function concatenated(pieces: readonly string[], separator: string): string {
+  return pieces.join(separator === '' ? ' + ' : ` + ${JSON.stringify(separator)} + `);
 }
 
 /** One field of a compiled template: its value as read from the record, its pieces of text, and whether it changes from call to call. */
@@ -74,12 +75,13 @@ export interface TemplateField {
 }
 
 /**
- * A template's memo variables and body: each varying field's pieces alone,
- * each run of two or more others memoized as one piece (memoRun), every piece
- * separated by `separator`. `slots` is the number of per-field memo slots
- * (memoized's `i`) the fields' pieces use.
+ * An encoder compiled from its fields: each varying field's pieces alone, each
+ * run of two or more others memoized as one piece (memoRun), every piece
+ * separated by `separator`, the whole given to `source`, which writes the
+ * encoder's function around it. `helpers` are the functions the pieces call,
+ * by name; `slots` is the number of per-field memo slots (memoized's `i`).
  */
-export function runsTemplate(fields: readonly TemplateField[], slots: number, separator: string): { variables: string; body: string } {
+export function compileTemplate<F>(helpers: Readonly<Record<string, unknown>>, fields: readonly TemplateField[], slots: number, separator: string, source: (body: string) => string): F {
   const variables = [memoVariables(slots)];
   const parts: string[] = [];
   let run: TemplateField[] = [];
@@ -98,5 +100,6 @@ export function runsTemplate(fields: readonly TemplateField[], slots: number, se
     } else run.push(field);
   }
   endRun();
-  return { variables: variables.join(' '), body: parts.join(separator === '' ? ' + ' : ` + ${JSON.stringify(separator)} + `) };
+  const names = [...Object.keys(helpers), 'NONE', 'FLAT'];
+  return new Function(...names, `${variables.join(' ')}\n  return ${source(concatenated(parts, separator))};`)(...Object.values(helpers), NONE, flattened) as F;
 }

@@ -19,7 +19,7 @@
 // entries and on the RFC's vectors.
 import { hash } from 'node:crypto';
 import type { AuditRecord } from '../types.js';
-import { MEMO_ARGS, MEMO_PARAMS, memoized, runsTemplate } from './compiled-memo.js';
+import { compileTemplate, memoized } from './compiled-memo.js';
 
 /** The fields of an entry, in the API's order. */
 export function auditJson(r: AuditRecord) {
@@ -163,29 +163,18 @@ function valueOf(kind: Kind, field: string, i: number): string {
  */
 const VARYING: ReadonlySet<string> = new Set(['id', 'timestamp', 'latency_ms', 'request_id', 'request_bytes', 'response_bytes', 'output', 'output_hash']);
 
-/** The template: each varying key alone, each run of the others as one memoized piece. */
-function canonicalTemplate(): { variables: string; body: string } {
-  const fields = SORTED.map(([key, field, kind], i) => ({
-    value: `r.${field}`,
-    pieces: [`'${i > 0 ? ',' : ''}"${key}":'`, valueOf(kind, field, i)],
-    varies: VARYING.has(key),
-  }));
-  return runsTemplate(fields, SORTED.length, '');
-}
-
 /**
  * The entry's RFC 8785 canonical JSON without entry_hash, compiled from the key
  * list into one template (keys and field names come from the table above, never
  * from input), as encodeAuditRow is.
  */
-export const canonicalEntry = (() => {
-  const { variables, body } = canonicalTemplate();
-  return new Function(
-    'str', 'strOrNull', 'int', 'time', ...MEMO_PARAMS,
-    `${variables}
-    return function canonicalEntry(r) { return '{' + ${body} + '}'; };`,
-  )(str, strOrNull, int, time, ...MEMO_ARGS) as (record: AuditRecord) => string;
-})();
+export const canonicalEntry = compileTemplate<(record: AuditRecord) => string>(
+  { str, strOrNull, int, time },
+  SORTED.map(([key, field, kind], i) => ({ value: `r.${field}`, pieces: [`'${i > 0 ? ',' : ''}"${key}":'`, valueOf(kind, field, i)], varies: VARYING.has(key) })),
+  SORTED.length,
+  '',
+  (body) => `function canonicalEntry(r) { return '{' + ${body} + '}'; }`,
+);
 
 /** Lowercase hex SHA-256 of canonicalEntry. */
 export function entryHash(record: AuditRecord): string {
