@@ -113,8 +113,9 @@ export class ProxyExchange {
   responseBytes = 0;
   /**
    * log_outputs: hash. A body that arrives whole in one chunk is hashed in one
-   * call (crypto.hash, no Hash object: 0.3 vs 0.8 µs measured); anything else
-   * feeds an incremental Hash.
+   * call (crypto.hash, no Hash object: 0.3 vs 0.8 µs measured;
+   * bench/micro/output-hash.ts, its 211-byte cases); anything else feeds an
+   * incremental Hash.
    */
   hashing = false;
   outputHash: Hash | null = null;

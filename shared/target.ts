@@ -46,7 +46,7 @@ export function parseTarget(rest: string): ParsedTarget | null {
   if (authority === null) return null;
   // A literal, not `{ ...authority, path }`: V8 made a new hidden class for each
   // spread-and-extend (a map and its descriptors, garbage a moment later): 620 →
-  // ~90 ns a call (bench/micro/hot-path.ts, parseTarget).
+  // ~90 ns a call (bench/micro/parse-target.ts, parseTarget).
   return { host: authority.host, port: authority.port, authority: authority.authority, hostname: authority.hostname, path };
 }
 

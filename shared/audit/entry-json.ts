@@ -14,7 +14,7 @@
 // RFC 8785 forms are JSON.stringify's, and the keys are ASCII, so sorting them
 // once is the RFC's ordering. A general library costs ~13 µs an entry (measured:
 // `canonicalize` 5.1; the tests use 4.0, the last for Node 20); this, with the
-// SHA-256, ~1.5 µs (bench/micro/hot-path.ts, entryHash; docs/performance.md has
+// SHA-256, ~1.5 µs (bench/micro/audit-encoding.ts, entryHash; docs/performance.md has
 // it in a profile under load). The unit test checks the two agree on random
 // entries and on the RFC's vectors.
 import { hash } from 'node:crypto';

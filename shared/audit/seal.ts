@@ -240,7 +240,7 @@ export function byTimeThenId(a: { ms: number; id: string }, b: { ms: number; id:
  * they come nearly in order, each early by at most its call's latency, and
  * many share a millisecond: a counting sort on the milliseconds, then an
  * insertion sort of each millisecond's few entries by id, is about six times
- * cheaper than a general sort here (bench/micro/hot-path.ts, sealFields); a
+ * cheaper than a general sort here (bench/micro/seal.ts, Sealer.sealFields); a
  * batch spread thin over time gets the general one.
  */
 export function inLeafOrder<T extends { ms: number; id: string }>(entries: T[]): T[] {
