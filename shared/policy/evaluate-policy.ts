@@ -2,6 +2,8 @@
 // rules are tried in order and the first match returns its precomputed, frozen
 // PolicyDecision, so a decision allocates nothing (no upper-casing, no strings, no
 // result object); only a `Pattern` glob runs a RegExp (`test`, no match array).
+// A large policy is tried only over the rules whose tool glob matches the call's
+// tool (rulesForTool): most of a large policy's rules name other tools.
 
 import { PathMatch, ToolMatch } from './types.js';
 import type { CallMatcher, CompiledLimit, CompiledPolicy, CompiledRule, McpCall, PolicyDecision } from './types.js';
@@ -22,12 +24,52 @@ export const NO_POLICY_DECISION: PolicyDecision = Object.freeze({
  */
 export function evaluatePolicy(policy: CompiledPolicy | null, tool: string, action: string, path: string, mcp: McpCall | null = null): PolicyDecision {
   if (policy === null) return NO_POLICY_DECISION;
-  const rules = policy.rules;
+  const rules = policy.rules.length > TOOL_INDEX_MIN_RULES ? rulesForTool(policy, tool) : policy.rules;
   for (let i = 0; i < rules.length; i++) {
     const rule = rules[i]!;
     if (matchesCall(rule, tool, action, path, mcp)) return rule.result;
   }
   return policy.defaultResult;
+}
+
+/**
+ * Policies of at most this many rules are tried rule by rule: below it the index's
+ * Map lookup costs about what it saves (bench/micro/evaluate-policy.ts).
+ */
+export const TOOL_INDEX_MIN_RULES = 16;
+
+/**
+ * Tool names a policy's index keeps at most, and rule references across them: an
+ * agent calling ever new hosts (or rules that match every tool, repeated in every
+ * list) must not grow it without bound. Full, it starts again empty.
+ */
+const TOOL_INDEX_MAX_TOOLS = 1024;
+const TOOL_INDEX_MAX_REFS = 1 << 18;
+
+/**
+ * The enforced rules whose tool glob matches `tool`, in document order: the
+ * rules a call to `tool` can match. Computed once per tool name (one pass of
+ * the tool matchers, which depend on nothing else) and kept in the policy, so a
+ * call to a tool that a few of 10,000 rules name tries those few, and a call to
+ * a tool none names tries only the rules that match any tool. The result is
+ * the same as trying every rule: the others fail on the tool.
+ */
+export function rulesForTool(policy: CompiledPolicy, tool: string): readonly CompiledRule[] {
+  const index = policy.toolIndex;
+  const known = index.byTool.get(tool);
+  if (known !== undefined) return known;
+  const all = policy.rules;
+  const matching: CompiledRule[] = [];
+  for (let i = 0; i < all.length; i++) if (matchesTool(all[i]!, tool)) matching.push(all[i]!);
+  const rules = matching.length === all.length ? all : matching;
+  const refs = rules === all ? 0 : rules.length;
+  if (index.byTool.size >= TOOL_INDEX_MAX_TOOLS || index.refs + refs > TOOL_INDEX_MAX_REFS) {
+    index.byTool.clear();
+    index.refs = 0;
+  }
+  index.byTool.set(tool, rules);
+  index.refs += refs;
+  return rules;
 }
 
 /**

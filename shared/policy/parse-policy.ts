@@ -156,6 +156,7 @@ export function parsePolicy(yamlText: string, limits: PolicyLimits = POLICY_LIMI
     version,
     defaultDecision,
     rules: Object.freeze(rules.filter((rule) => !rule.shadow)),
+    toolIndex: { byTool: new Map(), refs: 0 },
     shadowRules: Object.freeze(rules.filter((rule) => rule.shadow)),
     defaultResult: Object.freeze({
       decision: defaultDecision,

@@ -123,11 +123,24 @@ export interface CompiledLimit extends CallMatcher {
   readonly headerName: string;
 }
 
+/**
+ * A large policy's enforced rules by the tool name a call spelled (evaluate-policy.ts,
+ * rulesForTool): those whose tool glob matches it, in document order. The only
+ * mutable part of a compiled policy, a cache of what the rules imply.
+ */
+export interface ToolIndex {
+  readonly byTool: Map<string, readonly CompiledRule[]>;
+  /** Rule references held in byTool's lists (a list that is the whole rule list counts none). */
+  refs: number;
+}
+
 export interface CompiledPolicy {
   readonly version: '1';
   readonly defaultDecision: PolicyVerdict;
   /** The enforced rules in document order; the first that matches decides. */
   readonly rules: readonly CompiledRule[];
+  /** Filled as calls arrive; only a policy of more than TOOL_INDEX_MIN_RULES rules uses it. */
+  readonly toolIndex: ToolIndex;
   /** The `mode: shadow` rules in document order: the first that matches is reported, never decides. Empty: shadowing costs nothing. */
   readonly shadowRules: readonly CompiledRule[];
   /** The frozen answer when no rule matches (ruleMatched 'default'). */

@@ -3,11 +3,13 @@
 // test/fixtures/policies/, one problem per broken file.
 
 import { readdirSync, readFileSync } from 'node:fs';
+import fc from 'fast-check';
 import t from 'tap';
 import { GuardError } from '../../shared/errors.js';
 import {
   evaluatePolicy,
   evaluateShadow,
+  matchesCall,
   MAX_POLICY_BYTES,
   MAX_POLICY_RULES,
   NO_POLICY_DECISION,
@@ -443,4 +445,41 @@ t.test('decision: approve holds the call, with approval_timeout (10 to 86400 s, 
 t.test("the limit name 'pending_approvals' is reserved for the bound on pending approvals", async (t) => {
   const err = refusal('version: "1"\nrules: []\nlimits:\n  - {name: pending_approvals, tool: "*", rate: 1/minute}\n');
   t.match(err.message, /^limit 1 \(line 4\): the limit name 'pending_approvals' is reserved/);
+});
+
+t.test('a large policy decides as trying every rule in order does (its tool index changes no decision)', async (t) => {
+  const tools = ['api.github.com', 'API.GitHub.com', 'hooks.slack.com', 'a.tenant.example.com', 'tenant.example.com', 'bucket-7-x.s3.amazonaws.com', 'api.stripe.com', 'other.example'];
+  const toolGlobs = ['api.github.com', 'hooks.slack.com', '*.tenant.example.com', '*', 'bucket-*-x.s3.amazonaws.com', '*.COM', 'api.*.com'];
+  const paths = ['/', '/repos/a/b', '/repos/a/b/issues/1', '/v1/refunds/9', ''];
+  const pathGlobs = [null, '/repos/**', '/repos/*/b', '/v1/refunds/**', '/'];
+  const rule = fc.record({
+    tool: fc.constantFrom(...toolGlobs),
+    action: fc.constantFrom('GET', 'POST', '*', 'delete'),
+    path: fc.constantFrom(...pathGlobs),
+    decision: fc.constantFrom('allow', 'deny', 'approve'),
+  });
+  const call = fc.tuple(fc.constantFrom(...tools), fc.constantFrom('GET', 'post', 'DELETE', 'PUT'), fc.constantFrom(...paths));
+  fc.assert(
+    fc.property(fc.array(rule, { minLength: 17, maxLength: 60 }), fc.array(call, { minLength: 1, maxLength: 30 }), (rules, calls) => {
+      const policy = policyOf(rules.map((r, i) => `{ name: r${i}, tool: "${r.tool}", action: "${r.action}"${r.path === null ? '' : `, path: "${r.path}"`}, decision: ${r.decision} }`), 'deny');
+      for (const [tool, action, path] of calls) {
+        const linear = policy.rules.find((r) => matchesCall(r, tool, action, path))?.result ?? policy.defaultResult;
+        if (evaluatePolicy(policy, tool, action, path) !== linear) return false;
+      }
+      return true;
+    }),
+    { seed: 1125, numRuns: 300 },
+  );
+});
+
+t.test("a large policy's tool index stays bounded when calls name ever new tools", async (t) => {
+  const rules = Array.from({ length: 40 }, (_, i) => `{ name: r${i}, tool: "t${i}.example.com", action: GET, decision: allow }`);
+  rules.push('{ name: any, tool: "*", action: POST, decision: allow }');
+  const policy = policyOf(rules, 'deny');
+  let matched = 0;
+  for (let i = 0; i < 5000; i++) if (evaluatePolicy(policy, `h${i}.example.org`, 'GET', '/').ruleMatched !== 'default') matched++;
+  t.equal(matched, 0, 'no rule matches a host none names');
+  t.ok(policy.toolIndex.byTool.size <= 1024, `${policy.toolIndex.byTool.size} tools kept`);
+  t.equal(evaluatePolicy(policy, 'T7.example.com', 'GET', '/').ruleMatched, 'r7');
+  t.equal(evaluatePolicy(policy, 'h1.example.org', 'POST', '/').ruleMatched, 'any');
 });
