@@ -36,6 +36,8 @@ export const MAX_HEAD_BYTES = 16 * 1024;
 /** Longer request targets are answered 414 (RFC 9112 §3 recommends supporting at least 8000). */
 export const MAX_URL_BYTES = 8 * 1024;
 
+const KEEP_ALIVE_ONLY = /^[ \t]*keep-alive[ \t]*$/i;
+
 // req.forEach runs synchronously, so one module-level cursor serves every
 // request without a closure per request.
 let target: RequestHeadTarget | null = null;
@@ -90,7 +92,12 @@ export function readRequestHead(req: HttpRequest, url: string, into: RequestHead
   connection = null;
   req.forEach(onHeader);
   target = null;
-  if (connection !== null) into.dropConnectionFields((connection as string).toLowerCase().split(',').map((s) => s.trim()));
+  // `Connection: keep-alive`, what most HTTP clients send, names only a hop-by-hop
+  // field every target drops anyway: no list is built for it (~230 ns a call,
+  // bench/micro/header-copy.ts).
+  if (connection !== null && !KEEP_ALIVE_ONLY.test(connection)) {
+    into.dropConnectionFields((connection as string).toLowerCase().split(',').map((s) => s.trim()));
+  }
   if (headBytes > MAX_HEAD_BYTES) into.headError = problem('headers_too_large', `The request headers exceed ${MAX_HEAD_BYTES} bytes.`);
   if (url.length + into.query.length > MAX_URL_BYTES) into.headError = problem('uri_too_long', 'The request URL is too long.');
 }

@@ -236,6 +236,14 @@ t.test('hop-by-hop and X-Agent-* headers are removed both ways', async (t) => {
   t.equal(seen.te, undefined);
   t.equal(seen['keep-alive'], undefined);
   t.equal(seen['x-keep'], 'kept');
+  // Keep-alive alone, as most clients send it (the head reader builds no list for it).
+  const alone = await rawRequest(service.port, [
+    `GET /proxy/${agent.api_key}/${upstream.authority}/echo HTTP/1.1`, 'Host: x', 'Connection:  Keep-Alive ', 'Keep-Alive: timeout=5', 'X-Keep: kept', '', '',
+  ].join('\r\n'), 500);
+  t.equal(alone.status, 200);
+  const seenAlone = upstream.seen[upstream.seen.length - 1]!.headers;
+  t.equal(seenAlone['keep-alive'], undefined, 'Keep-Alive is not forwarded when Connection names only it');
+  t.equal(seenAlone['x-keep'], 'kept');
   const hop = await proxied(agent.api_key, `${upstream.authority}/hop`);
   t.equal(hop.headers.get('x-kept'), 'yes');
   t.equal(hop.headers.get('x-secret-hop'), null, 'response header named in Connection removed');
