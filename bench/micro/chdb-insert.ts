@@ -1,7 +1,9 @@
 // What the embedded ClickHouse (chDB) costs per audit row, by how the batch is
 // handed over: inline after the statement (chdb's rawInsert, the way the store
-// inserted until 2026-11-25) or read by the engine from a file (INSERT … FROM
-// INFILE, the store's way since), with its parallel parser or one thread.
+// inserted until 2026-11-25), or read by the engine from a file: INSERT … FROM
+// INFILE (which would also insert what waits on standard input), and the
+// store's own way since, INSERT … SELECT FROM file() (ClickHouseAuditStore's
+// insertEncoded, one parsing thread).
 //   node dist/bench/micro/chdb-insert.js [batches, default 6] [rows a batch, default 10000]
 // Each way gets a fresh chDB in a temp dir with the audit table's own DDL, and
 // BATCHES batches of proxy-shaped rows (one agent, each row its own ids, sealed
@@ -14,7 +16,8 @@ import { randomUUID } from 'node:crypto';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { AUDIT_COLUMN_NAMES, auditTableDdl, encodeAuditRow } from '../../shared/audit/audit-codec.js';
+import { AUDIT_COLUMN_NAMES, encodeAuditRow } from '../../shared/audit/audit-codec.js';
+import { ClickHouseAuditStore } from '../../shared/stores/clickhouse/clickhouse-audit-store.js';
 import type { AuditRecord } from '../../shared/types.js';
 import { proxyRecord } from './audit-records.js';
 
@@ -22,8 +25,8 @@ const BATCHES = Number(process.argv[2] ?? 6);
 const ROWS = Number(process.argv[3] ?? 10_000);
 const MERGE_WAIT_MS = 8000;
 
-type Way = 'inline (rawInsert)' | 'file, parallel parsing' | 'file, one thread';
-const WAYS: readonly Way[] = ['inline (rawInsert)', 'file, parallel parsing', 'file, one thread'];
+type Way = 'inline (rawInsert)' | 'FROM INFILE' | 'the store: SELECT FROM file()';
+const WAYS: readonly Way[] = ['inline (rawInsert)', 'FROM INFILE', 'the store: SELECT FROM file()'];
 
 /** BATCHES bodies of ROWS proxy-shaped lines each, ~14 calls a millisecond. */
 function bodies(): Buffer[] {
@@ -49,23 +52,27 @@ function cpuUs(since: NodeJS.CpuUsage): number {
 
 async function measureWay(way: Way, batches: readonly Buffer[]): Promise<{ insert: number; withMerges: number }> {
   const dir = mkdtempSync(join(tmpdir(), 'tcg-chdb-insert-'));
+  // The store makes the table; the hand-made ways use the same engine through chdb.
+  const store = await ClickHouseAuditStore.open({ url: null, dataDir: dir, retentionDays: 365 });
+  await store.close();
   const { createChdbConnection } = await import('chdb/connection');
-  const connection = createChdbConnection({ path: join(dir, 'chdb') });
+  const connection = way === 'the store: SELECT FROM file()' ? null : createChdbConnection({ path: join(dir, 'chdb') });
+  const reopened = connection === null ? await ClickHouseAuditStore.open({ url: null, dataDir: dir, retentionDays: 365 }) : null;
   try {
-    await connection.chdb.queryAsync(auditTableDdl(365));
     const settings = { insert_deduplicate: 1, input_format_tsv_allow_variable_number_of_columns: 1, async_insert: 0 };
     const started = process.cpuUsage();
     for (const [i, body] of batches.entries()) {
       const token = randomUUID();
-      if (way === 'inline (rawInsert)') {
-        await connection.chdb.rawInsert({ table: 'audit_log', columns: AUDIT_COLUMN_NAMES, values: body, format: 'TabSeparated', settings: { ...settings, insert_deduplication_token: token } });
+      if (reopened !== null) {
+        await reopened.insertEncoded({ rows: body.toString('utf8'), seals: '' }, token);
+      } else if (way === 'inline (rawInsert)') {
+        await connection!.chdb.rawInsert({ table: 'audit_log', columns: AUDIT_COLUMN_NAMES, values: body, format: 'TabSeparated', settings: { ...settings, insert_deduplication_token: token } });
       } else {
         const file = join(dir, `${i}.tsv`);
         writeFileSync(file, body);
-        const parallel = way === 'file, parallel parsing' ? 1 : 0;
-        await connection.chdb.queryAsync(
+        await connection!.chdb.queryAsync(
           `INSERT INTO audit_log (${AUDIT_COLUMN_NAMES.join(', ')}) FROM INFILE '${file}' ` +
-            `SETTINGS insert_deduplication_token = '${token}', insert_deduplicate = 1, input_format_tsv_allow_variable_number_of_columns = 1, async_insert = 0, input_format_parallel_parsing = ${parallel} FORMAT TabSeparated`,
+            `SETTINGS insert_deduplication_token = '${token}', insert_deduplicate = 1, input_format_tsv_allow_variable_number_of_columns = 1, async_insert = 0, input_format_parallel_parsing = 0 FORMAT TabSeparated`,
         );
       }
     }
@@ -75,7 +82,7 @@ async function measureWay(way: Way, batches: readonly Buffer[]): Promise<{ inser
     const rows = batches.length * ROWS;
     return { insert: insert / rows, withMerges: withMerges / rows };
   } finally {
-    await connection.close();
+    await (reopened ?? connection!).close();
     rmSync(dir, { recursive: true, force: true });
   }
 }

@@ -419,6 +419,16 @@ t.test('chDB', async (t) => {
   auditStoreContract(t, () => ClickHouseAuditStore.open({ url: null, dataDir: chdbDataDir, retentionDays: RETENTION_DAYS }));
 });
 
+// The store hands chDB each batch as a file its reader opens by path, and that
+// reader takes `*`, `?` and `{` in a path as a glob: in such a data directory
+// batches go inline instead, and the store keeps its whole contract.
+const globDataDir = mkdtempSync(join(tmpdir(), 'audit-store-{glob}*?-'));
+t.teardown(() => rmSync(globDataDir, { recursive: true, force: true }));
+
+t.test('chDB in a data directory whose path holds glob characters', async (t) => {
+  auditStoreContract(t, () => ClickHouseAuditStore.open({ url: null, dataDir: globDataDir, retentionDays: RETENTION_DAYS }));
+});
+
 t.test('chDB: reopening keeps the rows and restores the configured retention and settings', async (t) => {
   const chdbDir = join(chdbDataDir, 'chdb');
   // A plain client on the store's directory, used while no store holds it open.

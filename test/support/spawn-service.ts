@@ -19,12 +19,14 @@ export interface SpawnedService {
   kill9(): Promise<number | null>;
 }
 
-export function spawnService(role: keyof typeof ENTRY, env: Record<string, string>, startTimeoutMs = 30_000): Promise<SpawnedService> {
+/** `stdin`: what waits on the process's standard input (a pipe left open); none: /dev/null. */
+export function spawnService(role: keyof typeof ENTRY, env: Record<string, string>, startTimeoutMs = 30_000, stdin?: string): Promise<SpawnedService> {
   const child = spawn(process.execPath, [...process.execArgv, `${ROOT}${ENTRY[role]}`], {
     cwd: ROOT,
-    stdio: ['ignore', 'pipe', 'pipe'],
+    stdio: [stdin === undefined ? 'ignore' : 'pipe', 'pipe', 'pipe'],
     env: childEnv(env),
   });
+  if (stdin !== undefined) child.stdin!.write(stdin);
   return whenListening(child, role, startTimeoutMs);
 }
 

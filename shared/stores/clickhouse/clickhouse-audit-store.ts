@@ -2,12 +2,13 @@
 // URL is configured, else through the embedded chDB engine in the data directory.
 // Both speak @clickhouse/client's API and the same SQL; the shared contract test
 // is test/integration/audit-store.test.ts.
-import { mkdirSync, rmSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readdirSync, rmSync } from 'node:fs';
 import { rm, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { Readable } from 'node:stream';
 import { ClickHouseLogLevel, createClient, type ClickHouseClient, type ClickHouseSettings } from '@clickhouse/client';
 import {
+  AUDIT_COLUMNS,
   AUDIT_COLUMN_NAMES,
   AUDIT_SELECT_LIST,
   AUDIT_TABLE,
@@ -63,13 +64,13 @@ export class ClickHouseAuditStore implements AuditStore {
   readonly backend: 'chdb' | 'http';
   #closing: Promise<void> | null = null;
 
-  /** chDB only: inserts read by the engine from a file (see #insertTsv). */
-  readonly #fileInsert: FileInsert | null;
+  /** chDB only: how batches reach the engine (see #insertTsv). */
+  readonly #chdb: ChdbInserts | null;
   #insertFiles = 0;
 
-  private constructor({ client, fileInsert }: OpenedClient, backend: 'chdb' | 'http') {
+  private constructor({ client, chdb }: OpenedClient, backend: 'chdb' | 'http') {
     this.#client = client;
-    this.#fileInsert = fileInsert;
+    this.#chdb = chdb;
     this.backend = backend;
   }
 
@@ -78,7 +79,7 @@ export class ClickHouseAuditStore implements AuditStore {
     retentionDaysLiteral(opts.retentionDays);
     try {
       const store = opts.url !== null
-        ? new ClickHouseAuditStore({ client: await openHttpClient(opts.url), fileInsert: null }, 'http')
+        ? new ClickHouseAuditStore({ client: await openHttpClient(opts.url), chdb: null }, 'http')
         : new ClickHouseAuditStore(await openChdbClient(join(opts.dataDir, 'chdb'), join(opts.dataDir, 'chdb-inserts')), 'chdb');
       try {
         await migrate(store.#client, opts.retentionDays);
@@ -105,16 +106,16 @@ export class ClickHouseAuditStore implements AuditStore {
     const { rows, seals } = typeof body === 'string' ? splitBatchBody(body) : body;
     // Rows first, then their seals, under the same token (deduplication is per
     // table): a retry after either failed writes each exactly once.
-    if (rows.length > 0) await this.#insertTsv(AUDIT_TABLE, AUDIT_COLUMN_NAMES, rows, dedupToken);
-    if (seals.length > 0) await this.#insertTsv(SEALS_TABLE, SEAL_COLUMN_NAMES, seals, dedupToken);
+    if (rows.length > 0) await this.#insertTsv(AUDIT_SHAPE, rows, dedupToken);
+    if (seals.length > 0) await this.#insertTsv(SEALS_SHAPE, seals, dedupToken);
   }
 
-  async #insertTsv(table: string, columns: readonly string[], body: string, dedupToken: string): Promise<void> {
+  async #insertTsv(shape: TableShape, body: string, dedupToken: string): Promise<void> {
+    const { table, columns } = shape;
     const settings = {
-      // Always sent, even empty: over the client, chDB applies settings with SET on
-      // a session that outlives the call, so an omitted token would silently reuse
-      // the previous batch's token and the new batch would be dropped as its
-      // duplicate. Empty means ClickHouse's own rule: a block identical to a
+      // Always sent, even empty, so that no insert can take another's token (a
+      // session that kept the last one would drop the next batch as its
+      // duplicate). Empty means ClickHouse's own rule: a block identical to a
       // recent one is dropped (rows carry unique ids, so only a true retry is identical).
       insert_deduplication_token: dedupToken,
       insert_deduplicate: 1,
@@ -130,24 +131,33 @@ export class ClickHouseAuditStore implements AuditStore {
     // the rows are the proxy's hot output, and TSV is cheaper both to build and
     // for ClickHouse to parse (measured: audit cost per proxied call down from
     // ~15 to ~6 µs of main-thread CPU on the bench's small GET).
-    const insert = this.#fileInsert;
-    if (insert !== null) {
-      // chDB: the engine reads the body from a file (INSERT … FROM INFILE, one
-      // parsing thread). Handed over inline (chdb's rawInsert, the data after the
-      // statement) the same rows cost the engine ~4× as much to parse: 8.4 against
-      // 1.8 µs a row of 33 plain strings, and on the audit table 10.7–13.4 against
-      // 7.9–8.9 µs a row, merges included (bench/micro/chdb-insert.ts). The file is
-      // the page cache's, gone once the insert answers.
-      const file = join(insert.dir, `${++this.#insertFiles}.tsv`);
-      await writeFile(file, body);
+    const chdb = this.#chdb;
+    if (chdb !== null && chdb.fileDir !== null) {
+      // chDB: the engine reads the batch from a file with its own reader (one
+      // parsing thread). Handed over inline (rawInsert, below: the data after the
+      // statement) the same rows cost it ~4× as much to parse: 8.4 against 1.8 µs
+      // a row of 33 plain strings; on the audit table 14.3–15.7 against
+      // 9.2–12.1 µs a row, merges included (bench/micro/chdb-insert.ts). As an
+      // INSERT … SELECT FROM file(), not INSERT … FROM INFILE: that form also
+      // inserts whatever waits on the process's standard input (a pipe with data
+      // in it), this one reads nothing but the file. The file is the page
+      // cache's, gone once the insert answers.
+      const file = join(chdb.fileDir, `${++this.#insertFiles}.tsv`);
       try {
-        await insert.query(
-          `INSERT INTO ${table} (${columns.join(', ')}) FROM INFILE ${sqlString(file)} ` +
-            `SETTINGS ${settingsSql({ ...settings, input_format_parallel_parsing: 0 })} FORMAT TabSeparated`,
+        await writeFile(file, body);
+        await chdb.query(
+          `INSERT INTO ${table} (${columns.join(', ')}) SETTINGS ${settingsSql({ ...settings, input_format_parallel_parsing: 0 })} ` +
+            `SELECT ${shape.fileSelect} FROM file(${sqlString(file)}, TabSeparated, ${sqlString(shape.fileStructure)})`,
         );
       } finally {
-        await rm(file, { force: true });
+        await rm(file, { force: true }).catch(() => undefined);
       }
+      return;
+    }
+    if (chdb !== null) {
+      // chDB with a data directory whose path the engine would read as a glob
+      // (`*`, `?`, `{`): the body goes inline, as its bytes.
+      await chdb.rawInsert({ table, columns, values: Buffer.from(body, 'utf8'), format: 'TabSeparated', settings });
       return;
     }
     await this.#client.insert({
@@ -511,22 +521,25 @@ export class ClickHouseAuditStore implements AuditStore {
   }
 }
 
-/** chDB's inserts: a statement run by the engine, and the folder of the files it reads. */
-interface FileInsert {
-  dir: string;
+type RawInsert = (params: { table: string; columns: readonly string[]; values: Buffer; format: 'TabSeparated'; settings: Record<string, string | number> }) => Promise<unknown>;
+
+/** How the store hands batches to chDB: a statement the engine runs, the folder of the files it reads (null: inline), and the inline insert. */
+interface ChdbInserts {
   query: (sql: string) => Promise<unknown>;
+  fileDir: string | null;
+  rawInsert: RawInsert;
 }
 
 interface OpenedClient {
   client: ClickHouseClient;
-  fileInsert: FileInsert | null;
+  chdb: ChdbInserts | null;
 }
 
-async function openChdbClient(dir: string, insertDir: string): Promise<OpenedClient> {
+/** Characters the engine's file reader takes as a glob in a path. */
+const GLOB_CHARS = /[*?{}]/;
+
+async function openChdbClient(dir: string, insertRoot: string): Promise<OpenedClient> {
   mkdirSync(dir, { recursive: true });
-  // What a killed process left there was also in its journal or spool.
-  rmSync(insertDir, { recursive: true, force: true });
-  mkdirSync(insertDir, { recursive: true, mode: 0o700 });
   // Imported here, not at the top: loading chDB costs ~200 MB of RSS, which a
   // process on a ClickHouse server should not pay. One data directory per process.
   const { createChdbConnection } = await import('chdb/connection');
@@ -536,9 +549,74 @@ async function openChdbClient(dir: string, insertDir: string): Promise<OpenedCli
   const connection = createChdbConnection({ path: dir });
   return {
     client: createClient({ connection: connection as unknown as ClientConnection, log: CLIENT_LOG }),
-    fileInsert: { dir: insertDir, query: (sql) => connection.chdb.queryAsync(sql) },
+    chdb: {
+      query: (sql) => connection.chdb.queryAsync(sql),
+      fileDir: GLOB_CHARS.test(insertRoot) ? null : insertFolder(insertRoot),
+      rawInsert: (params) => connection.chdb.rawInsert(params),
+    },
   };
 }
+
+/**
+ * This store's own folder for the files chDB reads (`<root>/<pid>-<random>`),
+ * after removing the folders of processes no longer running (a killed one's
+ * files were in its journal or spool too). Another store of this process, or a
+ * process that is still running, keeps its own.
+ */
+function insertFolder(root: string): string {
+  mkdirSync(root, { recursive: true, mode: 0o700 });
+  for (const name of readdirSync(root)) {
+    const pid = Number(/^(\d+)-/.exec(name)?.[1] ?? NaN);
+    if (Number.isSafeInteger(pid) && pid !== process.pid && !isRunning(pid)) rmSync(join(root, name), { recursive: true, force: true });
+  }
+  return mkdtempSync(join(root, `${process.pid}-`));
+}
+
+function isRunning(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (err) {
+    return (err as NodeJS.ErrnoException).code === 'EPERM';
+  }
+}
+
+/** A table's columns for an insert, and for chDB's file reader: the file's structure and the SELECT over it. */
+interface TableShape {
+  table: string;
+  columns: readonly string[];
+  fileStructure: string;
+  fileSelect: string;
+}
+
+/**
+ * Lines an earlier version wrote lack the columns added since (always last):
+ * read from a file, a missing field takes its type's default, not the table's
+ * DEFAULT expression, so a column that has one is read as Nullable and the
+ * SELECT puts the expression in its place (what an INSERT … FORMAT does itself).
+ * LowCardinality columns are read as String: the insert converts a whole
+ * column at once, which costs the engine less than building the dictionary
+ * value by value as it parses (~1.5 µs a row of the audit table's nine,
+ * bench/micro/chdb-insert.ts).
+ */
+function tableShape(table: string, columns: readonly (readonly [name: string, type: string])[]): TableShape {
+  const structure: string[] = [];
+  const select: string[] = [];
+  for (const [name, declared] of columns) {
+    const withoutCodec = declared.replace(/\s+CODEC\(.*\)\s*$/, '').replace(/LowCardinality\((String)\)/g, '$1');
+    const at = withoutCodec.indexOf(' DEFAULT ');
+    if (at < 0) {
+      structure.push(`${name} ${withoutCodec}`);
+      select.push(name);
+    } else {
+      structure.push(`${name} Nullable(${withoutCodec.slice(0, at)})`);
+      select.push(`ifNull(${name}, ${withoutCodec.slice(at + ' DEFAULT '.length)})`);
+    }
+  }
+  return { table, columns: columns.map(([name]) => name), fileStructure: structure.join(', '), fileSelect: select.join(', ') };
+}
+
+const AUDIT_SHAPE = tableShape(AUDIT_TABLE, AUDIT_COLUMNS.map((c) => [c.name, c.type] as const));
 
 type ClientConnection = NonNullable<NonNullable<Parameters<typeof createClient>[0]>['connection']>;
 
@@ -649,6 +727,7 @@ function entryRef([at, id]: [string, string]): EntryRef {
 /** The audit seals (seal.ts), beside the audit table. */
 export const SEALS_TABLE = 'audit_seals';
 const SEAL_COLUMN_NAMES = SEAL_COLUMNS.map(([name]) => name);
+const SEALS_SHAPE = tableShape(SEALS_TABLE, SEAL_COLUMNS.map(([name, type]) => [name, type] as const));
 
 /**
  * One row per seal, kept without a TTL (a few hundred bytes per batch and org),
