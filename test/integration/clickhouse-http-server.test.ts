@@ -164,6 +164,20 @@ t.test('insert with the rows in the body, gzip both ways, multipart parameters',
   t.equal(read.headers.get('content-encoding'), 'gzip', 'a gzip response');
   t.equal(await read.text(), '{"id":1,"s":"a;b"}\n{"id":2,"s":"line\\nbreak"}\n{"id":3,"s":"zipped"}\n');
 
+  // TabSeparated as the audit store sends it: the statement in the URL, the rows
+  // in the body, the line break between them not a row (regression: the stand-in
+  // wrote it into the file its engine read, and with variable columns allowed it
+  // became a row of defaults).
+  const tsv = `t_${randomUUID().replaceAll('-', '')}`;
+  t.equal((await post({}, `CREATE TABLE ${tsv} (id UInt32, s String, n UInt8 DEFAULT 7) ENGINE = MergeTree ORDER BY id`)).status, 200);
+  const tsvIns = await post({ query: `INSERT INTO ${tsv} (id, s, n) FORMAT TabSeparated`, input_format_tsv_allow_variable_number_of_columns: '1' }, '1\ttab\\there\t1\n2\tshort\n');
+  t.equal(tsvIns.status, 200);
+  t.equal(JSON.parse(tsvIns.headers.get('x-clickhouse-summary') ?? '{}').written_rows, '2');
+  t.equal(await (await post({}, `SELECT id, s, n FROM ${tsv} ORDER BY id`)).text(), '1\ttab\\there\t1\n2\tshort\t7\n', 'two rows, escapes kept, a missing field its column\'s DEFAULT');
+  const sameLine = await post({}, `INSERT INTO ${tsv} (id, s) FORMAT TabSeparated 3\tsame line\n`);
+  t.equal(sameLine.status, 200);
+  t.equal(await (await post({}, `SELECT count(), max(id) FROM ${tsv}`)).text(), '3\t3\n', 'data on the statement\'s line');
+
   const boundary = 'xyz123';
   const multipart = [
     `--${boundary}\r\nContent-Disposition: form-data; name="query"\r\n\r\nSELECT s FROM ${table} WHERE id IN {ids:Array(UInt32)} AND s != {not:String} ORDER BY id\r\n`,

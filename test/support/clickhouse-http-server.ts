@@ -20,6 +20,8 @@
 //   its file reader (docs/performance.md), and a server parses the body as it
 //   comes, so inline would make this stand-in far costlier than the server it
 //   stands for (the bench runs the split proxy beside it on the same cores).
+//   FROM INFILE also inserts what waits on the process's standard input: the
+//   launchers here start it with stdin ignored.
 // - Output in whatever format the query's FORMAT clause, `default_format`, or
 //   TabSeparated names; chDB writes it, so any format chDB knows works.
 // - Errors: the status ClickHouse maps the error code to (400 syntax/parse, 404
@@ -371,7 +373,8 @@ class Engine {
       if (q.fileInsert !== null && q.params === null) {
         file = join(this.#insertDir, `${++this.#insertFiles}.data`);
         await writeFile(file, q.fileInsert.data);
-        sql = `${q.fileInsert.head} FROM INFILE ${quoteString(file)} FORMAT ${q.fileInsert.format}`;
+        // On a line of its own: a line comment in the head would swallow it.
+        sql = `${q.fileInsert.head}\nFROM INFILE ${quoteString(file)} FORMAT ${q.fileInsert.format}`;
       }
       let result: ChdbResult;
       try {
@@ -498,8 +501,9 @@ function parseRequest(req: IncomingMessage, url: URL, body: Buffer, isGet: boole
   // `INSERT INTO t [(cols)] FORMAT X` and the data: the file form puts FROM INFILE
   // before FORMAT. Any other shape (SETTINGS, VALUES, SELECT) runs inline.
   const head = data === null || data.trim() === '' ? null : /^([\s\S]*?)\s+FORMAT\s+([A-Za-z][A-Za-z0-9]*)\s*$/i.exec(sql.slice(0, scan.dataStart!));
-  const fileInsert = head !== null && scan.kind === 'INSERT' && !/\bSETTINGS\b|[{}'"`]/i.test(head[1]!)
-    ? { head: head[1]!, format: head[2]!, data: data! }
+  const fileInsert = head !== null && scan.kind === 'INSERT' && !/\b(SETTINGS|SELECT|WITH)\b|[{}'"`]/i.test(head[1]!)
+    // What the engine skips before inline data (spaces, then one line break), a file keeps.
+    ? { head: head[1]!, format: head[2]!, data: data!.replace(/^[ \t\f]*\r?\n?/, '') }
     : null;
   return {
     sql,
