@@ -13,6 +13,9 @@
 # inserts run), chDB's pools by name. Medians at the end.
 # EXTRA_ENV="NAME=value ..." adds settings to both. Loopback only.
 set -e
+if [ $# -lt 2 ] || [ ! -f "$1/dist/server/main.js" ] || [ ! -f "$2/dist/server/main.js" ]; then
+  echo "usage: $0 <root A> <root B> [rounds]  (each root a checkout with dist/ built)" >&2; exit 2
+fi
 A=$(cd "$1" && pwd); B=$(cd "$2" && pwd); ROUNDS=${3:-4}; DUR=${DUR:-5}
 HERE=$(cd "$(dirname "$0")/../.." && pwd)
 HZ=$(getconf CLK_TCK)

@@ -39,12 +39,14 @@ export function evaluatePolicy(policy: CompiledPolicy | null, tool: string, acti
 export const TOOL_INDEX_MIN_RULES = 16;
 
 /**
- * Tool names a policy's index keeps at most, and rule references across them: an
- * agent calling ever new hosts (or rules that match every tool, repeated in every
- * list) must not grow it without bound. Full, it starts again empty.
+ * Tool names a policy's index keeps at most, and rule references across their
+ * lists (eight per rule, at least 4,096): an agent calling ever new hosts, or
+ * rules that match every tool repeated in every list, must not grow it without
+ * bound, and a cached small policy must stay small (the proxy caches up to
+ * CACHE_MAX_ENTRIES of them). Full, it starts again empty.
  */
-const TOOL_INDEX_MAX_TOOLS = 1024;
-const TOOL_INDEX_MAX_REFS = 1 << 18;
+const TOOL_INDEX_MAX_TOOLS = 256;
+const toolIndexMaxRefs = (rules: number) => Math.min(1 << 18, Math.max(4096, rules * 8));
 
 /**
  * The enforced rules whose tool glob matches `tool`, in document order: the
@@ -63,7 +65,7 @@ export function rulesForTool(policy: CompiledPolicy, tool: string): readonly Com
   for (let i = 0; i < all.length; i++) if (matchesTool(all[i]!, tool)) matching.push(all[i]!);
   const rules = matching.length === all.length ? all : matching;
   const refs = rules === all ? 0 : rules.length;
-  if (index.byTool.size >= TOOL_INDEX_MAX_TOOLS || index.refs + refs > TOOL_INDEX_MAX_REFS) {
+  if (index.byTool.size >= TOOL_INDEX_MAX_TOOLS || index.refs + refs > toolIndexMaxRefs(all.length)) {
     index.byTool.clear();
     index.refs = 0;
   }
