@@ -8,6 +8,7 @@ import { closeSync, mkdirSync, openSync, readFileSync, readdirSync, statSync, un
 import { open, readFile, rename, unlink } from 'node:fs/promises';
 import { join } from 'node:path';
 import { decodeSpoolFile, encodeSpoolFile, parseSpoolFileName, spoolFileName } from './audit-codec.js';
+import { isProcessAlive } from '../pid.js';
 
 export interface SpooledBatch {
   file: string;
@@ -59,7 +60,7 @@ export class AuditSpool {
       if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw err;
     }
     const holder = Number(readFileSync(this.#lockFile, 'utf8'));
-    if (Number.isInteger(holder) && holder > 0 && holder !== process.pid && isAlive(holder)) {
+    if (Number.isInteger(holder) && holder > 0 && holder !== process.pid && isProcessAlive(holder)) {
       throw new Error(`audit spool ${this.dir} is in use by process ${holder}; give each process its own SPOOL_DIR`);
     }
     writeFileSync(this.#lockFile, String(process.pid), { mode: 0o600 }); // a stale lock of a dead process
@@ -129,11 +130,3 @@ async function syncDir(dir: string): Promise<void> {
   }
 }
 
-function isAlive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch (err) {
-    return (err as NodeJS.ErrnoException).code === 'EPERM';
-  }
-}

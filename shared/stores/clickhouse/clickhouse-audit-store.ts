@@ -32,6 +32,7 @@ import { isoFromCh } from '../../audit/ch-instant.js';
 import { decodeSealRow, SEAL_COLUMNS, splitBatchBody, type Seal } from '../../audit/seal.js';
 import type { AuditPage, AuditReportData, BatchParts, AuditStore, EntryRef, ReplayGroup, ReplayGroupKey, ReplaySample, SealChain, VerifyGroup, VerifyScan, WrittenId } from '../audit-store.js';
 import { guardBoundary, unreachableClassifier } from '../store-boundary.js';
+import { isProcessAlive } from '../../pid.js';
 
 /** How many denied calls the report lists. */
 export const REPORT_RECENT_DENIED = 20;
@@ -567,18 +568,9 @@ function insertFolder(root: string): string {
   mkdirSync(root, { recursive: true, mode: 0o700 });
   for (const name of readdirSync(root)) {
     const pid = Number(/^(\d+)-/.exec(name)?.[1] ?? NaN);
-    if (Number.isSafeInteger(pid) && pid !== process.pid && !isRunning(pid)) rmSync(join(root, name), { recursive: true, force: true });
+    if (Number.isSafeInteger(pid) && pid !== process.pid && !isProcessAlive(pid)) rmSync(join(root, name), { recursive: true, force: true });
   }
   return mkdtempSync(join(root, `${process.pid}-`));
-}
-
-function isRunning(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch (err) {
-    return (err as NodeJS.ErrnoException).code === 'EPERM';
-  }
 }
 
 /** A table's columns for an insert, and for chDB's file reader: the file's structure and the SELECT over it. */
