@@ -8,7 +8,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import t, { type Test } from 'tap';
 import { eventually } from '../support/eventually.js';
-import { assertAuditedOnce, auditRequestIds, startLoad } from '../support/load.js';
+import { assertAuditedOnceAfterKill, auditRequestIds, startLoad, type Load } from '../support/load.js';
 import { api, auditTotal, createAgent, login, signup, TLS_DIR, type Session } from '../support/service.js';
 import { spawnService, type SpawnedService } from '../support/spawn-service.js';
 import { splitModeEnv } from '../support/split-mode.js';
@@ -39,20 +39,22 @@ async function settledIds(url: string, session: Session, agentId: string, expect
 }
 
 /** Every entry, those recovered from the journal included, is sealed and verifies. */
-async function assertVerifies(t: Test, url: string, session: Session, answered: number): Promise<void> {
+async function assertVerifies(t: Test, url: string, session: Session, entries: number): Promise<void> {
   const since = new Date(Date.now() - 10 * 60_000).toISOString();
   const res = await api(url, session, 'GET', `/audit/verify?since=${since}`);
-  t.match(res.json, { ok: true, entries: answered, pending: 0, first_problem: null }, `the log verifies after the kill (${res.text})`);
+  t.match(res.json, { ok: true, entries, pending: 0, first_problem: null }, `the log verifies after the kill (${res.text})`);
 }
 
-/** 1.5 s of load on the agent through `service`, then kill -9: the request ids the clients saw answered. */
-async function answeredBeforeKill(t: Test, service: SpawnedService, apiKey: string): Promise<string[]> {
-  const load = startLoad(`${service.url}/proxy/${apiKey}/${upstream.authority}/json`);
+const CLIENTS = 32;
+
+/** 1.5 s of load on the agent through `service`, then kill -9: the calls the clients saw answered, and those they did not. */
+async function loadUntilKill(t: Test, service: SpawnedService, apiKey: string): Promise<Load> {
+  const load = startLoad(`${service.url}/proxy/${apiKey}/${upstream.authority}/json`, CLIENTS);
   await new Promise((r) => setTimeout(r, 1500));
   await service.kill9();
   await load.stop();
   t.ok(load.answered.length > 50, `${load.answered.length} calls answered before the kill`);
-  return load.answered;
+  return load;
 }
 
 t.test('all-in-one: kill -9 under load, restart on the same data: every answered call in the audit log once', async (t) => {
@@ -61,12 +63,13 @@ t.test('all-in-one: kill -9 under load, restart on the same data: every answered
   const service = await spawnService('all-in-one', env);
   const owner = await signup(service.url);
   const agent = await createAgent(service.url, owner, 'killed', 'none');
-  const answered = await answeredBeforeKill(t, service, agent.api_key);
+  const load = await loadUntilKill(t, service, agent.api_key);
 
   const again = await spawnService('all-in-one', env);
   const session = await login(again.url, owner.email);
-  assertAuditedOnce(t, await settledIds(again.url, session, agent.id, answered.length), answered);
-  await assertVerifies(t, again.url, session, answered.length);
+  const recorded = await settledIds(again.url, session, agent.id, load.answered.length);
+  assertAuditedOnceAfterKill(t, recorded, load, CLIENTS);
+  await assertVerifies(t, again.url, session, recorded.length);
   t.equal(await again.stop(), 0);
 });
 
@@ -78,12 +81,13 @@ t.test('split mode: a proxy killed with -9 under load replays its journal on res
   const proxy = await spawnService('proxy', proxyEnv);
   const owner = await signup(proxy.url);
   const agent = await createAgent(proxy.url, owner, 'killed-proxy', 'none');
-  const answered = await answeredBeforeKill(t, proxy, agent.api_key);
+  const load = await loadUntilKill(t, proxy, agent.api_key);
 
   const again = await spawnService('proxy', proxyEnv);
   t.teardown(() => again.stop());
-  assertAuditedOnce(t, await settledIds(admin.url, owner, agent.id, answered.length), answered);
-  await assertVerifies(t, admin.url, owner, answered.length);
+  const recorded = await settledIds(admin.url, owner, agent.id, load.answered.length);
+  assertAuditedOnceAfterKill(t, recorded, load, CLIENTS);
+  await assertVerifies(t, admin.url, owner, recorded.length);
 });
 
 t.test('an answer leaves only once its record is in the journal: every kind of answer, under load', async (t) => {
