@@ -1,41 +1,32 @@
 // Split mode end to end: one admin and two proxy processes sharing one SQLite
 // file and a ClickHouse HTTP server (test/support: ClickHouse's HTTP interface
-// over the embedded engine), plus the audit pipeline's fault tests: ClickHouse
-// down for seconds under a steady stream, and a proxy killed with SIGKILL.
-import { generateKeyPairSync, randomBytes } from 'node:crypto';
-import { createServer, type AddressInfo } from 'node:net';
+// over the embedded engine). The audit pipeline's fault tests (ClickHouse down,
+// a proxy killed) are in split-mode-faults.test.ts.
 import { mkdtempSync, rmSync } from 'node:fs';
+import { createServer, type AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import t from 'tap';
-import { spawnClickHouseHttpServer, type SpawnedClickHouseHttpServer } from '../support/clickhouse-http-server.js';
 import { api, auditTotal, createAgent, eventually, signup, TLS_DIR, type Session } from '../support/service.js';
 import { spawnService, type SpawnedService } from '../support/spawn-service.js';
+import { startSplitDeployment } from '../support/split-mode.js';
 import { startUpstream } from '../support/upstream.js';
 
 const root = mkdtempSync(join(tmpdir(), 'tcg-split-'));
 const upstream = await startUpstream();
-let clickhouse: SpawnedClickHouseHttpServer = await spawnClickHouseHttpServer({ dataDir: join(root, 'clickhouse') });
-const clickhousePort = clickhouse.port;
-const common = {
-  JWT_SECRET: randomBytes(32).toString('base64url'),
-  SECRET_KEY: randomBytes(32).toString('hex'),
-  AUDIT_SIGNING_KEY: generateKeyPairSync('ed25519').privateKey.export({ type: 'pkcs8', format: 'pem' }).toString(),
-  CLICKHOUSE_URL: `${clickhouse.url}/audit`,
-  DATA_DIR: join(root, 'shared'),
+const split = await startSplitDeployment(root, {
   GUARD_ALLOW_TARGETS: '127.0.0.1',
   NODE_EXTRA_CA_CERTS: join(TLS_DIR, 'ca.crt'),
   AUDIT_BATCH_MS: '50',
   CHANGE_POLL_MS: '100',
   PORT: '0',
-};
-const admin = await spawnService('admin', { ...common, SPOOL_DIR: join(root, 'spool-admin') });
-const proxyEnv = (name: string) => ({ ...common, ADMIN_URL: admin.url, SPOOL_DIR: join(root, `spool-${name}`) });
-let proxyA: SpawnedService = await spawnService('proxy', proxyEnv('a'));
+});
+const { admin, common, proxyEnv } = split;
+const proxyA: SpawnedService = await spawnService('proxy', proxyEnv('a'));
 const proxyB = await spawnService('proxy', proxyEnv('b'));
 t.teardown(async () => {
-  await Promise.allSettled([proxyA.stop(), proxyB.stop(), admin.stop()]);
-  await clickhouse.kill('SIGTERM');
+  await Promise.allSettled([proxyA.stop(), proxyB.stop()]);
+  await split.close();
   await upstream.close();
   rmSync(root, { recursive: true, force: true });
 });
@@ -247,83 +238,4 @@ t.test('held calls: a decision made through the admin process reaches the proxy 
   t.same(retries.map((r) => r.status).sort(), [200, 409, 409, 409], 'exactly one is forwarded');
   t.equal(upstream.seen.length - seenBefore, 1, 'the upstream saw it once');
   t.equal((await api(admin.url, owner, 'GET', `/approvals/${third.id}`)).json.status, 'used');
-});
-
-t.test('ClickHouse down for seconds under a steady stream: every call is audited once', async (t) => {
-  const agent = await createAgent(proxyA.url, owner, 'steady');
-  let calls = 0;
-  let failures = 0;
-  let running = true;
-  const stream = (async () => {
-    while (running) {
-      const res = await fetch(`${proxyA.url}/proxy/${agent.api_key}/${upstream.authority}/json`);
-      await res.arrayBuffer();
-      if (res.status === 200) calls++;
-      else failures++;
-      await new Promise((r) => setTimeout(r, 20));
-    }
-  })();
-  await new Promise((r) => setTimeout(r, 1000));
-  await clickhouse.kill('SIGTERM');
-  await new Promise((r) => setTimeout(r, 3000));
-  const health = (await (await fetch(`${proxyA.url}/health`)).json()) as any;
-  t.ok(health.audit_spooled_batches > 0, `batches were spooled while ClickHouse was down (${health.audit_spooled_batches})`);
-  clickhouse = await spawnClickHouseHttpServer({ dataDir: join(root, 'clickhouse'), port: clickhousePort });
-  await new Promise((r) => setTimeout(r, 1000));
-  running = false;
-  await stream;
-  t.equal(failures, 0, 'the proxy kept answering');
-  t.ok(calls > 50, `${calls} calls made`);
-  const count = await eventually(async () => {
-    const n = await auditCount(owner, agent.id);
-    return n === calls ? n : undefined;
-  }, 20_000).catch(async () => auditCount(owner, agent.id));
-  t.equal(count, calls, 'audit rows equal calls: none lost, none twice');
-});
-
-t.test('a proxy killed with SIGKILL replays what it had spooled on its next start', async (t) => {
-  const agent = await createAgent(proxyA.url, owner, 'killed');
-  await clickhouse.kill('SIGTERM');
-  let calls = 0;
-  for (let i = 0; i < 30; i++) {
-    const res = await fetch(`${proxyA.url}/proxy/${agent.api_key}/${upstream.authority}/json`);
-    await res.arrayBuffer();
-    if (res.status === 200) calls++;
-  }
-  await eventually(async () => {
-    const health = (await (await fetch(`${proxyA.url}/health`)).json()) as any;
-    return health.audit_pending === 0 && health.audit_spooled_batches > 0 ? true : undefined;
-  }, 10_000);
-  await proxyA.kill9();
-  clickhouse = await spawnClickHouseHttpServer({ dataDir: join(root, 'clickhouse'), port: clickhousePort });
-  proxyA = await spawnService('proxy', proxyEnv('a'));
-  const count = await eventually(async () => {
-    const n = await auditCount(owner, agent.id);
-    return n === calls ? n : undefined;
-  }, 20_000).catch(async () => auditCount(owner, agent.id));
-  t.equal(count, calls, `all ${calls} spooled records replayed by the restarted proxy`);
-});
-
-t.test('a proxy started while ClickHouse is down serves calls, spools, and the rows land once it is back', async (t) => {
-  const agent = await createAgent(proxyA.url, owner, 'early');
-  await clickhouse.kill('SIGTERM');
-  const proxyC = await spawnService('proxy', proxyEnv('c'));
-  t.teardown(() => proxyC.stop());
-  let calls = 0;
-  for (let i = 0; i < 20; i++) {
-    const res = await fetch(`${proxyC.url}/proxy/${agent.api_key}/${upstream.authority}/json`);
-    await res.arrayBuffer();
-    if (res.status === 200) calls++;
-  }
-  t.equal(calls, 20, 'the proxy answered while ClickHouse was down');
-  await eventually(async () => {
-    const health = (await (await fetch(`${proxyC.url}/health`)).json()) as any;
-    return health.audit_spooled_batches > 0 ? true : undefined;
-  }, 10_000);
-  clickhouse = await spawnClickHouseHttpServer({ dataDir: join(root, 'clickhouse'), port: clickhousePort });
-  const count = await eventually(async () => {
-    const n = await auditCount(owner, agent.id);
-    return n === calls ? n : undefined;
-  }, 20_000).catch(async () => auditCount(owner, agent.id));
-  t.equal(count, calls, 'every spooled row landed');
 });

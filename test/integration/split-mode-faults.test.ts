@@ -1,0 +1,115 @@
+// The audit pipeline's faults in split mode, end to end: ClickHouse down for
+// seconds under a steady stream, a proxy killed with SIGKILL while it had
+// batches spooled, and a proxy started while ClickHouse is down. In each, every
+// call the proxy answered is in ClickHouse exactly once in the end.
+//
+// "In the end" is the proxy's own account: nothing pending, nothing spooled
+// (GET /health). The spool replays one insert at a time, and the ClickHouse
+// stand-in here (chDB behind an HTTP server) takes ~100 ms an insert on a busy
+// 2-core box where a server takes a few: dozens of spooled batches can take tens
+// of seconds, and a guessed wait made these tests fail on a slow run while no
+// row was lost.
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import t from 'tap';
+import { auditTotal, createAgent, eventually, signup, TLS_DIR, type Session } from '../support/service.js';
+import { spawnService, type SpawnedService } from '../support/spawn-service.js';
+import { startSplitDeployment } from '../support/split-mode.js';
+import { startUpstream } from '../support/upstream.js';
+
+const root = mkdtempSync(join(tmpdir(), 'tcg-split-faults-'));
+const upstream = await startUpstream();
+const split = await startSplitDeployment(root, {
+  GUARD_ALLOW_TARGETS: '127.0.0.1',
+  NODE_EXTRA_CA_CERTS: join(TLS_DIR, 'ca.crt'),
+  AUDIT_BATCH_MS: '50',
+  PORT: '0',
+});
+const { admin, proxyEnv } = split;
+let proxyA: SpawnedService = await spawnService('proxy', proxyEnv('a'));
+t.teardown(async () => {
+  await proxyA.stop();
+  await split.close();
+  await upstream.close();
+  rmSync(root, { recursive: true, force: true });
+});
+
+const owner: Session = await signup(proxyA.url);
+
+async function health(proxy: SpawnedService): Promise<{ audit_pending: number; audit_spooled_batches: number }> {
+  return (await (await fetch(`${proxy.url}/health`)).json()) as { audit_pending: number; audit_spooled_batches: number };
+}
+
+/** The agent's audit rows once `proxy` has nothing left to write (at most two minutes). */
+async function auditedOnceDrained(proxy: SpawnedService, agentId: string): Promise<number> {
+  await eventually(async () => {
+    const h = await health(proxy);
+    return h.audit_pending === 0 && h.audit_spooled_batches === 0 ? true : undefined;
+  }, 120_000).catch(() => undefined);
+  return auditTotal(admin.url, owner, agentId);
+}
+
+t.test('ClickHouse down for seconds under a steady stream: every call is audited once', async (t) => {
+  const agent = await createAgent(proxyA.url, owner, 'steady');
+  let calls = 0;
+  let failures = 0;
+  let running = true;
+  const stream = (async () => {
+    while (running) {
+      const res = await fetch(`${proxyA.url}/proxy/${agent.api_key}/${upstream.authority}/json`);
+      await res.arrayBuffer();
+      if (res.status === 200) calls++;
+      else failures++;
+      await new Promise((r) => setTimeout(r, 20));
+    }
+  })();
+  await new Promise((r) => setTimeout(r, 1000));
+  await split.stopClickHouse();
+  await new Promise((r) => setTimeout(r, 3000));
+  const spooled = (await health(proxyA)).audit_spooled_batches;
+  t.ok(spooled > 0, `batches were spooled while ClickHouse was down (${spooled})`);
+  await split.startClickHouse();
+  await new Promise((r) => setTimeout(r, 1000));
+  running = false;
+  await stream;
+  t.equal(failures, 0, 'the proxy kept answering');
+  t.ok(calls > 50, `${calls} calls made`);
+  t.equal(await auditedOnceDrained(proxyA, agent.id), calls, 'audit rows equal calls: none lost, none twice');
+});
+
+t.test('a proxy killed with SIGKILL replays what it had spooled on its next start', async (t) => {
+  const agent = await createAgent(proxyA.url, owner, 'killed');
+  await split.stopClickHouse();
+  let calls = 0;
+  for (let i = 0; i < 30; i++) {
+    const res = await fetch(`${proxyA.url}/proxy/${agent.api_key}/${upstream.authority}/json`);
+    await res.arrayBuffer();
+    if (res.status === 200) calls++;
+  }
+  await eventually(async () => {
+    const h = await health(proxyA);
+    return h.audit_pending === 0 && h.audit_spooled_batches > 0 ? true : undefined;
+  }, 10_000);
+  await proxyA.kill9();
+  await split.startClickHouse();
+  proxyA = await spawnService('proxy', proxyEnv('a'));
+  t.equal(await auditedOnceDrained(proxyA, agent.id), calls, `all ${calls} spooled records replayed by the restarted proxy`);
+});
+
+t.test('a proxy started while ClickHouse is down serves calls, spools, and the rows land once it is back', async (t) => {
+  const agent = await createAgent(proxyA.url, owner, 'early');
+  await split.stopClickHouse();
+  const proxyC = await spawnService('proxy', proxyEnv('c'));
+  t.teardown(() => proxyC.stop());
+  let calls = 0;
+  for (let i = 0; i < 20; i++) {
+    const res = await fetch(`${proxyC.url}/proxy/${agent.api_key}/${upstream.authority}/json`);
+    await res.arrayBuffer();
+    if (res.status === 200) calls++;
+  }
+  t.equal(calls, 20, 'the proxy answered while ClickHouse was down');
+  await eventually(async () => ((await health(proxyC)).audit_spooled_batches > 0 ? true : undefined), 10_000);
+  await split.startClickHouse();
+  t.equal(await auditedOnceDrained(proxyC, agent.id), calls, 'every spooled row landed');
+});
