@@ -8,15 +8,22 @@ import type { Test } from 'tap';
 import { spawnClickHouseHttpServer, type SpawnedClickHouseHttpServer } from './clickhouse-http-server.js';
 import { spawnService, type SpawnedService } from './spawn-service.js';
 
+/** The secrets every process of one deployment shares. */
+function sharedSecrets(): Record<string, string> {
+  return {
+    JWT_SECRET: randomBytes(32).toString('base64url'),
+    SECRET_KEY: randomBytes(32).toString('hex'),
+    AUDIT_SIGNING_KEY: generateKeyPairSync('ed25519').privateKey.export({ type: 'pkcs8', format: 'pem' }).toString(),
+  };
+}
+
 /** `base` plus what admin and proxy processes share; their data (SQLite, ClickHouse) under `dir`. */
 export async function splitModeEnv(t: Test, dir: string, base: Record<string, string>): Promise<Record<string, string>> {
   const clickhouse = await spawnClickHouseHttpServer({ dataDir: join(dir, 'clickhouse') });
   t.teardown(() => clickhouse.kill('SIGTERM'));
   return {
     ...base,
-    JWT_SECRET: randomBytes(32).toString('base64url'),
-    SECRET_KEY: randomBytes(32).toString('hex'),
-    AUDIT_SIGNING_KEY: generateKeyPairSync('ed25519').privateKey.export({ type: 'pkcs8', format: 'pem' }).toString(),
+    ...sharedSecrets(),
     CLICKHOUSE_URL: `${clickhouse.url}/audit`,
     DATA_DIR: join(dir, 'split'),
   };
@@ -46,9 +53,7 @@ export async function startSplitDeployment(root: string, base: Record<string, st
   const port = clickhouse.port;
   const common = {
     ...base,
-    JWT_SECRET: randomBytes(32).toString('base64url'),
-    SECRET_KEY: randomBytes(32).toString('hex'),
-    AUDIT_SIGNING_KEY: generateKeyPairSync('ed25519').privateKey.export({ type: 'pkcs8', format: 'pem' }).toString(),
+    ...sharedSecrets(),
     CLICKHOUSE_URL: `${clickhouse.url}/audit`,
     DATA_DIR: join(root, 'shared'),
   };
