@@ -17,7 +17,6 @@ import t from 'tap';
 import { auditRecord as record } from '../support/audit-records.js';
 import { ClickHouseError, ClickHouseLogLevel, createClient, TupleParam } from '@clickhouse/client';
 import { ClickHouseAuditStore } from '../../shared/stores/clickhouse/clickhouse-audit-store.js';
-import type { AuditRecord } from '../../shared/types.js';
 import {
   scanQuery,
   spawnClickHouseHttpServer,

@@ -21,7 +21,7 @@ const split = await startSplitDeployment(root, {
   CHANGE_POLL_MS: '100',
   PORT: '0',
 });
-const { admin, common, proxyEnv } = split;
+const { admin, proxyEnv } = split;
 const proxyA: SpawnedService = await spawnService('proxy', proxyEnv('a'));
 const proxyB = await spawnService('proxy', proxyEnv('b'));
 t.teardown(async () => {

@@ -9,7 +9,6 @@ import { Readable } from 'node:stream';
 import { ClickHouseLogLevel, createClient, type ClickHouseClient, type ClickHouseSettings } from '@clickhouse/client';
 import {
   AUDIT_COLUMNS,
-  AUDIT_COLUMN_NAMES,
   AUDIT_SELECT_LIST,
   AUDIT_TABLE,
   auditTableDdl,
