@@ -3,6 +3,12 @@
 // own core calls: onConnect / onHeaders / onData / onComplete / onError), so no
 // adapter or header object is built per request; raw header buffers go straight
 // to uWS. Status, headers and the first body chunk leave in one cork.
+//
+// The chunks undici hands over in one event-loop turn (a TLS read decrypts into
+// 16 KiB pieces, each its own onData) are gathered and leave together at the
+// turn's end, one send(2) for all of them instead of one each: on loopback a
+// send costs the sender the receiver's TCP work too, and a 64 KiB answer took
+// five or six (docs/performance.md, "Sends per answer").
 import { RESPONSE_DROP, statusLine } from '../shared/http.js';
 import type { ProxyExchange } from './exchange.js';
 import type { UpstreamBudget } from './upstream-pools.js';
@@ -29,12 +35,24 @@ export class UpstreamResponse {
   #writableHooked = false;
   /** write() mode: uWS holds bytes it could not send yet. */
   #backpressured = false;
-  #chunk: Buffer | null = null;
+  /**
+   * Chunks not yet handed to uWS: this turn's (one send at the turn's end, or
+   * with the last bytes), or those that came while the client was behind (sent
+   * on its drain). The body's last bytes join them only once released.
+   */
+  #gathered: Buffer[] = [];
+  #gatheredScheduled = false;
+  /** The body's last bytes, held until the call's record is journaled (sendLast). */
+  #lastChunk: Buffer | null = null;
+  #lastReleased = false;
   readonly #writeChunkCorked = (): void => this.#writeChunk();
   readonly #endCorked = (): void => this.#end();
   /** The body's last bytes or its end, handed to the exchange's sendLast (they leave once the record is journaled). */
   #lastQueued = false;
   readonly #sendLastChunk = (): void => {
+    this.#lastReleased = true;
+    this.#gathered.push(this.#lastChunk!);
+    this.#lastChunk = null;
     this.#ex.res.cork(this.#writeChunkCorked);
   };
   readonly #sendEnd = (): void => {
@@ -143,13 +161,37 @@ export class UpstreamResponse {
       chunk = this.#endpoint.feed(chunk);
       if (chunk.length === 0) return true;
     }
-    this.#chunk = chunk;
     if (this.#length >= 0 && !this.#headOnly && ex.responseBytes >= this.#length) {
-      this.#queueLast(this.#sendLastChunk); // the body's last bytes
+      this.#lastChunk = chunk;
+      this.#queueLast(this.#sendLastChunk); // the body's last bytes, with what this turn gathered
       return true;
     }
+    this.#gathered.push(chunk);
+    const blocked = this.#pending !== null || this.#backpressured;
+    if (!blocked && !this.#gatheredScheduled) {
+      this.#gatheredScheduled = true;
+      scheduleGathered(this);
+    }
+    // A client that cannot take more pauses the upstream; onWritable sends what is gathered.
+    return !blocked;
+  }
+
+  /** The turn is over: what it gathered goes in one write (runGathered). */
+  sendGathered(): void {
+    this.#gatheredScheduled = false;
+    const ex = this.#ex;
+    if (this.#gathered.length === 0 || ex.aborted || ex.finished || this.#ended) return;
+    if (this.#lastQueued && !this.#lastReleased) return; // they go with the last bytes
+    if (this.#pending !== null || this.#backpressured) return; // onWritable sends them
     ex.res.cork(this.#writeChunkCorked);
-    return this.#pending === null && !this.#backpressured;
+  }
+
+  /** The gathered chunks as one buffer; null when there are none. */
+  #takeGathered(): Buffer | null {
+    const gathered = this.#gathered;
+    if (gathered.length === 0) return null;
+    this.#gathered = [];
+    return gathered.length === 1 ? gathered[0]! : Buffer.concat(gathered);
   }
 
   /** The response's last send: after the call's audit record (ProxyExchange.sendLast). */
@@ -231,12 +273,13 @@ export class UpstreamResponse {
     if (extra !== null) for (let i = 0; i < extra.length; i += 2) res.writeHeader(extra[i]!, extra[i + 1]!);
   }
 
-  /** Runs corked. */
+  /** Runs corked: sends the gathered chunks, unless the client is behind (then onWritable does). */
   #writeChunk(): void {
     const res = this.#ex.res;
+    if (this.#pending !== null || this.#backpressured) return;
+    const chunk = this.#takeGathered();
+    if (chunk === null) return;
     if (!this.#headWritten) this.#writeHead();
-    const chunk = this.#chunk!;
-    this.#chunk = null;
     if (this.#length >= 0 && !this.#headOnly) {
       const offset = res.getWriteOffset();
       if (offset + chunk.length >= this.#length) this.#ex.body?.detach();
@@ -264,9 +307,10 @@ export class UpstreamResponse {
     if (this.#ex.aborted || this.#ex.finished) return true;
     const pending = this.#pending;
     if (pending === null) {
-      // write() mode: uWS kept the bytes; it has now drained, so read on.
+      // write() mode: uWS kept the bytes; it has now drained: what was gathered meanwhile, then read on.
       this.#backpressured = false;
-      this.#resumeUpstream();
+      this.#sendGatheredNow();
+      if (!this.#backpressured && !this.#ended) this.#resumeUpstream();
       return true;
     }
     const [ok, done] = this.#ex.res.tryEnd(pending.subarray(offset - this.#pendingOffset), this.#length);
@@ -275,9 +319,16 @@ export class UpstreamResponse {
       this.#done();
     } else if (ok) {
       this.#pending = null;
-      this.#resumeUpstream();
+      this.#sendGatheredNow();
+      if (this.#pending === null && !this.#ended) this.#resumeUpstream();
     }
     return ok;
+  }
+
+  /** After a drain: the chunks gathered while the client was behind (the last bytes among them, if they came). */
+  #sendGatheredNow(): void {
+    if (this.#gathered.length === 0) return;
+    this.#ex.res.cork(this.#writeChunkCorked);
   }
 
   #resumeUpstream(): void {
@@ -306,6 +357,9 @@ export class UpstreamResponse {
         this.#done();
       }
     } else {
+      // write() mode: uWS takes every byte (it buffers what the client cannot take yet).
+      const gathered = this.#takeGathered();
+      if (gathered !== null) res.write(gathered);
       const held = this.#endpoint?.flush();
       if (held !== undefined && held.length > 0) res.write(held);
       res.end();
@@ -323,7 +377,8 @@ export class UpstreamResponse {
     // dropping the upstream's head and handler here cut the bytes promoted per
     // scavenge from ~2.5 to ~1.5 MB under the bench's load.
     this.#rawHeaders = null;
-    this.#chunk = null;
+    this.#lastChunk = null;
+    this.#gathered = [];
     this.#ex.upstream = null;
   }
 
@@ -340,6 +395,20 @@ export class UpstreamResponse {
     ex.captureLength += take;
     if (take < chunk.length) ex.captureTruncated = true;
   }
+}
+
+/** Responses that gathered chunks this turn; one setImmediate sends them all. */
+let gatheredResponses: UpstreamResponse[] = [];
+
+function scheduleGathered(response: UpstreamResponse): void {
+  if (gatheredResponses.length === 0) setImmediate(runGathered);
+  gatheredResponses.push(response);
+}
+
+function runGathered(): void {
+  const responses = gatheredResponses;
+  gatheredResponses = [];
+  for (let i = 0; i < responses.length; i++) responses[i]!.sendGathered();
 }
 
 /** Sent right after an event stream's head: an SSE comment line, ignored by clients. */

@@ -1,5 +1,6 @@
 // The streaming proxy (CONTRACT.md "Proxy"), against real HTTPS upstreams on loopback.
 import { createHash } from 'node:crypto';
+import { get as httpGet } from 'node:http';
 import { connect as netConnect } from 'node:net';
 import { readFileSync } from 'node:fs';
 import { createServer as createTlsServer } from 'node:tls';
@@ -277,6 +278,51 @@ t.test('byte-identical 1 MiB bodies both ways (streamed)', async (t) => {
   t.equal(download.output, null);
   const upload = rows.find((r) => r.action === 'POST');
   t.equal(upload.request_bytes, payload.length);
+});
+
+/** GETs url, pausing 20 ms after every MiB read, so that the proxy meets a client that is behind. */
+function readSlowly(url: string): Promise<{ status: number; headers: Record<string, unknown>; body: Buffer }> {
+  return new Promise((resolve, reject) => {
+    httpGet(url, (res) => {
+      const chunks: Buffer[] = [];
+      let sincePause = 0;
+      res.on('data', (chunk: Buffer) => {
+        chunks.push(chunk);
+        sincePause += chunk.length;
+        if (sincePause < 1024 * 1024) return;
+        sincePause = 0;
+        res.pause();
+        setTimeout(() => res.resume(), 20);
+      });
+      res.on('end', () => resolve({ status: res.statusCode ?? 0, headers: res.headers, body: Buffer.concat(chunks) }));
+      res.on('error', reject);
+    }).on('error', reject);
+  });
+}
+
+t.test('a client that reads slowly gets a large answer whole and in order (Content-Length and chunked)', async (t) => {
+  // The proxy gathers the chunks of a turn into one send, and holds what comes
+  // while the client is behind until it drains (stream-response.ts): every
+  // byte must still arrive once, in order, and the audit must count them all.
+  const agent = await createAgent(base, owner, 'slow-reader', 'hash');
+  const n = 16 * 1024 * 1024 + 3;
+  const expected = patternBytes(n);
+  const sha = createHash('sha256').update(expected).digest('hex');
+  const sized = await readSlowly(`${base}/proxy/${agent.api_key}/${upstream.authority}/bytes?n=${n}`);
+  t.equal(sized.status, 200);
+  t.equal(sized.headers['content-length'], String(n), 'the upstream\'s length');
+  t.equal(sized.body.length, n);
+  t.ok(sized.body.equals(expected), 'Content-Length answer identical');
+  const chunked = await readSlowly(`${base}/proxy/${agent.api_key}/${upstream.authority}/bytes-chunked?n=${n}`);
+  t.equal(chunked.status, 200);
+  t.equal(chunked.headers['transfer-encoding'], 'chunked');
+  t.equal(chunked.body.length, n);
+  t.ok(chunked.body.equals(expected), 'chunked answer identical');
+  const rows = await auditFor(owner, agent.id, 2);
+  for (const row of rows) {
+    t.equal(row.response_bytes, n, `${row.tool_url}: every byte counted`);
+    t.equal(row.output_hash, sha, `${row.tool_url}: the hash of what the client got`);
+  }
 });
 
 t.test('chunked and server-sent-event responses arrive as they are produced', async (t) => {

@@ -50,6 +50,24 @@ export const DEFAULT_ROUTES: Record<string, Route> = {
     res.setHeader('content-length', String(n));
     res.end(patternBytes(n));
   },
+  '/bytes-chunked': (req, res) => {
+    // The same bytes as /bytes, without a Content-Length, written in 64 KiB pieces as the socket drains.
+    const all = patternBytes(Number(requestUrl(req).searchParams.get('n') ?? '1024'));
+    res.setHeader('content-type', 'application/octet-stream');
+    let at = 0;
+    const more = (): void => {
+      while (at < all.length) {
+        const piece = all.subarray(at, at + 65536);
+        at += piece.length;
+        if (!res.write(piece)) {
+          res.once('drain', more);
+          return;
+        }
+      }
+      res.end();
+    };
+    more();
+  },
   '/chunked': (_req, res) => {
     res.setHeader('content-type', 'text/plain');
     res.write('one,');
