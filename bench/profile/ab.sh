@@ -11,7 +11,7 @@
 # settling (every thread, chDB's included, from /proc/<pid>/stat), then the same by
 # thread: main (the event loop), node (V8's and libuv's helpers, where chDB's
 # inserts run), chDB's pools by name. Medians at the end.
-# EXTRA_ENV="NAME=value ..." adds settings to both. Loopback only.
+# EXTRA_ENV="NAME=value ..." adds settings to both; URL_PATH=/64k loads another of the upstream's paths. Loopback only.
 set -e
 if [ $# -lt 2 ] || [ ! -f "$1/dist/server/main.js" ] || [ ! -f "$2/dist/server/main.js" ]; then
   echo "usage: $0 <root A> <root B> [rounds]  (each root a checkout with dist/ built)" >&2; exit 2
@@ -35,7 +35,7 @@ start() { # name root port
   token=$(curl -s -XPOST "localhost:$3/auth/signup" -H 'content-type: application/json' -d '{"email":"ab@example.com","password":"correct horse battery"}' | node -pe 'JSON.parse(require("fs").readFileSync(0)).access_token')
   key=$(curl -s -XPOST "localhost:$3/agents" -H "authorization: Bearer $token" -H 'content-type: application/json' -d '{"name":"ab","log_outputs":"hash"}' | node -pe 'JSON.parse(require("fs").readFileSync(0)).api_key')
   curl -s -XPOST "localhost:$3/credentials" -H "authorization: Bearer $token" -H 'content-type: application/json' -d "{\"name\":\"t\",\"hostname\":\"127.0.0.1:$UPORT\",\"cred_type\":\"bearer\",\"value\":\"secret-token\"}" > /dev/null
-  echo "http://127.0.0.1:$3/proxy/$key/127.0.0.1:$UPORT/small" > "$W/$1.url"
+  echo "http://127.0.0.1:$3/proxy/$key/127.0.0.1:$UPORT${URL_PATH:-/small}" > "$W/$1.url"
   wrk -t1 -c64 -d2s "$(cat "$W/$1.url")" > /dev/null
 }
 # CPU ticks of each thread group of a process: "name ticks" lines, sorted by name.
