@@ -139,10 +139,13 @@ export class UpstreamResponse {
     // (onError), which must find the end queued, not cut it.
     if (this.#length < 0 || this.#headOnly) {
       this.#queueLast(this.#sendEnd); // a complete (chunked) response: an event-stream client reconnects
-    } else if (!this.#headWritten) {
+    } else if (!this.#headWritten && this.#gathered.length === 0) {
       ex.answerError('unavailable', 'The service is shutting down; retry.', undefined, 'allowed', true);
     } else {
-      // A Content-Length response cannot end early and be complete: cut, as on an upstream failure.
+      // A Content-Length response cannot end early and be complete: cut, as on
+      // an upstream failure, after what this turn gathered (the client sees the
+      // bytes that came, as when they had left at once).
+      if (this.#gathered.length > 0) ex.res.cork(this.#writeChunkCorked);
       ex.body?.detach();
       ex.finish();
       ex.res.close();
@@ -174,6 +177,22 @@ export class UpstreamResponse {
     }
     // A client that cannot take more pauses the upstream; onWritable sends what is gathered.
     return !blocked;
+  }
+
+  /** sendGathered threw (uWS refuses a response it no longer holds): this call ends here, cut. */
+  abandon(err: Error): void {
+    this.#gathered = [];
+    const ex = this.#ex;
+    ex.abortUpstream?.(err);
+    if (ex.finished) return;
+    ex.statusCode = 502;
+    ex.finish();
+    if (ex.aborted) return;
+    try {
+      ex.res.close();
+    } catch {
+      // already gone
+    }
   }
 
   /** The turn is over: what it gathered goes in one write (runGathered). */
@@ -211,6 +230,7 @@ export class UpstreamResponse {
     this.#released();
     const ex = this.#ex;
     ex.abortUpstream = null; // the upstream request is over (its abort closure holds undici's request: see #done)
+    this.#resume = null; // undici's parser may serve another request on this socket now
     if (ex.aborted || ex.finished || this.#lastQueued) return;
     this.#queueLast(this.#sendEnd);
   }
@@ -220,6 +240,10 @@ export class UpstreamResponse {
     const ex = this.#ex;
     ex.abortUpstream = null; // over; a retry below sets its own
     if (ex.aborted || ex.finished || this.#lastQueued) return;
+    // Body bytes gathered this turn came before the failure: they go out first,
+    // so the client sees the head and a cut body, as when they had left at once.
+    if (!this.#headWritten && this.#gathered.length > 0) ex.res.cork(this.#writeChunkCorked);
+    this.#resume = null;
     const timeout = isTimeout(err);
     if (!this.#headWritten && (err as NodeJS.ErrnoException).code === 'UND_ERR_INVALID_ARG') {
       // undici's dispatch reports a header, path or method it will not put on the
@@ -408,7 +432,14 @@ function scheduleGathered(response: UpstreamResponse): void {
 function runGathered(): void {
   const responses = gatheredResponses;
   gatheredResponses = [];
-  for (let i = 0; i < responses.length; i++) responses[i]!.sendGathered();
+  for (let i = 0; i < responses.length; i++) {
+    // Outside undici's callbacks now: one response's failure must not stop the others or the process.
+    try {
+      responses[i]!.sendGathered();
+    } catch (err) {
+      responses[i]!.abandon(err as Error);
+    }
+  }
 }
 
 /** Sent right after an event stream's head: an SSE comment line, ignored by clients. */

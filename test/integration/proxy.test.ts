@@ -409,6 +409,32 @@ t.test('a garbage or early-closing upstream never crashes the proxy', async (t) 
   t.equal(health.status, 200, 'still healthy');
 });
 
+t.test('an upstream that sends part of its body and closes in one write: the client gets the head and the part, then a cut; audited 502', async (t) => {
+  // Head, 5 of 100 bytes and the close arrive in one read: the bytes gathered
+  // for the turn's send must still go out before the cut (stream-response.ts).
+  const agent = await createAgent(base, owner, 'short-body', 'full');
+  const server = createTlsServer({ cert: readFileSync(`${TLS_DIR}server.crt`), key: readFileSync(`${TLS_DIR}server.key`) }, (socket) => {
+    socket.once('data', () => socket.end('HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\ncontent-length: 100\r\n\r\nshort'));
+  });
+  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+  t.teardown(() => server.close());
+  const port = (server.address() as AddressInfo).port;
+  const socket = netConnect(service.port, '127.0.0.1');
+  await new Promise<void>((r) => socket.once('connect', () => r()));
+  socket.write(`GET /proxy/${agent.api_key}/127.0.0.1:${port}/x HTTP/1.1\r\nHost: x\r\n\r\n`);
+  const received: Buffer[] = [];
+  socket.on('data', (chunk: Buffer) => received.push(chunk));
+  await new Promise<void>((r) => socket.once('close', () => r()));
+  const text = Buffer.concat(received).toString('latin1');
+  t.match(text, /^HTTP\/1\.1 200 OK\r\n/, 'the upstream\'s head');
+  t.match(text, /content-length: 100\r\n/i, 'with its length');
+  t.ok(text.endsWith('\r\n\r\nshort'), 'then the 5 bytes that came, then the connection closes');
+  const rows = await auditFor(owner, agent.id, 1);
+  t.equal(rows[0].status_code, 502, 'audited as a failed upstream');
+  t.equal(rows[0].response_bytes, 5);
+  t.equal(rows[0].output, 'short');
+});
+
 t.test('a client that goes away is audited with 499 and the upstream request is aborted', async (t) => {
   const agent = await createAgent(base, owner, 'quitter', 'full');
   const socket = netConnect(service.port, '127.0.0.1');
