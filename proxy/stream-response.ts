@@ -8,7 +8,8 @@
 // 16 KiB pieces, each its own onData) are gathered and leave together at the
 // turn's end, one send(2) for all of them instead of one each: on loopback a
 // send costs the sender the receiver's TCP work too, and a 64 KiB answer took
-// five or six (docs/performance.md, "Sends per answer").
+// five or six (docs/performance.md, "Sends per answer"). At GATHER_MAX_BYTES
+// they go at once, so a fast upstream and a slow client hold no more than that.
 import { RESPONSE_DROP, statusLine } from '../shared/http.js';
 import type { ProxyExchange } from './exchange.js';
 import type { UpstreamBudget } from './upstream-pools.js';
@@ -41,6 +42,7 @@ export class UpstreamResponse {
    * on its drain). The body's last bytes join them only once released.
    */
   #gathered: Buffer[] = [];
+  #gatheredBytes = 0;
   #gatheredScheduled = false;
   /** The body's last bytes, held until the call's record is journaled (sendLast). */
   #lastChunk: Buffer | null = null;
@@ -170,7 +172,15 @@ export class UpstreamResponse {
       return true;
     }
     this.#gathered.push(chunk);
+    this.#gatheredBytes += chunk.length;
     const blocked = this.#pending !== null || this.#backpressured;
+    if (!blocked && this.#gatheredBytes >= GATHER_MAX_BYTES) {
+      // libuv reads a socket up to 32 times a turn: a fast upstream can hand
+      // over megabytes before the turn ends. They go now, and a client that
+      // cannot take them pauses the upstream at once, as without gathering.
+      ex.res.cork(this.#writeChunkCorked);
+      return this.#pending === null && !this.#backpressured;
+    }
     if (!blocked && !this.#gatheredScheduled) {
       this.#gatheredScheduled = true;
       scheduleGathered(this);
@@ -182,6 +192,7 @@ export class UpstreamResponse {
   /** sendGathered threw (uWS refuses a response it no longer holds): this call ends here, cut. */
   abandon(err: Error): void {
     this.#gathered = [];
+    this.#gatheredBytes = 0;
     const ex = this.#ex;
     ex.abortUpstream?.(err);
     if (ex.finished) return;
@@ -210,6 +221,7 @@ export class UpstreamResponse {
     const gathered = this.#gathered;
     if (gathered.length === 0) return null;
     this.#gathered = [];
+    this.#gatheredBytes = 0;
     return gathered.length === 1 ? gathered[0]! : Buffer.concat(gathered);
   }
 
@@ -403,6 +415,7 @@ export class UpstreamResponse {
     this.#rawHeaders = null;
     this.#lastChunk = null;
     this.#gathered = [];
+    this.#gatheredBytes = 0;
     this.#ex.upstream = null;
   }
 
@@ -420,6 +433,9 @@ export class UpstreamResponse {
     if (take < chunk.length) ex.captureTruncated = true;
   }
 }
+
+/** What one response gathers before it sends without waiting for the turn's end: four TLS records. */
+const GATHER_MAX_BYTES = 64 * 1024;
 
 /** Responses that gathered chunks this turn; one setImmediate sends them all. */
 let gatheredResponses: UpstreamResponse[] = [];

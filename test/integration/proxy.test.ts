@@ -325,6 +325,40 @@ t.test('a client that reads slowly gets a large answer whole and in order (Conte
   }
 });
 
+t.test('a stream that goes quiet after a burst reaches a client that was behind, without waiting for more', async (t) => {
+  // The client reads nothing while 8 MiB go by, so uWS keeps part of them; then
+  // the upstream sends END and stays quiet for 5 s. uWS does not drain its own
+  // buffer while the response has an onWritable handler: the handler must.
+  const agent = await createAgent(base, owner, 'idle-stream');
+  const n = 8 * 1024 * 1024;
+  const socket = netConnect(service.port, '127.0.0.1');
+  await new Promise<void>((r) => socket.once('connect', () => r()));
+  socket.pause();
+  socket.write(`GET /proxy/${agent.api_key}/${upstream.authority}/burst-then-idle?n=${n} HTTP/1.1\r\nHost: x\r\n\r\n`);
+  await new Promise((r) => setTimeout(r, 1000));
+  const started = Date.now();
+  let tail = '';
+  let bytes = 0;
+  const ended = await new Promise<boolean>((resolve) => {
+    const timer = setTimeout(() => resolve(false), 3000);
+    socket.on('data', (chunk: Buffer) => {
+      bytes += chunk.length;
+      // Slowly, so that the proxy meets a full socket again and again, up to the end.
+      socket.pause();
+      setTimeout(() => socket.resume(), 1);
+      tail = (tail + chunk.toString('latin1')).slice(-64);
+      if (tail.includes('END\n')) {
+        clearTimeout(timer);
+        resolve(true);
+      }
+    });
+    socket.resume();
+  });
+  socket.destroy();
+  t.ok(ended, `END arrived ${Date.now() - started} ms after the client read again (${bytes} bytes), before the upstream's end at 5 s`);
+  t.ok(bytes > n, 'with every byte before it');
+});
+
 t.test('chunked and server-sent-event responses arrive as they are produced', async (t) => {
   const agent = await createAgent(base, owner, 'sse');
   const res = await proxied(agent.api_key, `${upstream.authority}/sse`);

@@ -107,6 +107,26 @@ export const DEFAULT_ROUTES: Record<string, Route> = {
     res.writeHead(200, { 'content-type': 'text/plain' });
     res.write('partial');
   },
+  '/burst-then-idle': (req, res) => {
+    // An event stream that sends ?n= bytes at once, then `END\n`, then nothing for 5 s before it ends.
+    const all = patternBytes(Number(requestUrl(req).searchParams.get('n') ?? '1024'));
+    res.writeHead(200, { 'content-type': 'text/event-stream' });
+    let at = 0;
+    const timer = setTimeout(() => res.end(), 5000);
+    req.socket.on('close', () => clearTimeout(timer));
+    const more = (): void => {
+      while (at < all.length) {
+        const piece = all.subarray(at, at + 65536);
+        at += piece.length;
+        if (!res.write(piece)) {
+          res.once('drain', more);
+          return;
+        }
+      }
+      res.write('END\n');
+    };
+    more();
+  },
   '/endless': (req, res) => {
     res.writeHead(200, { 'content-type': 'text/plain' });
     const chunk = Buffer.alloc(16 * 1024, 'a');
