@@ -46,13 +46,11 @@ export class UpstreamResponse {
   #gatheredScheduled = false;
   /** The body's last bytes, held until the call's record is journaled (sendLast). */
   #lastChunk: Buffer | null = null;
-  #lastReleased = false;
   readonly #writeChunkCorked = (): void => this.#writeChunk();
   readonly #endCorked = (): void => this.#end();
   /** The body's last bytes or its end, handed to the exchange's sendLast (they leave once the record is journaled). */
   #lastQueued = false;
   readonly #sendLastChunk = (): void => {
-    this.#lastReleased = true;
     this.#gathered.push(this.#lastChunk!);
     this.#lastChunk = null;
     this.#ex.res.cork(this.#writeChunkCorked);
@@ -211,8 +209,9 @@ export class UpstreamResponse {
     this.#gatheredScheduled = false;
     const ex = this.#ex;
     if (this.#gathered.length === 0 || ex.aborted || ex.finished || this.#ended) return;
-    if (this.#lastQueued && !this.#lastReleased) return; // they go with the last bytes
-    if (this.#pending !== null || this.#backpressured) return; // onWritable sends them
+    // Once the last bytes are queued, their send takes what is gathered (or,
+    // the client being behind, leaves it to onWritable, as it does here).
+    if (this.#lastQueued || this.#pending !== null || this.#backpressured) return;
     ex.res.cork(this.#writeChunkCorked);
   }
 

@@ -8,6 +8,7 @@ import type { AddressInfo } from 'node:net';
 import t from 'tap';
 import { api, createAgent, eventually, signup, startTestService, TLS_DIR, type Session } from '../support/service.js';
 import { rawRequest } from '../support/raw-http.js';
+import { rawExchange } from '../support/raw-socket.js';
 import { patternBytes, startUpstream } from '../support/upstream.js';
 
 const upstream = await startUpstream();
@@ -453,13 +454,8 @@ t.test('an upstream that sends part of its body and closes in one write: the cli
   await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
   t.teardown(() => server.close());
   const port = (server.address() as AddressInfo).port;
-  const socket = netConnect(service.port, '127.0.0.1');
-  await new Promise<void>((r) => socket.once('connect', () => r()));
-  socket.write(`GET /proxy/${agent.api_key}/127.0.0.1:${port}/x HTTP/1.1\r\nHost: x\r\n\r\n`);
-  const received: Buffer[] = [];
-  socket.on('data', (chunk: Buffer) => received.push(chunk));
-  await new Promise<void>((r) => socket.once('close', () => r()));
-  const text = Buffer.concat(received).toString('latin1');
+  const { text, closed } = await rawExchange(service.port, `GET /proxy/${agent.api_key}/127.0.0.1:${port}/x HTTP/1.1\r\nHost: x\r\n\r\n`, { maxMs: 10_000 });
+  t.ok(closed, 'the proxy closes the connection');
   t.match(text, /^HTTP\/1\.1 200 OK\r\n/, 'the upstream\'s head');
   t.match(text, /content-length: 100\r\n/i, 'with its length');
   t.ok(text.endsWith('\r\n\r\nshort'), 'then the 5 bytes that came, then the connection closes');

@@ -35,6 +35,23 @@ export function patternBytes(n: number): Buffer {
   return out;
 }
 
+/** Writes `bytes` in 64 KiB pieces as the socket drains, then calls `then`. */
+function writeInPieces(res: ServerResponse, bytes: Buffer, then: () => void): void {
+  let at = 0;
+  const more = (): void => {
+    while (at < bytes.length) {
+      const piece = bytes.subarray(at, at + 65536);
+      at += piece.length;
+      if (!res.write(piece)) {
+        res.once('drain', more);
+        return;
+      }
+    }
+    then();
+  };
+  more();
+}
+
 export const DEFAULT_ROUTES: Record<string, Route> = {
   '/echo': (req, res, body) => {
     res.setHeader('content-type', 'application/json');
@@ -52,21 +69,8 @@ export const DEFAULT_ROUTES: Record<string, Route> = {
   },
   '/bytes-chunked': (req, res) => {
     // The same bytes as /bytes, without a Content-Length, written in 64 KiB pieces as the socket drains.
-    const all = patternBytes(Number(requestUrl(req).searchParams.get('n') ?? '1024'));
     res.setHeader('content-type', 'application/octet-stream');
-    let at = 0;
-    const more = (): void => {
-      while (at < all.length) {
-        const piece = all.subarray(at, at + 65536);
-        at += piece.length;
-        if (!res.write(piece)) {
-          res.once('drain', more);
-          return;
-        }
-      }
-      res.end();
-    };
-    more();
+    writeInPieces(res, patternBytes(Number(requestUrl(req).searchParams.get('n') ?? '1024')), () => res.end());
   },
   '/chunked': (_req, res) => {
     res.setHeader('content-type', 'text/plain');
@@ -109,23 +113,10 @@ export const DEFAULT_ROUTES: Record<string, Route> = {
   },
   '/burst-then-idle': (req, res) => {
     // An event stream that sends ?n= bytes at once, then `END\n`, then nothing for 5 s before it ends.
-    const all = patternBytes(Number(requestUrl(req).searchParams.get('n') ?? '1024'));
     res.writeHead(200, { 'content-type': 'text/event-stream' });
-    let at = 0;
     const timer = setTimeout(() => res.end(), 5000);
     req.socket.on('close', () => clearTimeout(timer));
-    const more = (): void => {
-      while (at < all.length) {
-        const piece = all.subarray(at, at + 65536);
-        at += piece.length;
-        if (!res.write(piece)) {
-          res.once('drain', more);
-          return;
-        }
-      }
-      res.write('END\n');
-    };
-    more();
+    writeInPieces(res, patternBytes(Number(requestUrl(req).searchParams.get('n') ?? '1024')), () => res.write('END\n'));
   },
   '/endless': (req, res) => {
     res.writeHead(200, { 'content-type': 'text/plain' });
