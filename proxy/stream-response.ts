@@ -10,6 +10,11 @@
 // send costs the sender the receiver's TCP work too, and a 64 KiB answer took
 // five or six (docs/performance.md, "Sends per answer"). At GATHER_MAX_BYTES
 // they go at once, so a fast upstream and a slow client hold no more than that.
+//
+// A response without a length (chunked, an event stream) is written in pieces
+// that fit uWS's cork buffer with their chunk framing, one cork and one send
+// each: uWS (v20.30 AsyncSocket::uncork) drops a larger write's bytes when the
+// framing corked before them cannot all be sent, as when the client is behind.
 import { RESPONSE_DROP, statusLine } from '../shared/http.js';
 import type { ProxyExchange } from './exchange.js';
 import type { UpstreamBudget } from './upstream-pools.js';
@@ -18,6 +23,7 @@ import { SseEndpointRewriter } from './sse-endpoint.js';
 type Resume = () => void;
 
 const EMPTY = Buffer.alloc(0);
+const NOTHING = (): void => {};
 
 export class UpstreamResponse {
   readonly #ex: ProxyExchange;
@@ -56,8 +62,23 @@ export class UpstreamResponse {
     this.#ex.res.cork(this.#writeChunkCorked);
   };
   readonly #sendEnd = (): void => {
+    if (this.#length < 0 && !this.#headOnly) {
+      // write() mode: the last gathered bytes and the endpoint rewriter's held
+      // ones go, the last piece with the end (a small answer's body and end
+      // leave in one send); uWS takes them all (it buffers what the client cannot take yet).
+      const held = this.#endpoint?.flush();
+      if (held !== undefined && held.length > 0) this.#gathered.push(held);
+      this.#writePieces(false, true);
+    }
     this.#ex.res.cork(this.#endCorked);
   };
+  /** The piece #writePieceCorked writes (or #end, with the end). */
+  #piece: Buffer = EMPTY;
+  readonly #writePieceCorked = (): void => {
+    if (!this.#headWritten) this.#writeHead();
+    if (!this.#ex.res.write(this.#piece)) this.#backpressured = true;
+  };
+  readonly #writeHeadCorked = (): void => this.#writeHead();
 
   /** Tries the target's next checked address after a refused connection; false when none is left. */
   readonly #retry: (() => boolean) | null;
@@ -145,7 +166,7 @@ export class UpstreamResponse {
       // A Content-Length response cannot end early and be complete: cut, as on
       // an upstream failure, after what this turn gathered (the client sees the
       // bytes that came, as when they had left at once).
-      if (this.#gathered.length > 0) ex.res.cork(this.#writeChunkCorked);
+      this.#flush();
       ex.body?.detach();
       ex.finish();
       ex.res.close();
@@ -176,7 +197,7 @@ export class UpstreamResponse {
       // libuv reads a socket up to 32 times a turn: a fast upstream can hand
       // over megabytes before the turn ends. They go now, and a client that
       // cannot take them pauses the upstream at once, as without gathering.
-      ex.res.cork(this.#writeChunkCorked);
+      this.#flush();
       return this.#pending === null && !this.#backpressured;
     }
     if (!blocked && !this.#gatheredScheduled) {
@@ -211,8 +232,54 @@ export class UpstreamResponse {
     if (this.#gathered.length === 0 || ex.aborted || ex.finished || this.#ended) return;
     // Once the last bytes are queued, their send takes what is gathered (or,
     // the client being behind, leaves it to onWritable, as it does here).
-    if (this.#lastQueued || this.#pending !== null || this.#backpressured) return;
-    ex.res.cork(this.#writeChunkCorked);
+    if (this.#lastQueued) return;
+    this.#flush();
+  }
+
+  /** Sends the gathered chunks, unless the client is behind (then onWritable does). Not corked. */
+  #flush(): void {
+    if (this.#pending !== null || this.#backpressured || this.#gathered.length === 0) return;
+    if (this.#length >= 0 && !this.#headOnly) this.#ex.res.cork(this.#writeChunkCorked);
+    else this.#writePieces(true);
+  }
+
+  /**
+   * write() mode, not corked: the gathered chunks in pieces that fit uWS's cork
+   * buffer with their framing (the file's opening says why), each its own cork.
+   * `untilBlocked`: the rest waits for onWritable once uWS reports the client
+   * behind; else every piece goes (the end: uWS buffers what is left).
+   * `keepLast`: the last piece stays in #piece, for #end.
+   */
+  #writePieces(untilBlocked: boolean, keepLast = false): void {
+    const data = this.#takeGathered();
+    if (data === null) return;
+    const res = this.#ex.res;
+    let at = 0;
+    if (!this.#headWritten && this.#headBytes() > PIECE_BYTES - MIN_PIECE_BYTES) res.cork(this.#writeHeadCorked);
+    while (at < data.length) {
+      const room = this.#headWritten ? PIECE_BYTES : PIECE_BYTES - this.#headBytes();
+      this.#piece = at === 0 && data.length <= room ? data : data.subarray(at, at + room);
+      at += this.#piece.length;
+      if (keepLast && at === data.length) return;
+      res.cork(this.#writePieceCorked);
+      if (this.#backpressured && untilBlocked && at < data.length) {
+        this.#gathered.push(data.subarray(at));
+        this.#gatheredBytes = data.length - at;
+        break;
+      }
+    }
+    this.#piece = EMPTY;
+    if (this.#backpressured) this.#hookWritable();
+  }
+
+  /** About what the response's head takes in uWS's cork buffer (its own headers and framing included). */
+  #headBytes(): number {
+    let bytes = 160;
+    const raw = this.#rawHeaders!;
+    for (let i = 0; i < raw.length; i++) bytes += raw[i]!.length + 2;
+    const extra = this.#ex.answerHeaders;
+    if (extra !== null) for (let i = 0; i < extra.length; i++) bytes += extra[i]!.length + 2;
+    return bytes;
   }
 
   /** The gathered chunks as one buffer; null when there are none. */
@@ -251,9 +318,10 @@ export class UpstreamResponse {
     const ex = this.#ex;
     ex.abortUpstream = null; // over; a retry below sets its own
     if (ex.aborted || ex.finished || this.#lastQueued) return;
-    // Body bytes gathered this turn came before the failure: they go out first,
-    // so the client sees the head and a cut body, as when they had left at once.
-    if (!this.#headWritten && this.#gathered.length > 0) ex.res.cork(this.#writeChunkCorked);
+    // Body bytes gathered this turn came before the failure: they go out first
+    // (unless the client is behind), so the client sees the head and a cut
+    // body, as when they had left at once.
+    this.#flush();
     this.#resume = null;
     const timeout = isTimeout(err);
     if (!this.#headWritten && (err as NodeJS.ErrnoException).code === 'UND_ERR_INVALID_ARG') {
@@ -308,26 +376,25 @@ export class UpstreamResponse {
     if (extra !== null) for (let i = 0; i < extra.length; i += 2) res.writeHeader(extra[i]!, extra[i + 1]!);
   }
 
-  /** Runs corked: sends the gathered chunks, unless the client is behind (then onWritable does). */
+  /**
+   * Runs corked, with a Content-Length: sends the gathered chunks, unless the
+   * client is behind (then onWritable does). tryEnd is safe at any size: what
+   * uWS could not send is left to us (#pending), never dropped.
+   */
   #writeChunk(): void {
     const res = this.#ex.res;
-    if (this.#pending !== null || this.#backpressured) return;
+    if (this.#pending !== null) return;
     const chunk = this.#takeGathered();
     if (chunk === null) return;
     if (!this.#headWritten) this.#writeHead();
-    if (this.#length >= 0 && !this.#headOnly) {
-      const offset = res.getWriteOffset();
-      if (offset + chunk.length >= this.#length) this.#ex.body?.detach();
-      const [ok, done] = res.tryEnd(chunk, this.#length);
-      if (done) {
-        this.#done();
-      } else if (!ok) {
-        this.#pending = chunk;
-        this.#pendingOffset = offset;
-        this.#hookWritable();
-      }
-    } else if (!res.write(chunk)) {
-      this.#backpressured = true;
+    const offset = res.getWriteOffset();
+    if (offset + chunk.length >= this.#length) this.#ex.body?.detach();
+    const [ok, done] = res.tryEnd(chunk, this.#length);
+    if (done) {
+      this.#done();
+    } else if (!ok) {
+      this.#pending = chunk;
+      this.#pendingOffset = offset;
       this.#hookWritable();
     }
   }
@@ -339,12 +406,24 @@ export class UpstreamResponse {
   }
 
   #onWritable(offset: number): boolean {
-    if (this.#ex.aborted || this.#ex.finished) return true;
+    if (this.#ex.aborted) return true;
+    if (this.#ex.finished) {
+      // The answer is complete; uWS may still hold its last bytes: drain them (see below).
+      this.#ex.res.cork(NOTHING);
+      return true;
+    }
     const pending = this.#pending;
     if (pending === null) {
-      // write() mode: uWS kept the bytes; it has now drained: what was gathered meanwhile, then read on.
+      // write() mode, or bytes uWS took into its cork buffer and could not all
+      // send: it holds them, and it does not drain its own buffer while the
+      // response has an onWritable handler. Any write drains it first: what
+      // was gathered meanwhile, or, with nothing gathered, an empty cork (its
+      // uncork writes the buffer off; a part left re-arms this event). Without
+      // it the buffer's bytes waited for the upstream's next ones: a stream's
+      // last event could wait minutes.
       this.#backpressured = false;
-      this.#sendGatheredNow();
+      if (this.#gathered.length > 0) this.#flush();
+      else this.#ex.res.cork(NOTHING);
       if (!this.#backpressured && !this.#ended) this.#resumeUpstream();
       return true;
     }
@@ -354,16 +433,10 @@ export class UpstreamResponse {
       this.#done();
     } else if (ok) {
       this.#pending = null;
-      this.#sendGatheredNow();
+      this.#flush();
       if (this.#pending === null && !this.#ended) this.#resumeUpstream();
     }
     return ok;
-  }
-
-  /** After a drain: the chunks gathered while the client was behind (the last bytes among them, if they came). */
-  #sendGatheredNow(): void {
-    if (this.#gathered.length === 0) return;
-    this.#ex.res.cork(this.#writeChunkCorked);
   }
 
   #resumeUpstream(): void {
@@ -392,11 +465,10 @@ export class UpstreamResponse {
         this.#done();
       }
     } else {
-      // write() mode: uWS takes every byte (it buffers what the client cannot take yet).
-      const gathered = this.#takeGathered();
-      if (gathered !== null) res.write(gathered);
-      const held = this.#endpoint?.flush();
-      if (held !== undefined && held.length > 0) res.write(held);
+      // write() mode: #sendEnd wrote the other pieces.
+      const last = this.#piece;
+      this.#piece = EMPTY;
+      if (last.length > 0) res.write(last);
       res.end();
       this.#done();
     }
@@ -435,6 +507,14 @@ export class UpstreamResponse {
 
 /** What one response gathers before it sends without waiting for the turn's end: four TLS records. */
 const GATHER_MAX_BYTES = 64 * 1024;
+
+/**
+ * write() mode: the most one cork writes, framing included: uWS's cork buffer
+ * is 16 KiB (LoopData::CORK_BUFFER_SIZE), its chunk framing up to 12 bytes.
+ */
+const PIECE_BYTES = 16 * 1024 - 64;
+/** A head that leaves less room than this for its first piece goes in a cork of its own. */
+const MIN_PIECE_BYTES = 1024;
 
 /** Responses that gathered chunks this turn; one setImmediate sends them all. */
 let gatheredResponses: UpstreamResponse[] = [];

@@ -281,8 +281,8 @@ t.test('byte-identical 1 MiB bodies both ways (streamed)', async (t) => {
   t.equal(upload.request_bytes, payload.length);
 });
 
-/** GETs url, pausing 20 ms after every MiB read, so that the proxy meets a client that is behind. */
-function readSlowly(url: string): Promise<{ status: number; headers: Record<string, unknown>; body: Buffer }> {
+/** GETs url, pausing `pauseMs` after every `pauseEvery` bytes read, so that the proxy meets a client that is behind. */
+function readSlowly(url: string, pauseEvery = 1024 * 1024, pauseMs = 20): Promise<{ status: number; headers: Record<string, unknown>; body: Buffer }> {
   return new Promise((resolve, reject) => {
     httpGet(url, (res) => {
       const chunks: Buffer[] = [];
@@ -290,10 +290,10 @@ function readSlowly(url: string): Promise<{ status: number; headers: Record<stri
       res.on('data', (chunk: Buffer) => {
         chunks.push(chunk);
         sincePause += chunk.length;
-        if (sincePause < 1024 * 1024) return;
+        if (sincePause < pauseEvery) return;
         sincePause = 0;
         res.pause();
-        setTimeout(() => res.resume(), 20);
+        setTimeout(() => res.resume(), pauseMs);
       });
       res.on('end', () => resolve({ status: res.statusCode ?? 0, headers: res.headers, body: Buffer.concat(chunks) }));
       res.on('error', reject);
@@ -324,6 +324,23 @@ t.test('a client that reads slowly gets a large answer whole and in order (Conte
     t.equal(row.response_bytes, n, `${row.tool_url}: every byte counted`);
     t.equal(row.output_hash, sha, `${row.tool_url}: the hash of what the client got`);
   }
+});
+
+t.test('a client that is always behind gets a chunked answer of uneven pieces whole', async (t) => {
+  // Pieces below, at and above uWS's 16 KiB cork buffer, one a turn: the proxy
+  // writes them in pieces that fit it (stream-response.ts), and every byte must
+  // still arrive once and in order. small-socket-buffers.test.ts runs this where
+  // the client's socket is full most of the time.
+  const agent = await createAgent(base, owner, 'uneven-reader', 'hash');
+  const n = 8 * 1024 * 1024 + 5;
+  const expected = patternBytes(n);
+  const got = await readSlowly(`${base}/proxy/${agent.api_key}/${upstream.authority}/bytes-uneven?n=${n}`, 1, 1);
+  t.equal(got.status, 200);
+  t.equal(got.headers['transfer-encoding'], 'chunked');
+  t.equal(got.body.length, n, 'every byte');
+  t.ok(got.body.equals(expected), 'in order');
+  const [row] = await auditFor(owner, agent.id, 1);
+  t.equal(row.output_hash, createHash('sha256').update(expected).digest('hex'), 'the audit\'s hash is of what the client got');
 });
 
 t.test('a stream that goes quiet after a burst reaches a client that was behind, without waiting for more', async (t) => {

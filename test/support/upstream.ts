@@ -35,15 +35,23 @@ export function patternBytes(n: number): Buffer {
   return out;
 }
 
-/** Writes `bytes` in 64 KiB pieces as the socket drains, then calls `then`. */
-function writeInPieces(res: ServerResponse, bytes: Buffer, then: () => void): void {
+/**
+ * Writes `bytes` in pieces of `sizes` (in turn) as the socket drains, then calls
+ * `then`; `apart`: one piece an event-loop turn, so that they reach the proxy apart.
+ */
+function writeInPieces(res: ServerResponse, bytes: Buffer, then: () => void, sizes: readonly number[] = [65536], apart = false): void {
   let at = 0;
+  let next = 0;
   const more = (): void => {
     while (at < bytes.length) {
-      const piece = bytes.subarray(at, at + 65536);
+      const piece = bytes.subarray(at, at + sizes[next++ % sizes.length]!);
       at += piece.length;
       if (!res.write(piece)) {
         res.once('drain', more);
+        return;
+      }
+      if (apart && at < bytes.length) {
+        setImmediate(more);
         return;
       }
     }
@@ -51,6 +59,8 @@ function writeInPieces(res: ServerResponse, bytes: Buffer, then: () => void): vo
   };
   more();
 }
+
+const UNEVEN_PIECES = [700, 23_000, 5_000, 65_536, 1_200, 17_000, 9_000, 40_000, 16_380, 3];
 
 export const DEFAULT_ROUTES: Record<string, Route> = {
   '/echo': (req, res, body) => {
@@ -71,6 +81,12 @@ export const DEFAULT_ROUTES: Record<string, Route> = {
     // The same bytes as /bytes, without a Content-Length, written in 64 KiB pieces as the socket drains.
     res.setHeader('content-type', 'application/octet-stream');
     writeInPieces(res, patternBytes(Number(requestUrl(req).searchParams.get('n') ?? '1024')), () => res.end());
+  },
+  '/bytes-uneven': (req, res) => {
+    // The same bytes as /bytes, without a Content-Length, in pieces of uneven sizes (below and above
+    // uWS's 16 KiB cork buffer), one a turn: what a chunked API or an event stream sends.
+    res.setHeader('content-type', 'application/octet-stream');
+    writeInPieces(res, patternBytes(Number(requestUrl(req).searchParams.get('n') ?? '1024')), () => res.end(), UNEVEN_PIECES, true);
   },
   '/chunked': (_req, res) => {
     res.setHeader('content-type', 'text/plain');
