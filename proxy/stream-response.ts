@@ -13,9 +13,9 @@
 //
 // A response without a length (chunked, an event stream) is written in pieces
 // that fit uWS's cork buffer with their chunk framing, one cork and one send
-// each: uWS (v20.30 AsyncSocket::uncork) drops a larger write's bytes when the
-// framing corked before them cannot all be sent, as when the client is behind.
+// each: a larger write can lose its bytes (shared/uws-write.ts says how).
 import { RESPONSE_DROP, statusLine } from '../shared/http.js';
+import { CORK_PIECE_BYTES } from '../shared/uws-write.js';
 import type { ProxyExchange } from './exchange.js';
 import type { UpstreamBudget } from './upstream-pools.js';
 import { SseEndpointRewriter } from './sse-endpoint.js';
@@ -255,9 +255,9 @@ export class UpstreamResponse {
     if (data === null) return;
     const res = this.#ex.res;
     let at = 0;
-    if (!this.#headWritten && this.#headBytes() > PIECE_BYTES - MIN_PIECE_BYTES) res.cork(this.#writeHeadCorked);
+    if (!this.#headWritten && this.#headBytes() > CORK_PIECE_BYTES - MIN_PIECE_BYTES) res.cork(this.#writeHeadCorked);
     while (at < data.length) {
-      const room = this.#headWritten ? PIECE_BYTES : PIECE_BYTES - this.#headBytes();
+      const room = this.#headWritten ? CORK_PIECE_BYTES : CORK_PIECE_BYTES - this.#headBytes();
       this.#piece = at === 0 && data.length <= room ? data : data.subarray(at, at + room);
       at += this.#piece.length;
       if (keepLast && at === data.length) return;
@@ -508,11 +508,6 @@ export class UpstreamResponse {
 /** What one response gathers before it sends without waiting for the turn's end: four TLS records. */
 const GATHER_MAX_BYTES = 64 * 1024;
 
-/**
- * write() mode: the most one cork writes, framing included: uWS's cork buffer
- * is 16 KiB (LoopData::CORK_BUFFER_SIZE), its chunk framing up to 12 bytes.
- */
-const PIECE_BYTES = 16 * 1024 - 64;
 /** A head that leaves less room than this for its first piece goes in a cork of its own. */
 const MIN_PIECE_BYTES = 1024;
 

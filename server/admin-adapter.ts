@@ -6,6 +6,7 @@ import type { HttpRequest, HttpResponse } from 'uWebSockets.js';
 import type { AdminRequest, AdminResponse, StreamSink } from '../admin/http.js';
 import { MAX_ADMIN_BODY_BYTES } from '../admin/http.js';
 import { statusLine } from '../shared/http.js';
+import { writeInPieces } from '../shared/uws-write.js';
 import { answerAfterBody, answerAndClose, writeError } from './answers.js';
 import { readRequestHead, type HeadProblem, type RequestHeadTarget } from './request-head.js';
 
@@ -124,7 +125,8 @@ export function handleAdmin(res: HttpResponse, req: HttpRequest, admin: AdminHan
 /**
  * Writes a streamed response's head at once (an SSE comment ends it, since uWS
  * sends the head with the first write) and hands the body's writer to the
- * handler. Every write is corked (they come from timers and awaits); back-pressure:
+ * handler. Every write is corked, in pieces that fit uWS's cork buffer
+ * (shared/uws-write.ts; they come from timers and awaits); back-pressure:
  * once uWS refuses a write it buffers the rest, and past STREAM_MAX_BUFFERED_BYTES
  * the connection is closed instead of buffering on. Returns what onAborted calls.
  */
@@ -145,10 +147,7 @@ function openStream(res: HttpResponse, response: AdminResponse, stream: NonNulla
   const sink: StreamSink = {
     write(chunk) {
       if (over) return false;
-      let accepted = true;
-      res.cork(() => {
-        accepted = res.write(chunk);
-      });
+      const accepted = writeInPieces(res, chunk);
       if (blockedBytes >= 0) blockedBytes += chunk.length;
       else if (!accepted) {
         blockedBytes = chunk.length;

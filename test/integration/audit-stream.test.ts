@@ -5,6 +5,7 @@
 // a comment keeps an idle stream open, a split-mode proxy streams it from the
 // admin process, and a process with open streams stops promptly on SIGTERM.
 import { mkdtempSync, rmSync } from 'node:fs';
+import { get as httpGet } from 'node:http';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import t from 'tap';
@@ -132,6 +133,44 @@ t.test('a comment line keeps an idle stream open', async (t) => {
   const started = Date.now();
   t.ok(await s.comment('keepalive', 2, KEEPALIVE_MS * 4), `two keep-alive comments within ${KEEPALIVE_MS * 4} ms (AUDIT_STREAM_KEEPALIVE_MS=${KEEPALIVE_MS})`);
   t.ok(Date.now() - started >= KEEPALIVE_MS, 'spaced by the interval, not sent at once');
+});
+
+t.test('a subscriber that reads slowly gets every entry once, whole', async (t) => {
+  // The hub writes up to 64 KiB at a time; the adapter writes it in pieces that
+  // fit uWS's cork buffer (shared/uws-write.ts), since a larger write can lose
+  // its bytes when the client is behind. small-socket-buffers.test.ts runs this
+  // where the subscriber's socket is full most of the time.
+  const ids: string[] = [];
+  let text = '';
+  let failed: Error | null = null;
+  const req = httpGet(`${base}/audit/stream?agent_id=${agent.id}`, { headers: { accept: 'text/event-stream', ...owner.auth } }, (res) => {
+    res.setEncoding('utf8');
+    res.pause();
+    setTimeout(() => res.resume(), 1000); // behind from the start: the first batches wait in the proxy's socket
+    res.on('data', (chunk: string) => {
+      text += chunk;
+      res.pause();
+      setTimeout(() => res.resume(), 1); // then slowly, so that the service meets a full socket again and again
+    });
+    res.on('error', (err) => { failed = err; });
+  });
+  req.on('error', (err) => { failed = err; });
+  t.teardown(() => req.destroy());
+  await new Promise((r) => setTimeout(r, 200)); // subscribed
+  const reasoning = 'r'.repeat(3000);
+  for (let round = 0; round < 10; round++) {
+    const written = await Promise.all(Array.from({ length: 30 }, () => writeEntry(owner, agent.id, { reasoning })));
+    ids.push(...written.map((w) => w.id));
+  }
+  const seen = (): string[] => [...text.matchAll(/^id: (.+)$/gm)].map((m) => m[1]!);
+  const deadline = Date.now() + 15_000;
+  while (seen().length < ids.length && failed === null && Date.now() < deadline) await new Promise((r) => setTimeout(r, 100));
+  t.equal(failed, null, 'the response parsed to its end (its chunk framing intact)');
+  const got = seen();
+  t.equal(got.length, ids.length, `all ${ids.length} entries (about 1 MB of events)`);
+  t.strictSame([...got].sort(), [...ids].sort(), 'each once');
+  const datas = [...text.matchAll(/^data: (.+)$/gm)].map((m) => m[1]!);
+  t.ok(datas.every((d) => (JSON.parse(d) as { reasoning: string }).reasoning === reasoning), 'every event whole');
 });
 
 t.test('split mode: a proxy streams GET /audit/stream from the admin process', async (t) => {

@@ -1,4 +1,4 @@
-// The proxy's slow-client tests again, where the kernel gives each TCP socket a
+// The slow-client tests of the proxy and of the audit stream again, where the kernel gives each TCP socket a
 // send buffer of at most 64 KiB (as under memory pressure, or on a host tuned
 // small): the proxy then meets a full socket often, and uWS holds bytes the
 // client has not taken. Two faults showed only there (stream-response.ts):
@@ -17,32 +17,37 @@ import t from 'tap';
 
 const PROJECT_ROOT = fileURLToPath(new URL('../../', import.meta.url));
 const SETUP = 'ip link set lo up && sysctl -qw net.ipv4.tcp_wmem="4096 16384 65536" && exec "$@"';
-/** The tests of proxy.test.ts whose clients fall behind. */
-const SLOW_CLIENT_TESTS = '/reads slowly|always behind|quiet after a burst/';
+/** The tests whose clients fall behind: their file, a TAP_GREP that selects them, how many. */
+const SLOW_CLIENT_TESTS: readonly (readonly [file: string, grep: string, count: number])[] = [
+  ['test/integration/proxy.test.ts', '/reads slowly|always behind|quiet after a burst/', 3],
+  ['test/integration/audit-stream.test.ts', '/reads slowly/', 1],
+];
 
 const probe = spawnSync('unshare', ['--net', '--map-root-user', 'sh', '-c', SETUP, 'sh', 'true'], { encoding: 'utf8' });
 const unavailable = probe.error !== undefined || probe.status !== 0
   ? `cannot make a network namespace with small socket buffers here (unshare --net --map-root-user: ${probe.error?.message ?? probe.stderr.trim()})`
   : false;
 
-t.test('slow clients get every byte with 64 KiB socket send buffers', { skip: unavailable }, async (t) => {
-  const started = Date.now();
-  const child = spawn('unshare', ['--net', '--map-root-user', 'sh', '-c', SETUP, 'sh', process.execPath, ...process.execArgv, join(PROJECT_ROOT, 'test/integration/proxy.test.ts')], {
-    cwd: PROJECT_ROOT,
-    env: { ...process.env, TAP_GREP: SLOW_CLIENT_TESTS },
-    stdio: ['ignore', 'pipe', 'pipe'],
+for (const [file, grep, count] of SLOW_CLIENT_TESTS) {
+  t.test(`${file}: slow clients get every byte with 64 KiB socket send buffers`, { skip: unavailable }, async (t) => {
+    const started = Date.now();
+    const child = spawn('unshare', ['--net', '--map-root-user', 'sh', '-c', SETUP, 'sh', process.execPath, ...process.execArgv, join(PROJECT_ROOT, file)], {
+      cwd: PROJECT_ROOT,
+      env: { ...process.env, TAP_GREP: grep },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    let out = '';
+    child.stdout.setEncoding('utf8').on('data', (c: string) => { out += c; });
+    child.stderr.setEncoding('utf8').on('data', (c: string) => { out += c; });
+    const timer = setTimeout(() => child.kill('SIGKILL'), 90_000);
+    const code = await new Promise<number | null>((resolve) => child.once('exit', resolve));
+    clearTimeout(timer);
+    const ran = out.match(/^ok \d+ - (?!.*# SKIP).*$/gm) ?? [];
+    const failed = out.match(/^\s*not ok \d+ .*$/gm) ?? [];
+    t.comment(`in a namespace with small buffers: ${ran.length} tests passed, ${failed.length} assertions failed, exit ${code}, ${Date.now() - started} ms`);
+    t.equal(code, 0, 'they passed');
+    t.strictSame(failed, [], 'no failing assertion');
+    t.equal(ran.length, count, `all ${count} ran`);
+    if (code !== 0 || failed.length > 0) t.comment(out);
   });
-  let out = '';
-  child.stdout.setEncoding('utf8').on('data', (c: string) => { out += c; });
-  child.stderr.setEncoding('utf8').on('data', (c: string) => { out += c; });
-  const timer = setTimeout(() => child.kill('SIGKILL'), 90_000);
-  const code = await new Promise<number | null>((resolve) => child.once('exit', resolve));
-  clearTimeout(timer);
-  const ran = out.match(/^ok \d+ - (?!.*# SKIP).*$/gm) ?? [];
-  const failed = out.match(/^\s*not ok \d+ .*$/gm) ?? [];
-  t.comment(`proxy.test.ts's slow-client tests in a namespace with small buffers: ${ran.length} tests passed, ${failed.length} assertions failed, exit ${code}, ${Date.now() - started} ms`);
-  t.equal(code, 0, 'they passed');
-  t.strictSame(failed, [], 'no failing assertion');
-  t.equal(ran.length, 3, 'all three ran');
-  if (code !== 0 || failed.length > 0) t.comment(out);
-});
+}

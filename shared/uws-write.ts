@@ -1,0 +1,40 @@
+// How a chunked body (uWS's write()) is written safely: in pieces that fit
+// uWS's cork buffer with their chunk framing, one cork each.
+//
+// uWS v20.30 corks a write() chunk's framing; a chunk that does not fit the
+// 16 KiB cork buffer (LoopData::CORK_BUFFER_SIZE) goes through
+// AsyncSocket::uncork(src), which returns when the corked framing cannot all be
+// sent, as when the client is behind, without writing src: the client gets a
+// chunk header without its bytes (docs/performance.md, "Two uWS faults"). A
+// piece that fits is copied into the cork buffer, and what its uncork cannot
+// send uWS keeps. tryEnd (a known length) is not affected: it reports what it
+// did not take.
+import type { HttpResponse } from 'uWebSockets.js';
+
+/** The most one corked write() may carry: the cork buffer less the framing (up to 12 bytes) and a margin. */
+export const CORK_PIECE_BYTES = 16 * 1024 - 64;
+
+/**
+ * Writes a body chunk of any size, not corked yet, in pieces of at most
+ * CORK_PIECE_BYTES, one cork each; false when uWS holds bytes it could not send
+ * (it keeps them all: the client is behind).
+ */
+export function writeInPieces(res: HttpResponse, chunk: string | Uint8Array): boolean {
+  // A string's UTF-8 is at most 3 bytes a UTF-16 unit: short ones go as they are.
+  const bytes = typeof chunk === 'string' && chunk.length * 3 > CORK_PIECE_BYTES ? Buffer.from(chunk) : chunk;
+  if (typeof bytes === 'string' || bytes.length <= CORK_PIECE_BYTES) {
+    let accepted = true;
+    res.cork(() => {
+      accepted = res.write(bytes);
+    });
+    return accepted;
+  }
+  let accepted = true;
+  for (let at = 0; at < bytes.length; at += CORK_PIECE_BYTES) {
+    const piece = bytes.subarray(at, at + CORK_PIECE_BYTES);
+    res.cork(() => {
+      if (!res.write(piece)) accepted = false;
+    });
+  }
+  return accepted;
+}
