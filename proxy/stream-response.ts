@@ -32,6 +32,8 @@ export class UpstreamResponse {
   #status = 0;
   #rawHeaders: Buffer[] | null = null;
   #headWritten = false;
+  /** About what the head takes in uWS's cork buffer (uWS's own headers and framing included). */
+  #headBytes = 0;
   /** Content-Length of the upstream body, or -1 when it is chunked or close-delimited. */
   #length = -1;
   #resume: Resume | null = null;
@@ -59,9 +61,11 @@ export class UpstreamResponse {
   readonly #sendLastChunk = (): void => {
     this.#gathered.push(this.#lastChunk!);
     this.#lastChunk = null;
+    this.#largeHeadFirst();
     this.#ex.res.cork(this.#writeChunkCorked);
   };
   readonly #sendEnd = (): void => {
+    this.#largeHeadFirst();
     if (this.#length < 0 && !this.#headOnly) {
       // write() mode: the last gathered bytes and the endpoint rewriter's held
       // ones go, the last piece with the end (a small answer's body and end
@@ -78,7 +82,6 @@ export class UpstreamResponse {
     if (!this.#headWritten) this.#writeHead();
     if (!this.#ex.res.write(this.#piece)) this.#backpressured = true;
   };
-  readonly #writeHeadCorked = (): void => this.#writeHead();
 
   /** Tries the target's next checked address after a refused connection; false when none is left. */
   readonly #retry: (() => boolean) | null;
@@ -107,8 +110,10 @@ export class UpstreamResponse {
     this.#status = status;
     this.#rawHeaders = rawHeaders;
     let eventStream = false;
+    let headBytes = HEAD_OVERHEAD_BYTES;
     for (let i = 0; i < rawHeaders.length; i += 2) {
       const name = rawHeaders[i]!;
+      headBytes += name.length + rawHeaders[i + 1]!.length + 4;
       if (name.length === 14 && name.toString('latin1').toLowerCase() === 'content-length') {
         const length = Number(rawHeaders[i + 1]!.toString('latin1'));
         this.#length = Number.isSafeInteger(length) && length >= 0 ? length : -1;
@@ -119,6 +124,9 @@ export class UpstreamResponse {
         if (id.length <= 256) this.#ex.mcpSessionId = id; // the server's answer to initialize names the session
       }
     }
+    const extra = this.#ex.answerHeaders;
+    if (extra !== null) for (let i = 0; i < extra.length; i++) headBytes += Buffer.byteLength(extra[i]!) + 2;
+    this.#headBytes = headBytes;
     this.#resume = resume;
     this.#ex.statusCode = status;
     this.#ex.upstreamMs = performance.now() - this.#ex.forwardedAt;
@@ -132,6 +140,7 @@ export class UpstreamResponse {
       // be seconds away). uWS sends a head only together with body bytes, so it
       // goes with an SSE comment line (":"), which every event-stream parser
       // ignores (WHATWG HTML §9.2.6).
+      this.#largeHeadFirst();
       this.#ex.res.cork(() => this.#openStream());
     }
     return true;
@@ -139,7 +148,7 @@ export class UpstreamResponse {
 
   /** Runs corked. */
   #openStream(): void {
-    this.#writeHead();
+    if (!this.#headWritten) this.#writeHead();
     this.#ex.res.write(SSE_OPENING);
   }
 
@@ -239,8 +248,20 @@ export class UpstreamResponse {
   /** Sends the gathered chunks, unless the client is behind (then onWritable does). Not corked. */
   #flush(): void {
     if (this.#pending !== null || this.#backpressured || this.#gathered.length === 0) return;
+    this.#largeHeadFirst();
     if (this.#length >= 0 && !this.#headOnly) this.#ex.res.cork(this.#writeChunkCorked);
     else this.#writePieces(true);
+  }
+
+  /**
+   * A head that would not leave a piece room in uWS's cork buffer is written
+   * now, not corked: uWS then sends each of its parts at once and keeps what
+   * the socket cannot take, where a corked one could lose a part
+   * (shared/uws-write.ts). Rare (heads run to a few hundred bytes), and a few
+   * sends more when it happens.
+   */
+  #largeHeadFirst(): void {
+    if (!this.#headWritten && this.#headBytes > CORK_PIECE_BYTES - MIN_PIECE_BYTES) this.#writeHead();
   }
 
   /**
@@ -255,9 +276,8 @@ export class UpstreamResponse {
     if (data === null) return;
     const res = this.#ex.res;
     let at = 0;
-    if (!this.#headWritten && this.#headBytes() > CORK_PIECE_BYTES - MIN_PIECE_BYTES) res.cork(this.#writeHeadCorked);
     while (at < data.length) {
-      const room = this.#headWritten ? CORK_PIECE_BYTES : CORK_PIECE_BYTES - this.#headBytes();
+      const room = this.#headWritten ? CORK_PIECE_BYTES : CORK_PIECE_BYTES - this.#headBytes;
       this.#piece = at === 0 && data.length <= room ? data : data.subarray(at, at + room);
       at += this.#piece.length;
       if (keepLast && at === data.length) return;
@@ -272,15 +292,6 @@ export class UpstreamResponse {
     if (this.#backpressured) this.#hookWritable();
   }
 
-  /** About what the response's head takes in uWS's cork buffer (its own headers and framing included). */
-  #headBytes(): number {
-    let bytes = 160;
-    const raw = this.#rawHeaders!;
-    for (let i = 0; i < raw.length; i++) bytes += raw[i]!.length + 2;
-    const extra = this.#ex.answerHeaders;
-    if (extra !== null) for (let i = 0; i < extra.length; i++) bytes += extra[i]!.length + 2;
-    return bytes;
-  }
 
   /** The gathered chunks as one buffer; null when there are none. */
   #takeGathered(): Buffer | null {
@@ -406,12 +417,7 @@ export class UpstreamResponse {
   }
 
   #onWritable(offset: number): boolean {
-    if (this.#ex.aborted) return true;
-    if (this.#ex.finished) {
-      // The answer is complete; uWS may still hold its last bytes: drain them (see below).
-      this.#ex.res.cork(NOTHING);
-      return true;
-    }
+    if (this.#ex.aborted || this.#ex.finished) return true;
     const pending = this.#pending;
     if (pending === null) {
       // write() mode, or bytes uWS took into its cork buffer and could not all
@@ -424,7 +430,7 @@ export class UpstreamResponse {
       this.#backpressured = false;
       if (this.#gathered.length > 0) this.#flush();
       else this.#ex.res.cork(NOTHING);
-      if (!this.#backpressured && !this.#ended) this.#resumeUpstream();
+      if (this.#pending === null && !this.#backpressured && !this.#ended) this.#resumeUpstream();
       return true;
     }
     const [ok, done] = this.#ex.res.tryEnd(pending.subarray(offset - this.#pendingOffset), this.#length);
@@ -508,8 +514,10 @@ export class UpstreamResponse {
 /** What one response gathers before it sends without waiting for the turn's end: four TLS records. */
 const GATHER_MAX_BYTES = 64 * 1024;
 
-/** A head that leaves less room than this for its first piece goes in a cork of its own. */
+/** A head that leaves less room than this for a first piece is written before any cork (#largeHeadFirst). */
 const MIN_PIECE_BYTES = 1024;
+/** What uWS adds to a head (status line, Date, its mark, Transfer-Encoding or Content-Length, the blank line), with room to spare. */
+const HEAD_OVERHEAD_BYTES = 160;
 
 /** Responses that gathered chunks this turn; one setImmediate sends them all. */
 let gatheredResponses: UpstreamResponse[] = [];

@@ -8,11 +8,16 @@
 // chunk header without its bytes (docs/performance.md, "Two uWS faults"). A
 // piece that fits is copied into the cork buffer, and what its uncork cannot
 // send uWS keeps. tryEnd (a known length) is not affected: it reports what it
-// did not take.
+// did not take. end(body) is: a large body is ended outside a cork.
 import type { HttpResponse } from 'uWebSockets.js';
 
 /** The most one corked write() may carry: the cork buffer less the framing (up to 12 bytes) and a margin. */
 export const CORK_PIECE_BYTES = 16 * 1024 - 64;
+
+/** Whether a chunk surely fits one corked write (a string's UTF-8 is at most 3 bytes a UTF-16 unit). */
+export function fitsOneCork(chunk: string | Uint8Array): boolean {
+  return (typeof chunk === 'string' ? chunk.length * 3 : chunk.length) <= CORK_PIECE_BYTES;
+}
 
 /**
  * Writes a body chunk of any size, not corked yet, in pieces of at most
@@ -20,16 +25,14 @@ export const CORK_PIECE_BYTES = 16 * 1024 - 64;
  * (it keeps them all: the client is behind).
  */
 export function writeInPieces(res: HttpResponse, chunk: string | Uint8Array): boolean {
-  // A string's UTF-8 is at most 3 bytes a UTF-16 unit: short ones go as they are.
-  const bytes = typeof chunk === 'string' && chunk.length * 3 > CORK_PIECE_BYTES ? Buffer.from(chunk) : chunk;
-  if (typeof bytes === 'string' || bytes.length <= CORK_PIECE_BYTES) {
-    let accepted = true;
+  let accepted = true;
+  if (fitsOneCork(chunk)) {
     res.cork(() => {
-      accepted = res.write(bytes);
+      accepted = res.write(chunk);
     });
     return accepted;
   }
-  let accepted = true;
+  const bytes = typeof chunk === 'string' ? Buffer.from(chunk) : chunk;
   for (let at = 0; at < bytes.length; at += CORK_PIECE_BYTES) {
     const piece = bytes.subarray(at, at + CORK_PIECE_BYTES);
     res.cork(() => {

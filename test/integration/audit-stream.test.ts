@@ -143,7 +143,10 @@ t.test('a subscriber that reads slowly gets every entry once, whole', async (t) 
   const ids: string[] = [];
   let text = '';
   let failed: Error | null = null;
+  let subscribed!: () => void;
+  const headArrived = new Promise<void>((resolve) => { subscribed = resolve; });
   const req = httpGet(`${base}/audit/stream?agent_id=${agent.id}`, { headers: { accept: 'text/event-stream', ...owner.auth } }, (res) => {
+    subscribed(); // the head is sent once the subscription is in place
     res.setEncoding('utf8');
     res.pause();
     setTimeout(() => res.resume(), 1000); // behind from the start: the first batches wait in the proxy's socket
@@ -156,7 +159,7 @@ t.test('a subscriber that reads slowly gets every entry once, whole', async (t) 
   });
   req.on('error', (err) => { failed = err; });
   t.teardown(() => req.destroy());
-  await new Promise((r) => setTimeout(r, 200)); // subscribed
+  await headArrived;
   const reasoning = 'r'.repeat(3000);
   for (let round = 0; round < 10; round++) {
     const written = await Promise.all(Array.from({ length: 30 }, () => writeEntry(owner, agent.id, { reasoning })));

@@ -343,6 +343,29 @@ t.test('a client that is always behind gets a chunked answer of uneven pieces wh
   t.equal(row.output_hash, createHash('sha256').update(expected).digest('hex'), 'the audit\'s hash is of what the client got');
 });
 
+t.test('a head larger than uWS\'s cork buffer arrives whole, with its body (Content-Length, chunked, event stream)', async (t) => {
+  // Such a head is written before any cork (stream-response.ts, #largeHeadFirst).
+  const agent = await createAgent(base, owner, 'big-head');
+  const n = 100_000;
+  for (const query of ['', '&chunked=1', '&sse=1']) {
+    // node:http, with room for the head (fetch stops at 16 KiB).
+    const res = await new Promise<{ status: number; headers: Record<string, unknown>; body: Buffer }>((resolve, reject) => {
+      httpGet(`${base}/proxy/${agent.api_key}/${upstream.authority}/big-head?n=${n}${query}`, { maxHeaderSize: 64 * 1024 }, (r) => {
+        const chunks: Buffer[] = [];
+        r.on('data', (c: Buffer) => chunks.push(c));
+        r.on('end', () => resolve({ status: r.statusCode ?? 0, headers: r.headers, body: Buffer.concat(chunks) }));
+        r.on('error', reject);
+      }).on('error', reject);
+    });
+    t.equal(res.status, 200, `${query || 'Content-Length'}: status`);
+    t.equal(res.headers['x-big'], 'b'.repeat(20_000), `${query || 'Content-Length'}: the large header`);
+    t.equal(res.headers['x-after'], 'still here', `${query || 'Content-Length'}: the header after it`);
+    const body = res.body;
+    const expected = query === '&sse=1' ? Buffer.concat([Buffer.from(':\n'), patternBytes(n)]) : patternBytes(n);
+    t.ok(body.equals(expected), `${query || 'Content-Length'}: the body`);
+  }
+});
+
 t.test('a stream that goes quiet after a burst reaches a client that was behind, without waiting for more', async (t) => {
   // The client reads nothing while 8 MiB go by, so uWS keeps part of them; then
   // the upstream sends END and stays quiet for 5 s. uWS does not drain its own
@@ -357,10 +380,12 @@ t.test('a stream that goes quiet after a burst reaches a client that was behind,
   const started = Date.now();
   let tail = '';
   let bytes = 0;
+  const raw: Buffer[] = [];
   const ended = await new Promise<boolean>((resolve) => {
     const timer = setTimeout(() => resolve(false), 3000);
     socket.on('data', (chunk: Buffer) => {
       bytes += chunk.length;
+      raw.push(chunk);
       // Slowly, so that the proxy meets a full socket again and again, up to the end.
       socket.pause();
       setTimeout(() => socket.resume(), 1);
@@ -375,7 +400,24 @@ t.test('a stream that goes quiet after a burst reaches a client that was behind,
   socket.destroy();
   t.ok(ended, `END arrived ${Date.now() - started} ms after the client read again (${bytes} bytes), before the upstream's end at 5 s`);
   t.ok(bytes > n, 'with every byte before it');
+  const body = dechunk(Buffer.concat(raw));
+  t.ok(body.equals(Buffer.concat([Buffer.from(':\n'), patternBytes(n), Buffer.from('END\n')])), 'each once, in order, in intact chunks');
 });
+
+/** The body of a raw chunked HTTP/1.1 response (head and all), as far as it came. */
+function dechunk(raw: Buffer): Buffer {
+  const parts: Buffer[] = [];
+  let at = raw.indexOf('\r\n\r\n') + 4;
+  for (;;) {
+    const lineEnd = raw.indexOf('\r\n', at);
+    if (lineEnd < 0) break;
+    const size = parseInt(raw.subarray(at, lineEnd).toString('latin1'), 16);
+    if (!(size > 0) || lineEnd + 2 + size > raw.length) break;
+    parts.push(raw.subarray(lineEnd + 2, lineEnd + 2 + size));
+    at = lineEnd + 2 + size + 2;
+  }
+  return Buffer.concat(parts);
+}
 
 t.test('chunked and server-sent-event responses arrive as they are produced', async (t) => {
   const agent = await createAgent(base, owner, 'sse');

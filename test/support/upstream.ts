@@ -88,6 +88,17 @@ export const DEFAULT_ROUTES: Record<string, Route> = {
     res.setHeader('content-type', 'application/octet-stream');
     writeInPieces(res, patternBytes(Number(requestUrl(req).searchParams.get('n') ?? '1024')), () => res.end(), UNEVEN_PIECES, true);
   },
+  '/big-head': (req, res) => {
+    // A 20 KiB head (larger than uWS's 16 KiB cork buffer) over ?n= body bytes: with a
+    // Content-Length, chunked (?chunked=1) or as an event stream (?sse=1).
+    const query = requestUrl(req).searchParams;
+    const body = patternBytes(Number(query.get('n') ?? '1024'));
+    res.setHeader('x-big', 'b'.repeat(20_000));
+    res.setHeader('x-after', 'still here');
+    if (query.get('sse') === '1') res.setHeader('content-type', 'text/event-stream');
+    if (query.get('chunked') === '1' || query.get('sse') === '1') writeInPieces(res, body, () => res.end());
+    else res.end(body);
+  },
   '/chunked': (_req, res) => {
     res.setHeader('content-type', 'text/plain');
     res.write('one,');
