@@ -6,15 +6,14 @@
 // The server runs in a child process, so this process never opens chDB, except
 // in the one in-process subtest (pause/resume), which uses its own data directory.
 import { entryHash } from '../../shared/audit/entry-json.js';
-import { spawn } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { fileURLToPath } from 'node:url';
 import { gzipSync } from 'node:zlib';
 import t from 'tap';
 import { auditRecord as record } from '../support/audit-records.js';
+import { runTestFileInChild } from '../support/test-file-in-child.js';
 import { ClickHouseError, ClickHouseLogLevel, createClient, TupleParam } from '@clickhouse/client';
 import { ClickHouseAuditStore } from '../../shared/stores/clickhouse/clickhouse-audit-store.js';
 import {
@@ -27,7 +26,6 @@ import {
 const USER = 'guard';
 const PASSWORD = "s3cret pa:ss'word";
 const DATABASE = 'guard_audit';
-const PROJECT_ROOT = fileURLToPath(new URL('../../', import.meta.url));
 
 const dataDir = mkdtempSync(join(tmpdir(), 'ch-http-server-test-'));
 let server: SpawnedClickHouseHttpServer | null = null;
@@ -343,19 +341,8 @@ t.test('the shared audit-store suite passes against the server', async (t) => {
   // The suite's own file, with CLICKHOUSE_URL set and only its "ClickHouse server"
   // test selected (TAP_GREP), so that child never loads chDB either.
   const started = Date.now();
-  const child = spawn(process.execPath, [...process.execArgv, join(PROJECT_ROOT, 'test/integration/audit-store.test.ts')], {
-    cwd: PROJECT_ROOT,
-    env: { ...process.env, CLICKHOUSE_URL: STORE_URL, TAP_GREP: '/^ClickHouse server$/' },
-    stdio: ['ignore', 'pipe', 'pipe'],
-  });
-  let out = '';
-  child.stdout.setEncoding('utf8').on('data', (c: string) => { out += c; });
-  child.stderr.setEncoding('utf8').on('data', (c: string) => { out += c; });
-  const timer = setTimeout(() => child.kill('SIGKILL'), 50_000);
-  const code = await new Promise<number | null>((resolve) => child.once('exit', resolve));
-  clearTimeout(timer);
+  const { code, out, failed } = await runTestFileInChild('test/integration/audit-store.test.ts', { CLICKHOUSE_URL: STORE_URL, TAP_GREP: '/^ClickHouse server$/' }, 50_000);
   const passed = out.match(/^\s*ok \d+ /gm)?.length ?? 0;
-  const failed = out.match(/^\s*not ok \d+ /gm) ?? [];
   t.comment(`shared suite against the server: ${passed} ok, ${failed.length} not ok, exit ${code}, ${Date.now() - started} ms`);
   for (const line of out.split('\n').filter((l) => /# (insert|list|report) /.test(l))) t.comment(line.trim());
   t.equal(code, 0, 'the suite passed');

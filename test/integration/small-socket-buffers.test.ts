@@ -10,12 +10,10 @@
 // The buffer limit is a sysctl of the network namespace, so the tests run in a
 // namespace of their own (`unshare --net --map-root-user`), where only loopback
 // exists: the upstream, the proxy and the client all stay in it.
-import { spawn, spawnSync } from 'node:child_process';
-import { join } from 'node:path';
-import { fileURLToPath } from 'node:url';
+import { spawnSync } from 'node:child_process';
 import t from 'tap';
+import { runTestFileInChild } from '../support/test-file-in-child.js';
 
-const PROJECT_ROOT = fileURLToPath(new URL('../../', import.meta.url));
 const SETUP = 'ip link set lo up && sysctl -qw net.ipv4.tcp_wmem="4096 16384 65536" && exec "$@"';
 /** The tests whose clients fall behind: their file, a TAP_GREP that selects them, how many. */
 const SLOW_CLIENT_TESTS: readonly (readonly [file: string, grep: string, count: number])[] = [
@@ -31,19 +29,7 @@ const unavailable = probe.error !== undefined || probe.status !== 0
 for (const [file, grep, count] of SLOW_CLIENT_TESTS) {
   t.test(`${file}: slow clients get every byte with 64 KiB socket send buffers`, { skip: unavailable }, async (t) => {
     const started = Date.now();
-    const child = spawn('unshare', ['--net', '--map-root-user', 'sh', '-c', SETUP, 'sh', process.execPath, ...process.execArgv, join(PROJECT_ROOT, file)], {
-      cwd: PROJECT_ROOT,
-      env: { ...process.env, TAP_GREP: grep },
-      stdio: ['ignore', 'pipe', 'pipe'],
-    });
-    let out = '';
-    child.stdout.setEncoding('utf8').on('data', (c: string) => { out += c; });
-    child.stderr.setEncoding('utf8').on('data', (c: string) => { out += c; });
-    const timer = setTimeout(() => child.kill('SIGKILL'), 90_000);
-    const code = await new Promise<number | null>((resolve) => child.once('exit', resolve));
-    clearTimeout(timer);
-    const ran = out.match(/^ok \d+ - (?!.*# SKIP).*$/gm) ?? [];
-    const failed = out.match(/^\s*not ok \d+ .*$/gm) ?? [];
+    const { code, out, passed: ran, failed } = await runTestFileInChild(file, { TAP_GREP: grep }, 90_000, ['unshare', '--net', '--map-root-user', 'sh', '-c', SETUP, 'sh']);
     t.comment(`in a namespace with small buffers: ${ran.length} tests passed, ${failed.length} assertions failed, exit ${code}, ${Date.now() - started} ms`);
     t.equal(code, 0, 'they passed');
     t.strictSame(failed, [], 'no failing assertion');
