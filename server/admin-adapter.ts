@@ -6,7 +6,7 @@ import type { HttpRequest, HttpResponse } from 'uWebSockets.js';
 import type { AdminRequest, AdminResponse, StreamSink } from '../admin/http.js';
 import { MAX_ADMIN_BODY_BYTES } from '../admin/http.js';
 import { statusLine } from '../shared/http.js';
-import { fitsOneCork, writeInPieces } from '../shared/uws-write.js';
+import { answerWhole, writeInPieces } from '../shared/uws-write.js';
 import { answerAfterBody, answerAndClose, writeError } from './answers.js';
 import { readRequestHead, type HeadProblem, type RequestHeadTarget } from './request-head.js';
 
@@ -84,21 +84,22 @@ export function handleAdmin(res: HttpResponse, req: HttpRequest, admin: AdminHan
       streamClosed = openStream(res, response, response.stream);
       return;
     }
-    // A body larger than uWS's cork buffer is ended outside the head's cork:
-    // uWS then writes it straight to the socket and keeps what the client
-    // cannot take yet, where a corked one could lose it (shared/uws-write.ts).
-    const large = !fitsOneCork(response.body);
-    res.cork(() => {
+    const head = (): void => {
       res.writeStatus(statusLine(response.status));
       for (const name in response.headers) res.writeHeader(name, response.headers[name]!);
-      if (response.status === 204 || response.status === 304) res.endWithoutBody();
-      else if (request.method === 'HEAD') {
+    };
+    if (response.status !== 204 && response.status !== 304 && request.method !== 'HEAD') {
+      answerWhole(res, head, response.body); // a large body outside the head's cork (shared/uws-write.ts)
+      return;
+    }
+    res.cork(() => {
+      head();
+      if (request.method === 'HEAD' && response.status !== 204 && response.status !== 304) {
         // By hand: uWS's endWithoutBody(length) leaves the connection unusable.
-        res.writeHeader('content-length', String(Buffer.byteLength(response.body))).endWithoutBody();
+        res.writeHeader('content-length', String(Buffer.byteLength(response.body)));
       }
-      else if (!large) res.end(response.body);
+      res.endWithoutBody();
     });
-    if (large && response.status !== 204 && response.status !== 304 && request.method !== 'HEAD' && !aborted) res.end(response.body);
   };
   if (!(head.contentLength > 0 || head.chunked)) {
     void admin(request).then(respond);

@@ -10,6 +10,7 @@ import type { TemplatedApp, us_listen_socket } from 'uWebSockets.js';
 import { ProxyExchange } from '../proxy/exchange.js';
 import type { ProxyPipeline } from '../proxy/pipeline.js';
 import { RequestBody } from '../proxy/request-body.js';
+import { answerWhole } from '../shared/uws-write.js';
 import { handleAdmin, type AdminHandler } from './admin-adapter.js';
 import { answerAfterBody, answerAndClose, writeError } from './answers.js';
 import { readRequestHead } from './request-head.js';
@@ -97,7 +98,7 @@ export function listen(uws: Uws, options: ListenOptions): Promise<Listener> {
     });
     metrics.text().then(
       (text) => {
-        if (!aborted) res.cork(() => res.writeHeader('content-type', metrics.contentType).end(text));
+        if (!aborted) answerWhole(res, () => res.writeHeader('content-type', metrics.contentType), text);
       },
       (err: unknown) => {
         // A collector that throws is answered, not left as an unhandled rejection (which ends the process).

@@ -8,7 +8,7 @@
 // chunk header without its bytes (docs/performance.md, "Two uWS faults"). A
 // piece that fits is copied into the cork buffer, and what its uncork cannot
 // send uWS keeps. tryEnd (a known length) is not affected: it reports what it
-// did not take. end(body) is: a large body is ended outside a cork.
+// did not take. end(body) is: a large body is ended outside a cork (answerWhole).
 import type { HttpResponse } from 'uWebSockets.js';
 
 /** The most one corked write() may carry: the cork buffer less the framing (up to 12 bytes) and a margin. */
@@ -40,4 +40,19 @@ export function writeInPieces(res: HttpResponse, chunk: string | Uint8Array): bo
     });
   }
   return accepted;
+}
+
+/**
+ * Answers with a head (`head` writes its status and headers) and a whole body,
+ * not corked yet: a body that fits one cork leaves with the head, in one send;
+ * a larger one is ended after the head's cork, so that uWS writes it straight
+ * to the socket and keeps what the client cannot take yet.
+ */
+export function answerWhole(res: HttpResponse, head: () => void, body: string | Uint8Array): void {
+  const large = !fitsOneCork(body);
+  res.cork(() => {
+    head();
+    if (!large) res.end(body);
+  });
+  if (large) res.end(body);
 }

@@ -2,6 +2,7 @@
 import t from 'tap';
 import { mkdtempSync, readdirSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
+import { connect as netConnect } from 'node:net';
 import { join } from 'node:path';
 import { api, createAgent, eventually, signup, startTestService } from '../support/service.js';
 import { spawnService } from '../support/spawn-service.js';
@@ -106,6 +107,44 @@ t.test('GET /openapi.json serves the OpenAPI document', async (t) => {
   const doc = (await res.json()) as any;
   t.equal(doc.openapi, '3.1.0');
   t.ok(doc.paths['/agents'], 'documents the admin API');
+});
+
+t.test('pipelined requests for the OpenAPI document from a client that reads late each get it whole', async (t) => {
+  // The document (~175 KB) is larger than uWS's cork buffer, and each answer
+  // must arrive whole even when the ones before it fill the socket (uWS answers
+  // pipelined requests of a synchronous route in turn; an asynchronous route's
+  // are not served: uWS closes the connection). small-socket-buffers.test.ts
+  // runs this where the socket fills.
+  const count = 4;
+  const socket = netConnect(service.port, '127.0.0.1');
+  await new Promise<void>((r) => socket.once('connect', () => r()));
+  socket.pause();
+  socket.write('GET /openapi.json HTTP/1.1\r\nHost: x\r\n\r\n'.repeat(count));
+  await new Promise((r) => setTimeout(r, 500));
+  const bodies: Buffer[] = [];
+  let raw = Buffer.alloc(0);
+  await new Promise<void>((resolve) => {
+    const timer = setTimeout(resolve, 10_000);
+    socket.on('data', (chunk: Buffer) => {
+      raw = Buffer.concat([raw, chunk]);
+      for (;;) {
+        const headEnd = raw.indexOf('\r\n\r\n');
+        if (headEnd < 0) break;
+        const length = Number(/content-length: (\d+)/i.exec(raw.subarray(0, headEnd).toString('latin1'))?.[1] ?? NaN);
+        if (!(length >= 0) || raw.length < headEnd + 4 + length) break;
+        bodies.push(raw.subarray(headEnd + 4, headEnd + 4 + length));
+        raw = raw.subarray(headEnd + 4 + length);
+      }
+      if (bodies.length === count) {
+        clearTimeout(timer);
+        resolve();
+      }
+    });
+    socket.resume();
+  });
+  socket.destroy();
+  t.equal(bodies.length, count, `${count} answers (got ${bodies.length}, ${raw.length} bytes left)`);
+  t.ok(bodies.every((b) => (JSON.parse(b.toString('utf8')) as { openapi: string }).openapi === '3.1.0'), 'each the whole document');
 });
 
 t.test('METRICS_ENABLED=false: no /metrics, and the proxy still works', async (t) => {

@@ -1,7 +1,7 @@
-// The slow-client tests of the proxy and of the audit stream again, where the kernel gives each TCP socket a
-// send buffer of at most 64 KiB (as under memory pressure, or on a host tuned
-// small): the proxy then meets a full socket often, and uWS holds bytes the
-// client has not taken. Two faults showed only there (stream-response.ts):
+// The slow-client tests of the proxy, the audit stream and the OpenAPI
+// document again, where the kernel gives each TCP socket a send buffer of at
+// most 64 KiB (as under memory pressure, or on a host tuned small): the service
+// then meets a full socket often, and uWS holds bytes the client has not taken. Two faults showed only there (stream-response.ts):
 // uWS dropped a write larger than its cork buffer when the framing corked
 // before it could not all be sent, and held its last bytes when nothing more
 // came from the upstream. With the host's large buffers they were rare (one CI
@@ -19,6 +19,7 @@ const SETUP = 'ip link set lo up && sysctl -qw net.ipv4.tcp_wmem="4096 16384 655
 const SLOW_CLIENT_TESTS: readonly (readonly [file: string, grep: string, count: number])[] = [
   ['test/integration/proxy.test.ts', '/reads slowly|always behind|quiet after a burst/', 3],
   ['test/integration/audit-stream.test.ts', '/reads slowly/', 1],
+  ['test/integration/operability.test.ts', '/reads late/', 1],
 ];
 
 const probe = spawnSync('unshare', ['--net', '--map-root-user', 'sh', '-c', SETUP, 'sh', 'true'], { encoding: 'utf8' });
