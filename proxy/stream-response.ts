@@ -61,8 +61,7 @@ export class UpstreamResponse {
   readonly #sendLastChunk = (): void => {
     this.#gathered.push(this.#lastChunk!);
     this.#lastChunk = null;
-    this.#largeHeadFirst();
-    this.#ex.res.cork(this.#writeChunkCorked);
+    this.#flush();
   };
   readonly #sendEnd = (): void => {
     this.#largeHeadFirst();
@@ -201,13 +200,13 @@ export class UpstreamResponse {
     }
     this.#gathered.push(chunk);
     this.#gatheredBytes += chunk.length;
-    const blocked = this.#pending !== null || this.#backpressured;
+    const blocked = this.#blocked;
     if (!blocked && this.#gatheredBytes >= GATHER_MAX_BYTES) {
       // libuv reads a socket up to 32 times a turn: a fast upstream can hand
       // over megabytes before the turn ends. They go now, and a client that
       // cannot take them pauses the upstream at once, as without gathering.
       this.#flush();
-      return this.#pending === null && !this.#backpressured;
+      return !this.#blocked;
     }
     if (!blocked && !this.#gatheredScheduled) {
       this.#gatheredScheduled = true;
@@ -245,9 +244,14 @@ export class UpstreamResponse {
     this.#flush();
   }
 
+  /** The client is behind: uWS holds bytes of ours (a tryEnd's rest, or write()s it reported). */
+  get #blocked(): boolean {
+    return this.#pending !== null || this.#backpressured;
+  }
+
   /** Sends the gathered chunks, unless the client is behind (then onWritable does). Not corked. */
   #flush(): void {
-    if (this.#pending !== null || this.#backpressured || this.#gathered.length === 0) return;
+    if (this.#blocked || this.#gathered.length === 0) return;
     this.#largeHeadFirst();
     if (this.#length >= 0 && !this.#headOnly) this.#ex.res.cork(this.#writeChunkCorked);
     else this.#writePieces(true);
@@ -291,7 +295,6 @@ export class UpstreamResponse {
     this.#piece = EMPTY;
     if (this.#backpressured) this.#hookWritable();
   }
-
 
   /** The gathered chunks as one buffer; null when there are none. */
   #takeGathered(): Buffer | null {
@@ -430,7 +433,7 @@ export class UpstreamResponse {
       this.#backpressured = false;
       if (this.#gathered.length > 0) this.#flush();
       else this.#ex.res.cork(NOTHING);
-      if (this.#pending === null && !this.#backpressured && !this.#ended) this.#resumeUpstream();
+      if (!this.#blocked && !this.#ended) this.#resumeUpstream();
       return true;
     }
     const [ok, done] = this.#ex.res.tryEnd(pending.subarray(offset - this.#pendingOffset), this.#length);

@@ -281,10 +281,14 @@ t.test('byte-identical 1 MiB bodies both ways (streamed)', async (t) => {
   t.equal(upload.request_bytes, payload.length);
 });
 
-/** GETs url, pausing `pauseMs` after every `pauseEvery` bytes read, so that the proxy meets a client that is behind. */
-function readSlowly(url: string, pauseEvery = 1024 * 1024, pauseMs = 20): Promise<{ status: number; headers: Record<string, unknown>; body: Buffer }> {
+/**
+ * GETs url with node:http (room for a 64 KiB head; fetch stops at 16 KiB),
+ * pausing `pauseMs` after every `pauseEvery` bytes read, so that the proxy
+ * meets a client that is behind (by default it reads at once).
+ */
+function download(url: string, pauseEvery = Infinity, pauseMs = 0): Promise<{ status: number; headers: Record<string, unknown>; body: Buffer }> {
   return new Promise((resolve, reject) => {
-    httpGet(url, (res) => {
+    httpGet(url, { maxHeaderSize: 64 * 1024 }, (res) => {
       const chunks: Buffer[] = [];
       let sincePause = 0;
       res.on('data', (chunk: Buffer) => {
@@ -309,12 +313,12 @@ t.test('a client that reads slowly gets a large answer whole and in order (Conte
   const n = 16 * 1024 * 1024 + 3;
   const expected = patternBytes(n);
   const sha = createHash('sha256').update(expected).digest('hex');
-  const sized = await readSlowly(`${base}/proxy/${agent.api_key}/${upstream.authority}/bytes?n=${n}`);
+  const sized = await download(`${base}/proxy/${agent.api_key}/${upstream.authority}/bytes?n=${n}`, 1024 * 1024, 20);
   t.equal(sized.status, 200);
   t.equal(sized.headers['content-length'], String(n), 'the upstream\'s length');
   t.equal(sized.body.length, n);
   t.ok(sized.body.equals(expected), 'Content-Length answer identical');
-  const chunked = await readSlowly(`${base}/proxy/${agent.api_key}/${upstream.authority}/bytes-chunked?n=${n}`);
+  const chunked = await download(`${base}/proxy/${agent.api_key}/${upstream.authority}/bytes-chunked?n=${n}`, 1024 * 1024, 20);
   t.equal(chunked.status, 200);
   t.equal(chunked.headers['transfer-encoding'], 'chunked');
   t.equal(chunked.body.length, n);
@@ -334,7 +338,7 @@ t.test('a client that is always behind gets a chunked answer of uneven pieces wh
   const agent = await createAgent(base, owner, 'uneven-reader', 'hash');
   const n = 8 * 1024 * 1024 + 5;
   const expected = patternBytes(n);
-  const got = await readSlowly(`${base}/proxy/${agent.api_key}/${upstream.authority}/bytes-uneven?n=${n}`, 1, 1);
+  const got = await download(`${base}/proxy/${agent.api_key}/${upstream.authority}/bytes-uneven?n=${n}`, 1, 1);
   t.equal(got.status, 200);
   t.equal(got.headers['transfer-encoding'], 'chunked');
   t.equal(got.body.length, n, 'every byte');
@@ -348,15 +352,7 @@ t.test('a head larger than uWS\'s cork buffer arrives whole, with its body (Cont
   const agent = await createAgent(base, owner, 'big-head');
   const n = 100_000;
   for (const query of ['', '&chunked=1', '&sse=1']) {
-    // node:http, with room for the head (fetch stops at 16 KiB).
-    const res = await new Promise<{ status: number; headers: Record<string, unknown>; body: Buffer }>((resolve, reject) => {
-      httpGet(`${base}/proxy/${agent.api_key}/${upstream.authority}/big-head?n=${n}${query}`, { maxHeaderSize: 64 * 1024 }, (r) => {
-        const chunks: Buffer[] = [];
-        r.on('data', (c: Buffer) => chunks.push(c));
-        r.on('end', () => resolve({ status: r.statusCode ?? 0, headers: r.headers, body: Buffer.concat(chunks) }));
-        r.on('error', reject);
-      }).on('error', reject);
-    });
+    const res = await download(`${base}/proxy/${agent.api_key}/${upstream.authority}/big-head?n=${n}${query}`);
     t.equal(res.status, 200, `${query || 'Content-Length'}: status`);
     t.equal(res.headers['x-big'], 'b'.repeat(20_000), `${query || 'Content-Length'}: the large header`);
     t.equal(res.headers['x-after'], 'still here', `${query || 'Content-Length'}: the header after it`);
