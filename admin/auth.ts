@@ -2,6 +2,7 @@
 import argon2 from 'argon2';
 import { SignJWT, jwtVerify } from 'jose';
 import { LRUCache } from 'lru-cache';
+import { entryBound } from '../shared/lru-bound.js';
 import { GuardError } from '../shared/errors.js';
 import { clientNetwork } from '../shared/ip.js';
 import type { MetadataStore } from '../shared/stores/metadata-store.js';
@@ -125,7 +126,7 @@ export type Auth = ReturnType<typeof createAuth>;
  * Bounded by an LRU so a flood of distinct keys cannot grow memory without limit.
  */
 function createFailureLimiter(maxFailures: number, windowMs: number) {
-  const failures = new LRUCache<string, { count: number; resetAt: number }>({ max: 100_000 });
+  const failures = new LRUCache<string, { count: number; resetAt: number }>({ ...entryBound(100_000) });
   return {
     blockedFor(keys: string[]): number {
       const now = Date.now();

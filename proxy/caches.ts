@@ -5,6 +5,7 @@
 // The three cache stages (resolve-agent, authorize, inject-credential) share one
 // lookup, `lookupCached`.
 import { LRUCache } from 'lru-cache';
+import { entryBound } from '../shared/lru-bound.js';
 import { parsePolicy, type CompiledPolicy } from '../shared/policy/index.js';
 import { credentialAssociatedData, openValue, secretSpellings } from '../shared/secrets.js';
 import type { MetadataStore } from '../shared/stores/metadata-store.js';
@@ -91,7 +92,7 @@ export function createProxyCaches(
   options: { maxEntries: number; ttlMs: number; stats: Record<CacheName, CacheCounters> },
 ): ProxyCaches {
   const { stats } = options;
-  const common = { max: options.maxEntries, ttl: options.ttlMs, ttlAutopurge: false, updateAgeOnGet: false };
+  const common = { ...entryBound(options.maxEntries), ttl: options.ttlMs, ttlAutopurge: false, updateAgeOnGet: false };
   const countEvictions = (name: CacheName) => (_value: unknown, _key: string, reason: string) => {
     if (reason === 'evict') stats[name].evictions++;
   };
@@ -101,7 +102,7 @@ export function createProxyCaches(
     dispose: countEvictions('agents'),
     fetchMethod: async (keyHash) => (await store.findAgentByKeyHash(keyHash)) ?? NONE,
   });
-  const unknownKeys = new LRUCache<string, true>({ max: Math.min(options.maxEntries, 10_000), ttl: options.ttlMs });
+  const unknownKeys = new LRUCache<string, true>({ ...entryBound(Math.min(options.maxEntries, 10_000)), ttl: options.ttlMs });
   const policies = new LRUCache<string, Cached<CompiledPolicy>>({
     ...common,
     dispose: countEvictions('policies'),

@@ -6,6 +6,7 @@
 import { promises as dns } from 'node:dns';
 import { isIP } from 'node:net';
 import { LRUCache } from 'lru-cache';
+import { entryBound } from '../shared/lru-bound.js';
 import type { ProxyExchange, Stage } from './exchange.js';
 import { classifyAddress, createAllowList } from './ssrf-rules.js';
 
@@ -25,7 +26,7 @@ export function createGuardTarget(options: { allowTargets: readonly string[]; dn
   const allowList = createAllowList(options.allowTargets);
   const resolve = createResolver(options.dnsServer);
   const resolutions = new LRUCache<string, Resolution>({
-    max: 10_000,
+    ...entryBound(10_000),
     ttl: options.dnsCacheTtlMs ?? DNS_CACHE_TTL_MS,
     fetchMethod: async (hostname) => {
       try {

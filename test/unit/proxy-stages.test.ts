@@ -213,6 +213,25 @@ t.test('the cache stages read through a real store', async (t) => {
     t.equal(await settle(resolve(made.ex)), false);
     t.equal(json(made.answer()).error, 'invalid_api_key');
   });
+
+  t.test('CACHE_MAX_ENTRIES bounds each cache: the least recently used agent goes first, and is counted', async (t) => {
+    const small = createProxyCaches(store, encryptionKey, { maxEntries: 2, ttlMs: 60_000, stats: new Metrics({ agentLabel: false }).caches });
+    t.teardown(() => small.close());
+    const keys = [generateApiKey(), generateApiKey(), generateApiKey()];
+    for (const [n, k] of keys.entries()) {
+      await store.createAgent({ orgId: user.orgId, name: `bounded-${n}`, logOutputs: 'none', keyHash: hashApiKey(k), apiKeyPrefix: k.slice(0, 12) });
+    }
+    const resolveSmall = createResolveAgent(small);
+    for (const k of [keys[0]!, keys[1]!, keys[0]!, keys[2]!]) {
+      const made = call('api.example.com/x', hashApiKey(k));
+      t.equal(await settle(resolveSmall(made.ex)), undefined);
+    }
+    t.equal(small.agents.entries.size, 2);
+    t.equal(small.agents.entries.has(hashApiKey(keys[1]!)), false, 'the least recently used was evicted');
+    t.same(small.agents.counters, { hits: 1, misses: 3, evictions: 1 });
+    const again = call('api.example.com/x', hashApiKey(keys[1]!));
+    t.type(resolveSmall(again.ex), Promise, 'an evicted agent is read from the store again');
+  });
 });
 
 t.test('the exchange reads the head as the proxy forwards it', async (t) => {
