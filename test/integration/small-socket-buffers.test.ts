@@ -17,7 +17,7 @@ import { runTestFileInChild } from '../support/test-file-in-child.js';
 const SETUP = 'ip link set lo up && sysctl -qw net.ipv4.tcp_wmem="4096 16384 65536" && exec "$@"';
 /** The tests whose clients fall behind: their file, a TAP_GREP that selects them, how many. */
 const SLOW_CLIENT_TESTS: readonly (readonly [file: string, grep: string, count: number])[] = [
-  ['test/integration/proxy.test.ts', '/reads slowly|always behind|quiet after a burst/', 3],
+  ['test/integration/proxy.test.ts', '/reads slowly|slow readers at once|always behind|quiet after a burst/', 4],
   ['test/integration/audit-stream.test.ts', '/reads slowly/', 1],
   ['test/integration/operability.test.ts', '/reads late/', 1],
 ];
