@@ -29,6 +29,7 @@ import { SCENARIOS } from './scenarios/index.js';
 import { directTarget, type Target, type TargetName } from './target.js';
 
 import { BENCH_POLICY, MCP_BENCH_POLICY } from './policy.js';
+import { PROXY_NODE_FLAGS } from '../server/node-flags.js';
 export { parseBenchArgs } from './options.js';
 export type { BenchOptions } from './options.js';
 export type { BenchReport } from './report.js';
@@ -93,7 +94,7 @@ export async function runBench(options: BenchOptions, progress: (line: string) =
     targets.set('bare', await startBare(upstream.origin, bearer));
     if (options.split) {
       targets.set('guard-split', await startGuardSplit(tmpDir, upstream.authority, bearer));
-      comparators['guard-split'] = 'the guard in split mode: node dist/server/main-proxy.js (the process measured), an admin process and ClickHouse over HTTP in processes of their own, one SQLite file; the same policy, log_outputs none';
+      comparators['guard-split'] = `the guard in split mode: node ${PROXY_NODE_FLAGS.join(' ')} dist/server/main-proxy.js (as npm run start:proxy; the process measured), an admin process and ClickHouse over HTTP in processes of their own, one SQLite file; the same policy, log_outputs none`;
     } else {
       missing.set('guard-split', 'turned off (--no-split)');
     }
