@@ -126,7 +126,7 @@ export type Auth = ReturnType<typeof createAuth>;
  * Bounded by an LRU so a flood of distinct keys cannot grow memory without limit.
  */
 function createFailureLimiter(maxFailures: number, windowMs: number) {
-  const failures = new LRUCache<string, { count: number; resetAt: number }>({ ...entryBound(100_000) });
+  const failures = new LRUCache<string, { count: number; resetAt: number }>(entryBound(100_000));
   return {
     blockedFor(keys: string[]): number {
       const now = Date.now();

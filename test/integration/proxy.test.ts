@@ -330,10 +330,10 @@ t.test('a client that reads slowly gets a large answer whole and in order (Conte
   }
 });
 
-t.test('slow readers at once each get their own bytes (the buffer answers are joined in is shared)', async (t) => {
-  // stream-response.ts joins a Content-Length answer's chunks in one buffer
-  // every answer uses, and copies what a client behind cannot take yet: four
-  // readers falling behind at different rhythms must not see each other's bytes.
+t.test('slow readers at once each get their own bytes', async (t) => {
+  // Four Content-Length answers held back at once (stream-response.ts keeps
+  // what a client behind cannot take yet, per answer): readers falling behind
+  // at different rhythms must each get their own bytes, whole and in order.
   const agent = await createAgent(base, owner, 'slow-readers', 'none');
   const sizes = [4 * 1024 * 1024 + 1, 3 * 1024 * 1024 + 333, 5 * 1024 * 1024 + 17, 2 * 1024 * 1024 + 4099];
   const got = await Promise.all(sizes.map((n, i) => download(`${base}/proxy/${agent.api_key}/${upstream.authority}/bytes?n=${n}`, (i + 1) * 64 * 1024, 3 + 4 * i)));
