@@ -159,7 +159,7 @@ export const CONFIG_SPECS: readonly Spec[] = [
   { env: 'JWT_TTL_SECONDS', key: 'jwtTtlSeconds', doc: 'access token lifetime', parse: integer(60, 30 * 86400), fallback: 12 * 3600 },
   { env: 'AUDIT_BATCH_ROWS', key: 'auditBatchRows', doc: 'audit rows per insert, at most', parse: integer(1, 100_000), fallback: 20_000 },
   { env: 'AUDIT_BATCH_MS', key: 'auditBatchMs', doc: 'longest an audit row waits before its batch is written, after a quiet spell (see AUDIT_BATCH_INTERVAL_MS)', parse: integer(1, 60_000), fallback: 250 },
-  { env: 'AUDIT_BATCH_INTERVAL_MS', key: 'auditBatchIntervalMs', doc: 'least time between two audit batches (AUDIT_BATCH_ROWS aside): under load rows gather into fewer, larger inserts, each of which ClickHouse writes and merges as a part; unset: 1000 with embedded chDB (whose merges share the proxy\'s cores), 0 with CLICKHOUSE_URL (the proxy holds less in memory)', parse: integer(0, 60_000), fallback: null },
+  { env: 'AUDIT_BATCH_INTERVAL_MS', key: 'auditBatchIntervalMs', doc: 'least time between two audit batches (AUDIT_BATCH_ROWS aside): under load rows gather into fewer, larger inserts, each of which ClickHouse writes and merges as a part (ClickHouse\'s advice: about one insert a second); 0: a batch every AUDIT_BATCH_MS', parse: integer(0, 60_000), fallback: 1000 },
   { env: 'AUDIT_RETENTION_DAYS', key: 'auditRetentionDays', doc: 'audit rows older than this are dropped (TTL)', parse: integer(1, 36500), fallback: 365 },
   { env: 'AUDIT_QUEUE_MAX', key: 'auditQueueMax', doc: 'audit rows held in memory before proxying answers 503', parse: integer(100, 10_000_000), fallback: 200_000 },
   { env: 'AUDIT_QUEUE_MAX_BYTES', key: 'auditQueueMaxBytes', doc: 'bytes of audit rows held in memory before proxying answers 503', parse: integer(1024 * 1024, 1024 ** 4), fallback: 256 * 1024 * 1024 },
@@ -229,11 +229,6 @@ export function loadConfig(env: NodeJS.ProcessEnv = readEnvironment()): Readonly
   if (problems.length > 0) throw new Error(`invalid configuration:\n  ${problems.join('\n  ')}`);
   const config = out as unknown as Config;
   if (config.spoolDir === null) config.spoolDir = resolve(config.dataDir, 'spool');
-  // Embedded chDB writes and merges each insert's part on the proxy's own cores
-  // (~12 against ~4-5 us of CPU a call, 250 ms batches against 1 s ones); a
-  // split-mode proxy pays nothing for that, and holding a second of lines costs
-  // it ~20-50 MiB of peak RSS (docs/performance.md).
-  if ((config.auditBatchIntervalMs as number | null) === null) config.auditBatchIntervalMs = config.clickhouseUrl === null ? 1000 : 0;
   return Object.freeze(config);
 }
 
