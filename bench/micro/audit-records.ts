@@ -52,10 +52,15 @@ const sealStart = Date.parse(proxyRecord.timestamp);
 // (one call in four here sends one).
 const endsAt = (i: number) => i / 14 + 1 + ((i * 7919) % 50) / 10;
 
-/** BATCH_SIZE records of one agent, each its own ids, ~14 a millisecond, in the order their calls ended. */
-export const batchRecords: readonly AuditRecord[] = Array.from({ length: BATCH_SIZE }, (_, i) => i)
-  .sort((a, b) => endsAt(a) - endsAt(b))
-  .map((i): AuditRecord => {
-    const id = randomUUID();
-    return { ...proxyRecord, id, requestId: i % 4 === 0 ? randomUUID() : id, latencyMs: i % 7, timestamp: new Date(sealStart + Math.floor(i / 14)).toISOString(), timestampMs: sealStart + Math.floor(i / 14) };
-  });
+/** `count` records of one agent, each its own ids, ~14 a millisecond, in the order their calls ended. */
+export function recordsInEndOrder(count: number): AuditRecord[] {
+  return Array.from({ length: count }, (_, i) => i)
+    .sort((a, b) => endsAt(a) - endsAt(b))
+    .map((i): AuditRecord => {
+      const id = randomUUID();
+      return { ...proxyRecord, id, requestId: i % 4 === 0 ? randomUUID() : id, latencyMs: i % 7, timestamp: new Date(sealStart + Math.floor(i / 14)).toISOString(), timestampMs: sealStart + Math.floor(i / 14) };
+    });
+}
+
+/** BATCH_SIZE of them. */
+export const batchRecords: readonly AuditRecord[] = recordsInEndOrder(BATCH_SIZE);
