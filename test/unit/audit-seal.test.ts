@@ -61,7 +61,7 @@ t.test('a row line gives the sealer its id, timestamp, org, entry hash and batch
     entryHash: entryHash(record),
     batchId: batch,
     // RFC 6962's leaf hash, SHA-256(0x00 ‖ the entry hash's bytes), as 32 latin1 characters.
-    leaf: createHash('sha256').update(Buffer.concat([Buffer.from([0]), Buffer.from(entryHash(record), 'hex')])).digest('latin1'),
+    leaf: createHash('sha256').update(Buffer.concat([Buffer.from([0]), Buffer.from(entryHash(record), 'hex')])).digest('binary'),
   });
   t.equal(sealedFields(encodeAuditRow(record)), null, 'no batch id: unsealed');
   t.strictSame(freshSealedFields(line, record, batch), sealedFields(line), 'the batcher\'s positional read agrees');
