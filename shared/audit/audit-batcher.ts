@@ -233,7 +233,11 @@ export class AuditBatcher {
 
   /** The batch is written or spooled: out of memory and out of the journal. */
   #settled(batch: Batch): void {
-    this.#sealed.shift();
+    // By identity: a batch settled twice (the work loop and close() both at it)
+    // must not take the one after it out of the queue unwritten.
+    const at = this.#sealed.indexOf(batch);
+    if (at === -1) return;
+    this.#sealed.splice(at, 1);
     this.#held -= batch.rows.length;
     this.#heldBytes -= batch.bytes;
     if (batch.segment !== undefined) this.#journal?.forget(batch.segment);
@@ -279,6 +283,7 @@ export class AuditBatcher {
       } catch (err) {
         this.stats.failedAttempts += 1;
         this.#options.onError?.(err, batch.rows.length, 'insert');
+        if (this.#stopped) return; // close() spooled it meanwhile (test: "an insert that fails after close()")
         if (!(await this.#trySpool(batch))) {
           this.#backOff();
           return; // kept in memory; retried after the back-off

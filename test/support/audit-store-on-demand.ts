@@ -27,6 +27,8 @@ export interface AuditStoreOnDemand {
   down(): void;
   up(): void;
   loseNextAcknowledgement(): void;
+  /** The next insert writes nothing and fails after `ms`, as with a server that hangs, then drops the connection. */
+  failNextInsertAfter(ms: number): void;
   /** Waits until the org holds `n` rows. */
   rowsLanded(orgId: string, n: number, ms?: number): Promise<true>;
   close(): Promise<void>;
@@ -46,11 +48,18 @@ export async function openAuditStoreOnDemand(): Promise<AuditStoreOnDemand> {
   const real = await ClickHouseAuditStore.open({ url: server.url, dataDir, retentionDays: 30 });
   const attempts: InsertAttempt[] = [];
   let loseAcknowledgement = false;
+  let failAfterMs: number | null = null;
   const store: AuditStore = {
     insert: (rows, token) => real.insert(rows, token),
     encode: (record, batchId) => real.encode(record, batchId),
     insertEncoded: async (body, token) => {
       attempts.push({ token, rows: countEncodedRows(typeof body === 'string' ? body : body.rows) });
+      if (failAfterMs !== null) {
+        const ms = failAfterMs;
+        failAfterMs = null;
+        await new Promise((resolve) => setTimeout(resolve, ms));
+        throw new AcknowledgementLost();
+      }
       await real.insertEncoded(body, token);
       if (loseAcknowledgement) {
         loseAcknowledgement = false;
@@ -84,6 +93,9 @@ export async function openAuditStoreOnDemand(): Promise<AuditStoreOnDemand> {
     up: () => server.resume(),
     loseNextAcknowledgement: () => {
       loseAcknowledgement = true;
+    },
+    failNextInsertAfter: (ms) => {
+      failAfterMs = ms;
     },
     // A count may fail just after up() (the client's first try on a connection
     // the outage closed); the next poll tries again.

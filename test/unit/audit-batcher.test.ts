@@ -295,6 +295,30 @@ t.test('close spools what the store does not take by the deadline, and reports n
   t.equal(rows, 7, 'every record is in the spool');
 });
 
+t.test('an insert that fails after close() took its batch over touches nothing: one spooled copy of each batch, no spool error', async (t) => {
+  const dir = spoolDir(t);
+  const { batcher, errors } = batcherFor(t, { maxRows: 5, maxDelayMs: 60_000, maxQueued: 10_000, spool: AuditSpool.open(dir, 1 << 20) });
+  const org = randomUUID();
+  // Past close()'s 2 s wait for an insert in flight: close spools this batch and
+  // the next, then the insert fails. Before, the work loop spooled the first a
+  // second time and settled it again, taking whichever batch was then first.
+  audit.failNextInsertAfter(2600);
+  enqueue(batcher, org, 5);
+  await eventually(async () => (audit.attempts.length > 0 ? true : undefined), 2000);
+  audit.down();
+  enqueue(batcher, org, 5);
+  t.equal(await batcher.close(0), 0, 'close spooled both batches');
+  await sleep(1200); // the insert has failed by now
+  const reopened = AuditSpool.open(dir, 1 << 20);
+  t.teardown(() => reopened.close());
+  let rows = 0;
+  for (const batch of reopened.batches) rows += countEncodedRows(await reopened.read(batch));
+  t.equal(reopened.batches.length, 2, 'two batches in the spool, each once');
+  t.equal(rows, 10);
+  t.notOk(errors.includes('spool'), 'no spool write after close');
+  t.equal(batcher.pending, 0, 'nothing counted as held twice');
+});
+
 t.test('close reports the records neither the store nor the spool took', async (t) => {
   const dir = spoolDir(t);
   const { batcher } = batcherFor(t, { maxRows: 1000, maxDelayMs: 60_000, maxQueued: 10_000, spool: AuditSpool.open(dir, 1 << 20) });
