@@ -52,6 +52,9 @@ export async function startSplitDeployment(root: string, base: Record<string, st
   let clickhouse: SpawnedClickHouseHttpServer = await spawnClickHouseHttpServer({ dataDir });
   const port = clickhouse.port;
   const common = {
+    // Batches as the tests' in-process service has them (test/support/service.ts):
+    // a test that sets AUDIT_BATCH_MS means its rows to land that soon.
+    AUDIT_BATCH_INTERVAL_MS: '20',
     ...base,
     ...sharedSecrets(),
     CLICKHOUSE_URL: `${clickhouse.url}/audit`,
