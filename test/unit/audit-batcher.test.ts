@@ -58,6 +58,17 @@ t.test('a batch is written once it holds maxRows records, and not before', async
   t.equal(batcher.pending, 0);
 });
 
+t.test('a closed batch\'s insert starts in the turn after its seal, not in the seal\'s own', async (t) => {
+  const { batcher } = batcherFor(t, { maxRows: 5, maxDelayMs: 60_000, maxQueued: 100 });
+  const org = randomUUID();
+  const before = audit.attempts.length;
+  enqueue(batcher, org, 5); // the fifth row closes and seals the batch, in this turn
+  t.equal(audit.attempts.length, before, 'no insert yet in the turn that sealed it');
+  await new Promise((resolve) => setImmediate(resolve));
+  t.equal(audit.attempts.length, before + 1, 'the insert has started in the next');
+  await audit.rowsLanded(org, 5, 5000);
+});
+
 t.test('a batch short of maxRows is written after maxDelayMs', async (t) => {
   const { batcher } = batcherFor(t, { maxRows: 1000, maxDelayMs: 250, maxQueued: 10_000 });
   const org = randomUUID();
