@@ -101,8 +101,6 @@ export class AuditBatcher {
   /** performance.now() when the last batch closed. */
   #lastSealAt = -Infinity;
   #working = false;
-  /** A #kick is due in the next turn (#kickSoon). */
-  #kickScheduled = false;
   #retryMs = RETRY_MIN_MS;
   #retryTimer: NodeJS.Timeout | null = null;
   #idleWaiters: (() => void)[] = [];
@@ -202,16 +200,7 @@ export class AuditBatcher {
     // rows, bench/micro/seal.ts), and joining the rows and handing them to the
     // store would lengthen it by a few more; in between, the calls whose
     // I/O came in meanwhile go on. flush() and close() kick at once.
-    this.#kickSoon();
-  }
-
-  #kickSoon(): void {
-    if (this.#kickScheduled) return;
-    this.#kickScheduled = true;
-    setImmediate(() => {
-      this.#kickScheduled = false;
-      this.#kick();
-    });
+    setImmediate(() => this.#kick()); // a no-op when the loop already runs
   }
 
   /** The open batch joins the sealed ones; its journal segment is closed with its token first. */

@@ -213,6 +213,12 @@ function looksLikeUuid(s: string): boolean {
  * seals do.
  */
 export function sealedFields(line: string): SealedField | null {
+  const f = rowFields(line);
+  return f === null ? null : { id: f.id, ms: f.ms, orgId: f.orgId, entryHash: f.entryHash, batchId: f.batchId, leaf: leafHash(f.entryHash) };
+}
+
+/** sealedFields without the leaf's hash, for a reader that needs only the row's org and batch (unsealedRows). */
+function rowFields(line: string): Omit<SealedField, 'leaf'> | null {
   const t1 = line.indexOf('\t');
   const t2 = line.indexOf('\t', t1 + 1);
   const t3 = line.indexOf('\t', t2 + 1);
@@ -225,7 +231,7 @@ export function sealedFields(line: string): SealedField | null {
   if (!isHex64(entryHash) || !looksLikeUuid(batchId)) return null;
   const ms = Date.parse(isoFromCh(line.slice(t1 + 1, t2)));
   if (Number.isNaN(ms)) return null;
-  return { id: line.slice(0, t1), ms, orgId: line.slice(t2 + 1, t3), entryHash, batchId, leaf: leafHash(entryHash) };
+  return { id: line.slice(0, t1), ms, orgId: line.slice(t2 + 1, t3), entryHash, batchId };
 }
 
 /**
@@ -402,7 +408,7 @@ export function unsealedRows(lines: readonly string[]): string[] {
   }
   return lines.filter((line) => {
     if (line.startsWith(SEAL_LINE_PREFIX)) return false;
-    const f = sealedFields(line);
+    const f = rowFields(line);
     return f !== null && !covered.has(`${f.orgId}:${f.batchId}`);
   });
 }
