@@ -21,7 +21,8 @@ import type { AuditRecord } from '../types.js';
 import { countEncodedRows } from './audit-codec.js';
 import type { AuditJournal, JournalWaiter } from './audit-journal.js';
 import type { AuditSpool } from './audit-spool.js';
-import { freshSealedFields, sealRows, type SealedField, type Sealer } from './seal.js';
+import { RowBytes } from './row-bytes.js';
+import { SealColumns, sealRows, type Sealer } from './seal.js';
 
 export interface AuditBatcherOptions {
   maxRows: number;
@@ -33,7 +34,7 @@ export interface AuditBatcherOptions {
    * A batch closes once its rows reach this many UTF-16 code units, whatever
    * the interval: a second of rows with full outputs (64 KiB each) could
    * otherwise outgrow the queue's byte bound, or the longest string V8 makes
-   * when the batch is joined for its insert or its spool file.
+   * when a spooled batch is read back for its replay.
    */
   maxBatchBytes?: number;
   /**
@@ -59,12 +60,10 @@ export interface AuditBatcherOptions {
 }
 
 interface Batch {
-  /** Encoded by the store at enqueue (AuditStore.encode): one string a record. */
-  rows: string[];
+  /** Encoded by the store at enqueue (AuditStore.encode), held as bytes (row-bytes.ts). */
+  rows: RowBytes;
   /** Its seal lines (seal.ts), made when the batch is closed; written after the rows. */
   seals: string[];
-  /** With a sealer: what each row's seal needs, read from its line as it is encoded. */
-  sealed: SealedField[];
   /** The rows' encoded length (UTF-16 code units, close to bytes). */
   bytes: number;
   token: string;
@@ -94,6 +93,8 @@ export class AuditBatcher {
   readonly #journal: AuditJournal | undefined;
   readonly #sealer: Sealer | undefined;
   #open: Batch = newBatch();
+  /** With a sealer: what the open batch's seals need of each row, read from its line as it is encoded (one instance, cleared as each batch is sealed). */
+  readonly #sealColumns = new SealColumns();
   readonly #sealed: Batch[] = [];
   #held = 0;
   #heldBytes = 0;
@@ -167,7 +168,7 @@ export class AuditBatcher {
     let line: string;
     try {
       line = this.#encode(record, this.#sealer === undefined ? '' : this.#open.token);
-      if (this.#sealer !== undefined) this.#open.sealed.push(freshSealedFields(line, record, this.#open.token));
+      if (this.#sealer !== undefined) this.#sealColumns.pushFresh(line, record, this.#open.token);
     } catch (err) {
       // A record the store cannot encode is a bug upstream of here; it is reported, not thrown into the proxy.
       this.#options.onError?.(err, 1, 'encode');
@@ -179,7 +180,7 @@ export class AuditBatcher {
     this.#heldBytes += line.length;
     this.#open.bytes += line.length;
     this.stats.queued += 1;
-    if (this.#open.rows.length >= this.#options.maxRows || this.#open.bytes >= (this.#options.maxBatchBytes ?? Infinity)) {
+    if (this.#open.rows.count >= this.#options.maxRows || this.#open.bytes >= (this.#options.maxBatchBytes ?? Infinity)) {
       this.#seal();
     } else if (this.#timer === null) {
       const sinceLast = performance.now() - this.#lastSealAt;
@@ -192,13 +193,13 @@ export class AuditBatcher {
       clearTimeout(this.#timer);
       this.#timer = null;
     }
-    if (this.#open.rows.length === 0) return;
+    if (this.#open.rows.count === 0) return;
     this.#lastSealAt = performance.now();
     this.#sealOpen();
     // The insert starts a turn later: sealing a second's rows is already the
     // event loop's longest stretch a batch costs (6-10 ms at the bench's ~6,000
-    // rows, bench/micro/seal.ts), and joining the rows and handing them to the
-    // store would lengthen it by a few more; in between, the calls whose
+    // rows, bench/micro/seal.ts), and handing the rows to the store would
+    // lengthen it by a few more; in between, the calls whose
     // I/O came in meanwhile go on. flush() and close() kick at once.
     setImmediate(() => this.#kick()); // a no-op when the loop already runs
   }
@@ -207,12 +208,13 @@ export class AuditBatcher {
   #sealOpen(): void {
     if (this.#sealer !== undefined) {
       try {
-        this.#open.seals = this.#sealer.sealFields(this.#open.sealed).lines;
-        this.#open.sealed = [];
+        this.#open.seals = this.#sealer.sealColumns(this.#sealColumns).lines;
         for (const line of this.#open.seals) this.#journal?.append(line);
       } catch (err) {
         // A seal that cannot be made leaves the rows unsealed (verify names them); they are still written.
-        this.#options.onError?.(err, this.#open.rows.length, 'seal');
+        this.#options.onError?.(err, this.#open.rows.count, 'seal');
+      } finally {
+        this.#sealColumns.clear();
       }
     }
     this.#open.segment = this.#journal?.seal(this.#open.token);
@@ -227,7 +229,7 @@ export class AuditBatcher {
     const at = this.#sealed.indexOf(batch);
     if (at === -1) return;
     this.#sealed.splice(at, 1);
-    this.#held -= batch.rows.length;
+    this.#held -= batch.rows.count;
     this.#heldBytes -= batch.bytes;
     if (batch.segment !== undefined) this.#journal?.forget(batch.segment);
     for (const waiter of batch.waiters) waiter.resolve();
@@ -262,16 +264,16 @@ export class AuditBatcher {
       try {
         const started = performance.now();
         // Rows and seals go apart: a batch of megabytes joined into one body would only be split again.
-        await this.#store.insertEncoded({ rows: batch.rows.join(''), seals: sealRows(batch.seals) }, batch.token);
+        await this.#store.insertEncoded({ rows: batch.rows.parts(), seals: sealRows(batch.seals) }, batch.token);
         if (this.#stopped) return; // close() spooled it meanwhile; its token makes the second copy a no-op
-        this.#options.onBatchWritten?.(batch.rows.length, performance.now() - started);
+        this.#options.onBatchWritten?.(batch.rows.count, performance.now() - started);
         if (batch.seals.length > 0) this.#options.onBodyWritten?.(batch.seals.join(''));
-        this.stats.written += batch.rows.length;
+        this.stats.written += batch.rows.count;
         this.stats.batches += 1;
         this.#retryMs = RETRY_MIN_MS;
       } catch (err) {
         this.stats.failedAttempts += 1;
-        this.#options.onError?.(err, batch.rows.length, 'insert');
+        this.#options.onError?.(err, batch.rows.count, 'insert');
         if (this.#stopped) return; // close() spooled it meanwhile (test: "an insert that fails after close()")
         if (!(await this.#trySpool(batch))) {
           this.#backOff();
@@ -279,6 +281,7 @@ export class AuditBatcher {
         }
       }
       this.#settled(batch);
+      batch.rows.release(); // its insert (or spool write) is over: nothing reads its bytes now
     }
     await this.#replay();
   }
@@ -286,13 +289,13 @@ export class AuditBatcher {
   async #trySpool(batch: Batch): Promise<boolean> {
     if (this.#spool === undefined) return false;
     try {
-      await this.#spool.write(batch.seals.length > 0 ? batch.rows.concat(batch.seals) : batch.rows, batch.token);
-      this.stats.spooled += batch.rows.length;
+      await this.#spool.write([...batch.rows.parts(), ...batch.seals], batch.token);
+      this.stats.spooled += batch.rows.count;
       if (!this.#stopped) this.#schedule(this.#retryMs);
       this.#retryMs = Math.min(this.#retryMs * 2, RETRY_MAX_MS);
       return true;
     } catch (err) {
-      this.#options.onError?.(err, batch.rows.length, 'spool');
+      this.#options.onError?.(err, batch.rows.count, 'spool');
       return false;
     }
   }
@@ -367,7 +370,7 @@ export class AuditBatcher {
     // Whatever is still in memory goes to the spool, including records of calls
     // that finished while we were closing (the loop runs until none is left).
     for (;;) {
-      if (this.#open.rows.length > 0) this.#sealOpen();
+      if (this.#open.rows.count > 0) this.#sealOpen();
       const batch = this.#sealed[0];
       if (batch === undefined || !(await this.#trySpool(batch))) break;
       this.#settled(batch);
@@ -380,5 +383,5 @@ export class AuditBatcher {
 }
 
 function newBatch(): Batch {
-  return { rows: [], seals: [], sealed: [], bytes: 0, token: randomUUID(), waiters: [] };
+  return { rows: new RowBytes(), seals: [], bytes: 0, token: randomUUID(), waiters: [] };
 }

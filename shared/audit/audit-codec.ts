@@ -399,8 +399,9 @@ export function parseSpoolFileName(name: string): { seq: number; token: string }
   return m === null ? null : { seq: Number(m[1]), token: m[2]! };
 }
 
-export function encodeSpoolFile(lines: readonly string[]): Promise<Buffer> {
-  return compress(Buffer.from(lines.join(''), 'utf8'), SPOOL_ZSTD_LEVEL);
+/** A batch's lines (strings, or UTF-8 bytes of whole lines: row-bytes.ts) as a spool file's payload. */
+export function encodeSpoolFile(lines: readonly (string | Uint8Array)[]): Promise<Buffer> {
+  return compress(Buffer.concat(lines.map((line) => (typeof line === 'string' ? Buffer.from(line, 'utf8') : line))), SPOOL_ZSTD_LEVEL);
 }
 
 /** A spool file's lines, concatenated, ready for insertEncoded. Throws on a corrupt file. */

@@ -80,7 +80,7 @@ export class AuditSpool {
   }
 
   /** Writes a batch durably (fsync of the file and the directory). Throws when the spool is full. */
-  async write(lines: readonly string[], token: string): Promise<void> {
+  async write(lines: readonly (string | Uint8Array)[], token: string): Promise<void> {
     if (this.full) throw new Error('audit spool is full');
     const payload = await encodeSpoolFile(lines);
     const name = spoolFileName(this.#nextSeq++, token);

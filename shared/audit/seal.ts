@@ -106,6 +106,8 @@ export function merkleRoot(leaves: readonly string[]): string {
 
 /** One reused input for leafHash: 0x00 then the entry hash's 32 bytes. */
 const LEAF_INPUT = Buffer.alloc(33);
+/** One reused input for a node's hash: 0x01 then its children's 32 bytes each (written, then hashed, in one go: never across an await). */
+const NODE_INPUT = Buffer.alloc(65, 1);
 
 /** RFC 6962's leaf hash of an entry hash (lowercase hex), SHA-256(0x00 ‖ d), as a 32-character latin1 string (rootOf's leaves). */
 export function leafHash(entryHashHex: string): string {
@@ -126,14 +128,12 @@ export function merkleRootOfLeaves(leafHashes: readonly string[]): string {
  */
 function rootOf(leaves: string[]): string {
   let level = leaves;
-  const nodeInput = Buffer.allocUnsafe(65);
-  nodeInput[0] = 1;
   while (level.length > 1) {
     const next: string[] = [];
     for (let i = 0; i + 1 < level.length; i += 2) {
-      nodeInput.write(level[i]!, 1, 32, 'latin1');
-      nodeInput.write(level[i + 1]!, 33, 32, 'latin1');
-      next.push(hash('sha256', nodeInput, 'binary'));
+      NODE_INPUT.write(level[i]!, 1, 32, 'latin1');
+      NODE_INPUT.write(level[i + 1]!, 33, 32, 'latin1');
+      next.push(hash('sha256', NODE_INPUT, 'binary'));
     }
     if (level.length % 2 === 1) next.push(level[level.length - 1]!);
     level = next;
@@ -172,24 +172,12 @@ export function publicKeyInfo(publicKey: KeyObject): { publicPem: string; finger
   };
 }
 
-// ---- Reading a batch's lines ----------------------------------------------
+// ---- A batch's seal fields, a column each -----------------------------------
 
-/** The fields of an encoded row a seal needs, read by position (audit-codec.ts puts them there). */
-export interface SealedField {
-  id: string;
-  /** The entry's timestamp in epoch milliseconds (a number: the seal's sort compares millions of them). */
-  ms: number;
-  orgId: string;
-  entryHash: string;
-  batchId: string;
-  /**
-   * leafHash(entryHash), made when the row is read: half of a seal's hashes are
-   * its leaves, and made here they are spread over the calls instead of
-   * stalling the event loop all at once when the batch closes (at a second's
-   * rows of the bench's load, ~6,000, that stall was ~15 ms; bench/micro/seal.ts).
-   */
-  leaf: string;
-}
+/** A row's id as the seal's ties compare it: a UUID's 36 characters (the id column takes nothing else). */
+const ID_BYTES = 36;
+const LEAF_BYTES = 32;
+const INITIAL_ROWS = 1024;
 
 /** A 64-character lowercase hex string (checked without a regular expression: this runs per row). */
 function isHex64(s: string): boolean {
@@ -208,17 +196,11 @@ function looksLikeUuid(s: string): boolean {
 
 /**
  * A row line's sealed fields: id, timestamp and org_id are its first three
- * columns, entry_hash and batch_id its last two. null for a line an earlier
- * version wrote (no hash or batch id): it stays unsealed, as rows from before
- * seals do.
+ * columns, entry_hash and batch_id its last two (audit-codec.ts puts them
+ * there). null for a line an earlier version wrote (no hash or batch id): it
+ * stays unsealed, as rows from before seals do.
  */
-export function sealedFields(line: string): SealedField | null {
-  const f = rowFields(line);
-  return f === null ? null : { id: f.id, ms: f.ms, orgId: f.orgId, entryHash: f.entryHash, batchId: f.batchId, leaf: leafHash(f.entryHash) };
-}
-
-/** sealedFields without the leaf's hash, for a reader that needs only the row's org and batch (unsealedRows). */
-function rowFields(line: string): Omit<SealedField, 'leaf'> | null {
+function rowFields(line: string): { id: string; ms: number; orgId: string; entryHash: string; batchId: string } | null {
   const t1 = line.indexOf('\t');
   const t2 = line.indexOf('\t', t1 + 1);
   const t3 = line.indexOf('\t', t2 + 1);
@@ -235,72 +217,184 @@ function rowFields(line: string): Omit<SealedField, 'leaf'> | null {
 }
 
 /**
- * A row's sealed fields as the batcher reads them from a line its encoder has
- * just made from `record` in batch `batchId` (36 characters): by position,
- * without the checks sealedFields makes of lines read back from a journal. A
- * test keeps the two in agreement.
+ * What a batch's seals need of its rows, a column each: the instant, the id
+ * (for ties), the org and batch, and the Merkle leaf. The leaf,
+ * SHA-256(0x00 ‖ entry hash), is hashed as the row is queued: half of a seal's
+ * hashes are its leaves, and made here they are spread over the calls instead
+ * of stalling the event loop all at once when the batch closes (at a second's
+ * rows of the bench's load, ~6,000, that stall was ~15 ms; bench/micro/seal.ts).
+ *
+ * Typed arrays and shared strings, not an object a row, and the batcher clears
+ * and reuses one instance: a batch's rows live a second under load, and an
+ * object, a leaf string and a boxed number a row outlived two scavenges and
+ * were promoted garbage (a sampling heap profile of the split proxy: ~110
+ * bytes a call, a quarter of what it promoted once the rows went off the heap,
+ * row-bytes.ts).
  */
-export function freshSealedFields(line: string, record: { id: string; orgId: string; timestamp: string; timestampMs?: number }, batchId: string): SealedField {
-  const hashEnd = line.length - batchId.length - 2; // before "\t<batch id>\n"
-  // The id as the record has it: the line's first field is that UUID unescaped (the column takes nothing else).
-  const entryHash = line.slice(hashEnd - 64, hashEnd);
-  return { id: record.id, ms: record.timestampMs ?? Date.parse(record.timestamp), orgId: record.orgId, entryHash, batchId, leaf: leafHash(entryHash) };
-}
+export class SealColumns {
+  count = 0;
+  #ms = new Float64Array(INITIAL_ROWS);
+  #ids = Buffer.alloc(INITIAL_ROWS * ID_BYTES);
+  #leaves = Buffer.alloc(INITIAL_ROWS * LEAF_BYTES);
+  readonly #orgs: string[] = [];
+  readonly #batches: string[] = [];
 
-/** (timestamp, id), the order a seal's leaves are in; ids compare as their text. */
-export function byTimeThenId(a: { ms: number; id: string }, b: { ms: number; id: string }): number {
-  return a.ms - b.ms || (a.id < b.id ? -1 : a.id > b.id ? 1 : 0);
-}
+  /**
+   * A row the batcher's encoder has just made from `record` in batch `batchId`
+   * (36 characters): read by position, without the checks pushLine makes of
+   * lines read back from a journal. A test keeps the two in agreement.
+   */
+  pushFresh(line: string, record: { id: string; orgId: string; timestamp: string; timestampMs?: number }, batchId: string): void {
+    const hashEnd = line.length - batchId.length - 2; // before "\t<batch id>\n"
+    // The id as the record has it: the line's first field is that UUID unescaped (the column takes nothing else).
+    this.#push(record.timestampMs ?? Date.parse(record.timestamp), record.id, record.orgId, batchId, line.slice(hashEnd - 64, hashEnd));
+  }
 
-/**
- * A batch's entries in (timestamp, id) order. They are queued as calls end, so
- * they come nearly in order, each early by at most its call's latency, and
- * many share a millisecond: a counting sort on the milliseconds, then an
- * insertion sort of each millisecond's few entries by id, is about six times
- * cheaper than a general sort here (bench/micro/seal.ts, Sealer.sealFields); a
- * batch spread thin over time gets the general one.
- */
-export function inLeafOrder<T extends { ms: number; id: string }>(entries: T[]): T[] {
-  const n = entries.length;
-  let sorted = true;
-  let whole = true;
-  let min = Infinity;
-  let max = -Infinity;
-  for (let i = 0; i < n; i++) {
-    const ms = entries[i]!.ms;
-    if (!Number.isSafeInteger(ms)) whole = false;
-    if (ms < min) min = ms;
-    if (ms > max) max = ms;
-    if (sorted && i > 0 && byTimeThenId(entries[i - 1]!, entries[i]!) > 0) sorted = false;
+  /** A row line read back (a recovered journal segment); false for a line an earlier version wrote, which stays unsealed. */
+  pushLine(line: string): boolean {
+    const f = rowFields(line);
+    if (f === null) return false;
+    this.#push(f.ms, f.id, f.orgId, f.batchId, f.entryHash);
+    return true;
   }
-  if (sorted) return entries;
-  const range = max - min + 1;
-  // Milliseconds that are not whole numbers (never from the proxy) or spread thin: the general sort.
-  if (!whole || !(range <= 4 * n + 1024)) return entries.sort(byTimeThenId);
-  const starts = new Uint32Array(range + 1);
-  for (let i = 0; i < n; i++) starts[entries[i]!.ms - min + 1]! += 1;
-  for (let k = 1; k <= range; k++) starts[k]! += starts[k - 1]!;
-  const out = new Array<T>(n);
-  const next = starts.slice(0, range);
-  for (let i = 0; i < n; i++) {
-    const e = entries[i]!;
-    out[next[e.ms - min]!++] = e;
+
+  #push(ms: number, id: string, orgId: string, batchId: string, entryHashHex: string): void {
+    const leaf = leafHash(entryHashHex);
+    const i = this.count;
+    if (i === this.#ms.length) this.#grow();
+    this.#ms[i] = ms;
+    const at = i * ID_BYTES;
+    const written = this.#ids.write(id, at, ID_BYTES, 'latin1');
+    if (written < ID_BYTES) this.#ids.fill(0, at + written, at + ID_BYTES); // shorter: sorts before its extensions, as text does
+    this.#leaves.write(leaf, i * LEAF_BYTES, LEAF_BYTES, 'latin1');
+    this.#orgs[i] = orgId;
+    this.#batches[i] = batchId;
+    this.count = i + 1;
   }
-  // Within one millisecond, by id (a handful of entries: insertion sort).
-  for (let k = 0; k < range; k++) {
-    const from = starts[k]!;
-    const to = starts[k + 1]!;
-    for (let i = from + 1; i < to; i++) {
-      const e = out[i]!;
-      let j = i - 1;
-      while (j >= from && out[j]!.id > e.id) {
-        out[j + 1] = out[j]!;
-        j--;
-      }
-      out[j + 1] = e;
+
+  #grow(): void {
+    const rows = this.#ms.length * 2;
+    const ms = new Float64Array(rows);
+    ms.set(this.#ms);
+    const ids = Buffer.alloc(rows * ID_BYTES);
+    this.#ids.copy(ids);
+    const leaves = Buffer.alloc(rows * LEAF_BYTES);
+    this.#leaves.copy(leaves);
+    this.#ms = ms;
+    this.#ids = ids;
+    this.#leaves = leaves;
+  }
+
+  /**
+   * Forgets the rows (the batch is sealed); the columns are kept for the next
+   * batch, the arrays of strings at their length too (truncated, each batch
+   * would grow them again: ~130 KB of promoted garbage a second's batch).
+   */
+  clear(): void {
+    this.count = 0;
+  }
+
+  orgAt(i: number): string {
+    return this.#orgs[i]!;
+  }
+
+  batchAt(i: number): string {
+    return this.#batches[i]!;
+  }
+
+  msAt(i: number): number {
+    return this.#ms[i]!;
+  }
+
+  /** Row i as a seal reads it (tests): the leaf as 32 latin1 characters. */
+  row(i: number): { id: string; ms: number; orgId: string; batchId: string; leaf: string } {
+    const at = i * ID_BYTES;
+    const id = this.#ids.toString('latin1', at, at + ID_BYTES).replace(/\0+$/, '');
+    return { id, ms: this.#ms[i]!, orgId: this.#orgs[i]!, batchId: this.#batches[i]!, leaf: this.#leaves.toString('latin1', i * LEAF_BYTES, (i + 1) * LEAF_BYTES) };
+  }
+
+  /** (timestamp, id) of rows a and b, compared; ids as their text (one byte a character). */
+  #compare(a: number, b: number): number {
+    const d = this.#ms[a]! - this.#ms[b]!;
+    if (d !== 0) return d;
+    const ids = this.#ids;
+    for (let k = 0, x = a * ID_BYTES, y = b * ID_BYTES; k < ID_BYTES; k++, x++, y++) {
+      if (ids[x] !== ids[y]) return ids[x]! - ids[y]!;
     }
+    return 0;
   }
-  return out;
+
+  /**
+   * The given rows in (timestamp, id) order, the order a seal's leaves are in.
+   * They are queued as calls end, so they come nearly in order, each early by
+   * at most its call's latency, and many share a millisecond: a counting sort
+   * on the milliseconds, then an insertion sort of each millisecond's few rows
+   * by id, is about six times cheaper than a general sort here
+   * (bench/micro/seal.ts); rows spread thin over time get the general one.
+   */
+  order(rows: readonly number[]): readonly number[] {
+    const n = rows.length;
+    const msOf = this.#ms;
+    let sorted = true;
+    let whole = true;
+    let min = Infinity;
+    let max = -Infinity;
+    for (let i = 0; i < n; i++) {
+      const ms = msOf[rows[i]!]!;
+      if (!Number.isSafeInteger(ms)) whole = false;
+      if (ms < min) min = ms;
+      if (ms > max) max = ms;
+      if (sorted && i > 0 && this.#compare(rows[i - 1]!, rows[i]!) > 0) sorted = false;
+    }
+    if (sorted) return rows;
+    const range = max - min + 1;
+    // Milliseconds that are not whole numbers (never from the proxy) or spread thin: the general sort.
+    if (!whole || !(range <= 4 * n + 1024)) return [...rows].sort((a, b) => this.#compare(a, b));
+    const starts = new Uint32Array(range + 1);
+    for (let i = 0; i < n; i++) starts[msOf[rows[i]!]! - min + 1]! += 1;
+    for (let k = 1; k <= range; k++) starts[k]! += starts[k - 1]!;
+    const out = new Array<number>(n);
+    const next = starts.slice(0, range);
+    for (let i = 0; i < n; i++) {
+      const r = rows[i]!;
+      out[next[msOf[r]! - min]!++] = r;
+    }
+    // Within one millisecond, by id (a handful of rows: insertion sort).
+    for (let k = 0; k < range; k++) {
+      const from = starts[k]!;
+      const to = starts[k + 1]!;
+      for (let i = from + 1; i < to; i++) {
+        const r = out[i]!;
+        let j = i - 1;
+        while (j >= from && this.#compare(out[j]!, r) > 0) {
+          out[j + 1] = out[j]!;
+          j--;
+        }
+        out[j + 1] = r;
+      }
+    }
+    return out;
+  }
+
+  /** RFC 6962's root (lowercase hex) over the rows' leaves in the given order (at least one row). */
+  root(order: readonly number[]): string {
+    const leaves = this.#leaves;
+    const leafText = (r: number) => leaves.toString('latin1', r * LEAF_BYTES, (r + 1) * LEAF_BYTES);
+    if (order.length === 1) return rootOf([leafText(order[0]!)]);
+    // The first level reads the leaves from their column; rootOf takes the rest.
+    const level: string[] = [];
+    for (let i = 0; i + 1 < order.length; i += 2) {
+      const a = order[i]! * LEAF_BYTES;
+      const b = order[i + 1]! * LEAF_BYTES;
+      for (let k = 0; k < LEAF_BYTES; k++) {
+        NODE_INPUT[1 + k] = leaves[a + k]!;
+        NODE_INPUT[1 + LEAF_BYTES + k] = leaves[b + k]!;
+      }
+      level.push(hash('sha256', NODE_INPUT, 'binary'));
+    }
+    if (order.length % 2 === 1) level.push(leafText(order[order.length - 1]!));
+    return rootOf(level);
+  }
 }
 
 
@@ -460,31 +554,28 @@ export class Sealer {
    * Lines of an earlier version (no entry hash) are left unsealed.
    */
   sealLines(lines: readonly string[], now: Date = new Date()): { lines: string[]; seals: Seal[] } {
-    const fields: SealedField[] = [];
-    for (const line of lines) {
-      const f = sealedFields(line);
-      if (f !== null) fields.push(f);
-    }
-    return this.sealFields(fields, now);
+    const columns = new SealColumns();
+    for (const line of lines) columns.pushLine(line);
+    return this.sealColumns(columns, now);
   }
 
-  /** The seals of one batch's rows, given their sealed fields (freshSealedFields). */
-  sealFields(fields: readonly SealedField[], now: Date = new Date()): { lines: string[]; seals: Seal[] } {
-    const perOrg = new Map<string, Map<string, SealedField[]>>();
-    for (const f of fields) {
-      let batches = perOrg.get(f.orgId);
-      if (batches === undefined) perOrg.set(f.orgId, (batches = new Map()));
-      let entries = batches.get(f.batchId);
-      if (entries === undefined) batches.set(f.batchId, (entries = []));
-      entries.push(f);
+  /** The seals of one batch's rows, given their seal columns: one per org (and batch id, should a recovered segment hold several). */
+  sealColumns(columns: SealColumns, now: Date = new Date()): { lines: string[]; seals: Seal[] } {
+    const perOrg = new Map<string, Map<string, number[]>>();
+    for (let i = 0; i < columns.count; i++) {
+      const orgId = columns.orgAt(i);
+      let batches = perOrg.get(orgId);
+      if (batches === undefined) perOrg.set(orgId, (batches = new Map()));
+      const batchId = columns.batchAt(i);
+      let rows = batches.get(batchId);
+      if (rows === undefined) batches.set(batchId, (rows = []));
+      rows.push(i);
     }
     const seals: Seal[] = [];
     const createdAt = now.toISOString();
     for (const [orgId, batches] of perOrg) {
-      // A batch's lines normally share one batch id; a recovered journal segment
-      // could hold more than one, and each gets its seal.
-      for (const [batchId, unordered] of batches) {
-        const entries = inLeafOrder(unordered);
+      for (const [batchId, rows] of batches) {
+        const order = columns.order(rows);
         const head = this.#heads.get(orgId) ?? { seq: 0, hash: GENESIS_HASH };
         const unsigned = {
           id: randomUUID(),
@@ -492,10 +583,10 @@ export class Sealer {
           writer: this.writer,
           seq: head.seq + 1,
           batchId,
-          firstAt: new Date(entries[0]!.ms).toISOString(),
-          lastAt: new Date(entries[entries.length - 1]!.ms).toISOString(),
-          count: entries.length,
-          root: rootOf(entries.map((e) => e.leaf)),
+          firstAt: new Date(columns.msAt(order[0]!)).toISOString(),
+          lastAt: new Date(columns.msAt(order[order.length - 1]!)).toISOString(),
+          count: order.length,
+          root: columns.root(order),
           prevHash: head.hash,
           keyFingerprint: this.#key.fingerprint,
           createdAt,

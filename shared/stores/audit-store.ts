@@ -4,9 +4,13 @@ import type { ReportEntry } from '../audit/audit-codec.js';
 import type { Seal } from '../audit/seal.js';
 import type { AuditFilter, AuditRecord } from '../types.js';
 
-/** A batch's body already apart: its rows, and its seals as rows of the seals table (no seal-line prefix). */
+/**
+ * A batch's body already apart: its rows, and its seals as rows of the seals
+ * table (no seal-line prefix). The batcher hands its rows as UTF-8 bytes in
+ * parts (row-bytes.ts), which the store must not keep past its answer.
+ */
 export interface BatchParts {
-  rows: string;
+  rows: string | readonly Uint8Array[];
   seals: string;
 }
 
@@ -130,8 +134,9 @@ export interface AuditStore {
   insert(rows: readonly AuditRecord[], dedupToken?: string): Promise<void>;
   /**
    * One record as the store's wire form (a line, with its newline). The batcher
-   * and the spool hold records in this form: one string a record lives far more
-   * lightly between a call's end and its batch's insert than an object graph.
+   * and the spool hold records in this form, the batcher as the line's UTF-8
+   * bytes (row-bytes.ts): far lighter between a call's end and its batch's
+   * insert than an object graph, and off the V8 heap.
    */
   encode(record: AuditRecord, batchId?: string): string;
   /**

@@ -53,7 +53,8 @@ export async function openAuditStoreOnDemand(): Promise<AuditStoreOnDemand> {
     insert: (rows, token) => real.insert(rows, token),
     encode: (record, batchId) => real.encode(record, batchId),
     insertEncoded: async (body, token) => {
-      attempts.push({ token, rows: countEncodedRows(typeof body === 'string' ? body : body.rows) });
+      const rows = typeof body === 'string' ? body : body.rows;
+      attempts.push({ token, rows: countEncodedRows(typeof rows === 'string' ? rows : Buffer.concat(rows).toString('utf8')) });
       if (failAfterMs !== null) {
         const ms = failAfterMs;
         failAfterMs = null;

@@ -7,15 +7,13 @@ import t from 'tap';
 import { countEncodedRows, encodeAuditRow } from '../../shared/audit/audit-codec.js';
 import { entryHash } from '../../shared/audit/entry-json.js';
 import {
-  byTimeThenId,
   encodeSealLine,
-  freshSealedFields,
-  inLeafOrder,
+  leafHash,
   unsealedRows,
   GENESIS_HASH,
   merkleRoot,
   sealBody,
-  sealedFields,
+  SealColumns,
   Sealer,
   sealHeadsOf,
   SEAL_LINE_PREFIX,
@@ -50,50 +48,91 @@ t.test('merkleRoot is RFC 6962\'s tree hash, for every size from 0 to 70 and ran
   t.not(merkleRoot([leaves[0]!, leaves[1]!]), merkleRoot([leaves[1]!, leaves[0]!]), 'order matters');
 });
 
-t.test('a row line gives the sealer its id, timestamp, org, entry hash and batch id; an older line gives nothing', async (t) => {
+/** What a seal reads of a row line read back, as pushLine reads it; null when it is left unsealed. */
+function readBack(line: string) {
+  const columns = new SealColumns();
+  return columns.pushLine(line) ? columns.row(0) : null;
+}
+
+t.test("a row line gives the sealer its id, timestamp, org, batch id and its entry hash's Merkle leaf; an older line gives nothing", async (t) => {
   const record = auditRecord(randomUUID(), { reasoning: 'tab\there\nnewline', output: 'x'.repeat(70_000) });
   const batch = randomUUID();
   const line = encodeAuditRow(record, batch);
-  t.strictSame(sealedFields(line), {
+  t.strictSame(readBack(line), {
     id: record.id,
     ms: Date.parse(record.timestamp),
     orgId: record.orgId,
-    entryHash: entryHash(record),
     batchId: batch,
     // RFC 6962's leaf hash, SHA-256(0x00 ‖ the entry hash's bytes), as 32 latin1 characters.
     leaf: createHash('sha256').update(Buffer.concat([Buffer.from([0]), Buffer.from(entryHash(record), 'hex')])).digest('binary'),
   });
-  t.equal(sealedFields(encodeAuditRow(record)), null, 'no batch id: unsealed');
-  t.strictSame(freshSealedFields(line, record, batch), sealedFields(line), 'the batcher\'s positional read agrees');
-  t.strictSame(freshSealedFields(line, { ...record, timestampMs: Date.parse(record.timestamp) }, batch), sealedFields(line), 'and so does the proxy\'s record, which has its instant as a number');
+  t.equal(readBack(encodeAuditRow(record)), null, 'no batch id: unsealed');
+  const fresh = (l: string, r: Parameters<SealColumns['pushFresh']>[1]) => {
+    const columns = new SealColumns();
+    columns.pushFresh(l, r, batch);
+    return columns.row(0);
+  };
+  t.strictSame(fresh(line, record), readBack(line), 'the batcher\'s positional read agrees');
+  t.strictSame(fresh(line, { ...record, timestampMs: Date.parse(record.timestamp) }), readBack(line), 'and so does the proxy\'s record, which has its instant as a number');
   fc.assert(fc.property(fc.string({ unit: 'binary', maxLength: 50 }), fc.string({ maxLength: 20 }), fc.option(fc.string({ maxLength: 30 }), { nil: null }), (reasoning, agentName, output) => {
     const r = auditRecord(randomUUID(), { reasoning, agentName, output });
     const l = encodeAuditRow(r, batch);
-    const fresh = freshSealedFields(l, r, batch);
-    return JSON.stringify(fresh) === JSON.stringify(sealedFields(l)) && fresh.entryHash === entryHash(r);
+    const row = fresh(l, r);
+    return JSON.stringify(row) === JSON.stringify(readBack(l)) && row.leaf === leafHash(entryHash(r));
   }));
   // A line as the version before seals wrote it: no batch_id column at all.
-  t.equal(sealedFields(line.slice(0, line.lastIndexOf('\t')) + '\n'), null, 'an earlier version\'s line');
-  t.equal(sealedFields('garbage\n'), null);
+  t.equal(readBack(line.slice(0, line.lastIndexOf('\t')) + '\n'), null, 'an earlier version\'s line');
+  t.equal(readBack('garbage\n'), null);
 });
 
-t.test("a batch's entries come out in (timestamp, id) order, as a general sort puts them", async (t) => {
-  const entry = fc.record({ ms: fc.integer({ min: 0, max: 40 }), id: fc.constantFrom('a', 'b', 'c', 'd', 'e', 'f') });
+t.test("a batch's rows come out in (timestamp, id) order, as a general sort puts them", async (t) => {
+  const byTimeThenId = (a: { ms: number; id: string }, b: { ms: number; id: string }) => a.ms - b.ms || (a.id < b.id ? -1 : a.id > b.id ? 1 : 0);
+  const columnsOf = (entries: { ms: number; id: string }[]) => {
+    const columns = new SealColumns();
+    for (const e of entries) columns.pushFresh(`${'0'.repeat(64)}\t${'b'.repeat(36)}\n`, { id: e.id, orgId: 'o', timestamp: '', timestampMs: e.ms }, 'b'.repeat(36));
+    return columns;
+  };
+  const ordered = (entries: { ms: number; id: string }[]) => {
+    const columns = columnsOf(entries);
+    return columns.order(entries.map((_, i) => i)).map((i) => ({ ms: columns.msAt(i), id: columns.row(i).id }));
+  };
+  // Ids of one to 36 characters (shorter ones sort before their extensions, as text does).
+  const entry = fc.record({ ms: fc.integer({ min: 0, max: 40 }), id: fc.constantFrom('a', 'b', 'c', 'd', 'e', 'f', 'ab', randomUUID(), randomUUID()) });
   // Dense (the counting sort), spread thin (the general sort), with ties in both.
   for (const spread of [1, 1_000_000]) {
     fc.assert(fc.property(fc.array(entry, { maxLength: 300 }), (raw) => {
-      const entries = raw.map((e, i) => ({ ms: e.ms * spread, id: `${e.id}${i % 3}` }));
+      const entries = raw.map((e, i) => ({ ms: e.ms * spread, id: `${e.id}${i % 3}`.slice(0, 36) }));
       const expected = [...entries].sort(byTimeThenId);
-      return JSON.stringify(inLeafOrder([...entries])) === JSON.stringify(expected);
+      return JSON.stringify(ordered(entries)) === JSON.stringify(expected);
     }));
   }
   const odd = [{ ms: 2.5, id: 'b' }, { ms: 1, id: 'a' }, { ms: 2.25, id: 'c' }];
-  t.strictSame(inLeafOrder([...odd]).map((e) => e.id), ['a', 'c', 'b'], 'milliseconds that are not whole numbers take the general sort, losing none');
-  const inOrder = [{ ms: 1, id: 'a' }, { ms: 2, id: 'a' }];
-  t.equal(inLeafOrder(inOrder), inOrder, 'a batch already in order is returned as it is');
+  t.strictSame(ordered(odd).map((e) => e.id), ['a', 'c', 'b'], 'milliseconds that are not whole numbers take the general sort, losing none');
+  const inOrder = [0, 1];
+  t.equal(columnsOf([{ ms: 1, id: 'a' }, { ms: 2, id: 'a' }]).order(inOrder), inOrder, 'rows already in order are returned as they are');
 });
 
 const key = signingKeyFromPem(generateKeyPairSync('ed25519').privateKey.export({ type: 'pkcs8', format: 'pem' }).toString());
+
+t.test("the batcher's columns seal a batch as its lines read back do, and are reused once cleared", async (t) => {
+  const batch = randomUUID();
+  const [orgA, orgB] = [randomUUID(), randomUUID()];
+  const records = Array.from({ length: 2500 }, (_, i) => auditRecord(i % 7 === 0 ? orgB : orgA, { timestamp: new Date(Date.parse('2026-11-26T10:00:00.000Z') + ((i * 37) % 900)).toISOString() }));
+  const lines = records.map((r) => encodeAuditRow(r, batch));
+  const columns = new SealColumns();
+  columns.pushFresh(encodeAuditRow(auditRecord(orgA), batch), auditRecord(orgA), batch);
+  columns.clear();
+  lines.forEach((line, i) => columns.pushFresh(line, records[i]!, batch));
+  const now = new Date();
+  const fromColumns = new Sealer(key).sealColumns(columns, now).seals;
+  const fromLines = new Sealer(key).sealLines(lines, now).seals;
+  const comparable = (s: Seal) => ({ orgId: s.orgId, batchId: s.batchId, count: s.count, firstAt: s.firstAt, lastAt: s.lastAt, root: s.root });
+  t.strictSame(fromColumns.map(comparable), fromLines.map(comparable), 'the same seals, grown past the columns\' first size');
+  for (const org of [orgA, orgB]) {
+    const mine = records.filter((r) => r.orgId === org).sort((x, y) => (x.timestamp < y.timestamp ? -1 : x.timestamp > y.timestamp ? 1 : x.id < y.id ? -1 : 1));
+    t.equal(fromColumns.find((s) => s.orgId === org)!.root, merkleRoot(mine.map(entryHash)), 'the root over the org\'s entries in (timestamp, id) order');
+  }
+});
 
 t.test('a sealer makes one seal per org per batch, chained per org, signed, over the batch in (timestamp, id) order', async (t) => {
   const sealer = new Sealer(key);

@@ -106,11 +106,11 @@ export class ClickHouseAuditStore implements AuditStore {
     const { rows, seals } = typeof body === 'string' ? splitBatchBody(body) : body;
     // Rows first, then their seals, under the same token (deduplication is per
     // table): a retry after either failed writes each exactly once.
-    if (rows.length > 0) await this.#insertTsv(AUDIT_SHAPE, rows, dedupToken);
+    if (typeof rows === 'string' ? rows.length > 0 : rows.some((part) => part.length > 0)) await this.#insertTsv(AUDIT_SHAPE, rows, dedupToken);
     if (seals.length > 0) await this.#insertTsv(SEALS_SHAPE, seals, dedupToken);
   }
 
-  async #insertTsv(shape: TableShape, body: string, dedupToken: string): Promise<void> {
+  async #insertTsv(shape: TableShape, body: string | readonly Uint8Array[], dedupToken: string): Promise<void> {
     const { table, columns } = shape;
     const settings = {
       // Always sent, even empty, so that no insert can take another's token (a
@@ -157,13 +157,13 @@ export class ClickHouseAuditStore implements AuditStore {
     if (chdb !== null) {
       // chDB with a data directory whose path the engine would read as a glob
       // (`*`, `?`, `{`): the body goes inline, as its bytes.
-      await chdb.rawInsert({ table, columns, values: Buffer.from(body, 'utf8'), format: 'TabSeparated', settings });
+      await chdb.rawInsert({ table, columns, values: typeof body === 'string' ? Buffer.from(body, 'utf8') : Buffer.concat(body), format: 'TabSeparated', settings });
       return;
     }
     await this.#client.insert({
       table,
       columns: [...columns] as [string, ...string[]],
-      values: Readable.from([body], { objectMode: false }),
+      values: Readable.from(typeof body === 'string' ? [body] : body, { objectMode: false }),
       format: 'TabSeparated',
       clickhouse_settings: settings,
     });
