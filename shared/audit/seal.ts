@@ -263,10 +263,16 @@ export class SealColumns {
     const i = this.count;
     if (i === this.#ms.length) this.#grow();
     this.#ms[i] = ms;
+    // Copied a character at a time: for 32 and 36 bytes that is several times
+    // cheaper than Buffer#write's call into C++ (bench/micro/seal.ts, pushFresh).
+    const ids = this.#ids;
     const at = i * ID_BYTES;
-    const written = this.#ids.write(id, at, ID_BYTES, 'latin1');
-    if (written < ID_BYTES) this.#ids.fill(0, at + written, at + ID_BYTES); // shorter: sorts before its extensions, as text does
-    this.#leaves.write(leaf, i * LEAF_BYTES, LEAF_BYTES, 'latin1');
+    const idLength = Math.min(id.length, ID_BYTES);
+    for (let k = 0; k < idLength; k++) ids[at + k] = id.charCodeAt(k);
+    for (let k = idLength; k < ID_BYTES; k++) ids[at + k] = 0; // shorter: sorts before its extensions, as text does
+    const leaves = this.#leaves;
+    const leafAt = i * LEAF_BYTES;
+    for (let k = 0; k < LEAF_BYTES; k++) leaves[leafAt + k] = leaf.charCodeAt(k);
     this.#orgs[i] = orgId;
     this.#batches[i] = batchId;
     this.count = i + 1;
