@@ -64,7 +64,7 @@ interface Batch {
   rows: RowBytes;
   /** Its seal lines (seal.ts), made when the batch is closed; written after the rows. */
   seals: string[];
-  /** The rows' encoded length (UTF-16 code units, close to bytes). */
+  /** The rows' encoded length (UTF-16 code units, close to bytes; the chunks holding them are 256 KiB each, row-bytes.ts). */
   bytes: number;
   token: string;
   waiters: { resolve: () => void; reject: (err: unknown) => void }[];
@@ -168,13 +168,20 @@ export class AuditBatcher {
     let line: string;
     try {
       line = this.#encode(record, this.#sealer === undefined ? '' : this.#open.token);
-      if (this.#sealer !== undefined) this.#sealColumns.pushFresh(line, record, this.#open.token);
+      this.#open.rows.push(line); // a throw here (no memory) appends nothing
     } catch (err) {
       // A record the store cannot encode is a bug upstream of here; it is reported, not thrown into the proxy.
       this.#options.onError?.(err, 1, 'encode');
       return;
     }
-    this.#open.rows.push(line);
+    if (this.#sealer !== undefined) {
+      try {
+        this.#sealColumns.pushFresh(line, record, this.#open.token);
+      } catch (err) {
+        // The row is still written, outside its batch's seal: verify names it, as it does rows a seal could not be made for.
+        this.#options.onError?.(err, 1, 'seal');
+      }
+    }
     this.#journal?.append(line);
     this.#held += 1;
     this.#heldBytes += line.length;

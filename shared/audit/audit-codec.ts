@@ -78,7 +78,7 @@ export const AUDIT_COLUMNS = [
   // CONTRACT.md "Tamper-evident audit": SHA-256 of the entry's canonical JSON, written with the row and never changed.
   { name: 'entry_hash', type: 'String', field: 'entryHash', kind: 'entry-hash' },
   // The batch whose seal covers the row. Last, and entry_hash just before it: the
-  // sealer reads both from the end of the line (seal.ts, sealedFields).
+  // sealer reads both from the end of the line (seal.ts, SealColumns.pushFresh and pushLine).
   { name: 'batch_id', type: 'String', field: 'batchId', kind: 'batch' },
 ] as const satisfies readonly AuditColumn[];
 

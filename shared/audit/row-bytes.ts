@@ -29,16 +29,21 @@ export class RowBytes {
   readonly #full: Buffer[] = [];
   #chunk: Buffer | null = null;
   #at = 0;
+  #released = false;
   /** Rows appended. */
   count = 0;
 
-  /** Appends one encoded row (a line, with its newline). */
+  /** Appends one encoded row (a line, with its newline); on a throw (no memory) nothing was appended. */
   push(line: string): void {
-    const most = line.length * MAX_UTF8_PER_UNIT;
     let chunk = this.#chunk;
-    if (chunk === null || this.#at + most > chunk.length) {
-      if (chunk !== null) this.#full.push(chunk.subarray(0, this.#at));
-      chunk = this.#chunk = most > CHUNK_BYTES ? Buffer.allocUnsafeSlow(most) : (spare.pop() ?? Buffer.allocUnsafeSlow(CHUNK_BYTES));
+    // The worst case first (no scan of the line); the exact size only when that does not fit.
+    if (chunk === null || (this.#at + line.length * MAX_UTF8_PER_UNIT > chunk.length && this.#at + Buffer.byteLength(line, 'utf8') > chunk.length)) {
+      const bytes = Buffer.byteLength(line, 'utf8');
+      // A row longer than a chunk (a full output can be 64 KiB and more) gets a buffer of its own size, not kept for reuse.
+      const next = bytes > CHUNK_BYTES ? Buffer.allocUnsafeSlow(bytes) : (spare.pop() ?? Buffer.allocUnsafeSlow(CHUNK_BYTES));
+      if (chunk !== null && this.#at > 0) this.#full.push(chunk.subarray(0, this.#at));
+      else if (chunk !== null) giveBack(chunk);
+      chunk = this.#chunk = next;
       this.#at = 0;
     }
     this.#at += chunk.write(line, this.#at, 'utf8');
@@ -47,23 +52,28 @@ export class RowBytes {
 
   /** The rows' bytes, in order, as views of the chunks (valid until release()). */
   parts(): Buffer[] {
+    if (this.#released) throw new Error('RowBytes: read after release');
     return this.#chunk === null || this.#at === 0 ? this.#full.slice() : [...this.#full, this.#chunk.subarray(0, this.#at)];
   }
 
-  /** The rows as one string (a spool file, a test). */
+  /** The rows as one string (tests). */
   toString(): string {
     return Buffer.concat(this.parts()).toString('utf8');
   }
 
   /** Hands the chunks back for later batches: nothing may read parts() after this. */
   release(): void {
+    if (this.#released) return;
+    this.#released = true;
     const chunks = this.#chunk === null ? this.#full : [...this.#full, this.#chunk];
-    for (const view of chunks) {
-      const chunk = view.byteOffset === 0 && view.buffer.byteLength === CHUNK_BYTES ? Buffer.from(view.buffer, 0, CHUNK_BYTES) : null;
-      if (chunk !== null && spare.length < SPARE_CHUNKS) spare.push(chunk);
-    }
+    for (const view of chunks) giveBack(view);
     this.#full.length = 0;
     this.#chunk = null;
     this.#at = 0;
   }
+}
+
+/** A chunk (or a view from its start) back to the spare list; a row's own oversize buffer is left to the GC. */
+function giveBack(view: Buffer): void {
+  if (view.byteOffset === 0 && view.buffer.byteLength === CHUNK_BYTES && spare.length < SPARE_CHUNKS) spare.push(Buffer.from(view.buffer, 0, CHUNK_BYTES));
 }

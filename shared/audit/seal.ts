@@ -5,7 +5,9 @@
 // order, the hash of the previous seal of the same org and writer (one chain per
 // org and writing process), the count and time range, and an Ed25519 signature
 // over its canonical JSON. It is made when the batcher closes a batch, from the
-// batch's encoded lines, and travels with them as extra lines at the batch's end
+// seal columns it filled as it queued the batch's rows (SealColumns; a batch
+// recovered from the journal, from its lines), and travels with the rows as extra
+// lines at the batch's end
 // (the spool, its replay and the insert's deduplication token carry both); the
 // store writes those lines to the seals table.
 //

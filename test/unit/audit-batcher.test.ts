@@ -246,6 +246,32 @@ t.test('a batch neither the store nor the spool takes stays in memory and is ret
   await audit.rowsLanded(org, 4);
 });
 
+t.test("a batch's bytes stay its own while its insert is retried; released chunks serve later batches without touching any row", async (t) => {
+  // Rows of ~60 KB: a few fill a 256 KiB chunk (row-bytes.ts), so every batch spans chunks.
+  const { batcher, errors } = batcherFor(t, { maxRows: 12, maxDelayMs: 20, maxQueued: 1000 });
+  const org = randomUUID();
+  const queued = new Map<string, string>();
+  const enqueueRows = (n: number) => {
+    for (let i = 0; i < n; i++) {
+      const record = auditRecord(org, { reasoning: `${randomUUID()} `.repeat(1600) });
+      queued.set(record.id, record.reasoning);
+      batcher.enqueue(record);
+    }
+  };
+  audit.down();
+  enqueueRows(12); // refused, no spool: kept in memory and retried
+  await eventually(async () => (errors.includes('insert') ? true : undefined));
+  enqueueRows(12); // queued while the first waits for its retry, on chunks of its own
+  audit.up();
+  await audit.rowsLanded(org, 24);
+  enqueueRows(24); // on the chunks the first two batches released
+  await audit.rowsLanded(org, 48);
+  const page = await store.list(org, {}, 100, 0);
+  t.equal(page.total, 48);
+  t.strictSame(new Set(page.rows.map((row) => row.id)), new Set(queued.keys()), 'every row once, none in another\'s place');
+  t.ok(page.rows.every((row) => queued.get(row.id) === row.reasoning), 'each row as it was queued');
+});
+
 t.test('saturated once maxQueued records are held, and no longer once they are written', async (t) => {
   const { batcher } = batcherFor(t, { maxRows: 2, maxDelayMs: 20, maxQueued: 3 });
   const org = randomUUID();

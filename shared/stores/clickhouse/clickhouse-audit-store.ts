@@ -160,13 +160,15 @@ export class ClickHouseAuditStore implements AuditStore {
       await chdb.rawInsert({ table, columns, values: typeof body === 'string' ? Buffer.from(body, 'utf8') : Buffer.concat(body), format: 'TabSeparated', settings });
       return;
     }
-    await this.#client.insert({
-      table,
-      columns: [...columns] as [string, ...string[]],
-      values: Readable.from(typeof body === 'string' ? [body] : body, { objectMode: false }),
-      format: 'TabSeparated',
-      clickhouse_settings: settings,
-    });
+    const values = Readable.from(typeof body === 'string' ? [body] : body, { objectMode: false });
+    try {
+      await this.#client.insert({ table, columns: [...columns] as [string, ...string[]], values, format: 'TabSeparated', clickhouse_settings: settings });
+    } finally {
+      // An error answer can come before the body is all sent, and the client
+      // does not stop reading it then: the batcher reuses a batch's chunks once
+      // this returns (row-bytes.ts), so nothing may read them after.
+      values.destroy();
+    }
   }
 
   async list(orgId: string, filter: AuditFilter, limit: number, offset: number): Promise<AuditPage> {
