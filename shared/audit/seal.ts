@@ -248,19 +248,23 @@ export class SealColumns {
    */
   pushFresh(line: string, record: { id: string; orgId: string; timestamp: string; timestampMs?: number }, batchId: string): void {
     const hashEnd = line.length - batchId.length - 2; // before "\t<batch id>\n"
-    // The id as the record has it: the line's first field is that UUID unescaped (the column takes nothing else).
-    this.#push(record.timestampMs ?? Date.parse(record.timestamp), record.id, record.orgId, batchId, line.slice(hashEnd - 64, hashEnd));
+    // The id is read from the line, whose first field is the record's id (a
+    // UUID, unescaped: the column takes nothing else): slicing the hash has
+    // just made the line flat, while the record's id is a string of ~20 pieces
+    // (randomUUID) that reading it a character at a time would walk each time.
+    this.#push(record.timestampMs ?? Date.parse(record.timestamp), line, record.id.length, record.orgId, batchId, line.slice(hashEnd - 64, hashEnd));
   }
 
   /** A row line read back (a recovered journal segment); false for a line an earlier version wrote, which stays unsealed. */
   pushLine(line: string): boolean {
     const f = rowFields(line);
     if (f === null) return false;
-    this.#push(f.ms, f.id, f.orgId, f.batchId, f.entryHash);
+    this.#push(f.ms, line, f.id.length, f.orgId, f.batchId, f.entryHash);
     return true;
   }
 
-  #push(ms: number, id: string, orgId: string, batchId: string, entryHashHex: string): void {
+  /** `line` starts with the row's id, `idLength` characters. */
+  #push(ms: number, line: string, idLength: number, orgId: string, batchId: string, entryHashHex: string): void {
     const leaf = leafHash(entryHashHex);
     const i = this.count;
     if (i === this.#ms.length) this.#grow();
@@ -269,9 +273,9 @@ export class SealColumns {
     // cheaper than Buffer#write's call into C++ (bench/micro/seal.ts, pushFresh).
     const ids = this.#ids;
     const at = i * ID_BYTES;
-    const idLength = Math.min(id.length, ID_BYTES);
-    for (let k = 0; k < idLength; k++) ids[at + k] = id.charCodeAt(k);
-    for (let k = idLength; k < ID_BYTES; k++) ids[at + k] = 0; // shorter: sorts before its extensions, as text does
+    const idBytes = Math.min(idLength, ID_BYTES);
+    for (let k = 0; k < idBytes; k++) ids[at + k] = line.charCodeAt(k);
+    for (let k = idBytes; k < ID_BYTES; k++) ids[at + k] = 0; // shorter: sorts before its extensions, as text does
     const leaves = this.#leaves;
     const leafAt = i * LEAF_BYTES;
     for (let k = 0; k < LEAF_BYTES; k++) leaves[leafAt + k] = leaf.charCodeAt(k);

@@ -89,7 +89,8 @@ t.test("a batch's rows come out in (timestamp, id) order, as a general sort puts
   const byTimeThenId = (a: { ms: number; id: string }, b: { ms: number; id: string }) => a.ms - b.ms || (a.id < b.id ? -1 : a.id > b.id ? 1 : 0);
   const columnsOf = (entries: { ms: number; id: string }[]) => {
     const columns = new SealColumns();
-    for (const e of entries) columns.pushFresh(`${'0'.repeat(64)}\t${'b'.repeat(36)}\n`, { id: e.id, orgId: 'o', timestamp: '', timestampMs: e.ms }, 'b'.repeat(36));
+    // A line as the encoder makes it, as far as the columns read it: the id first, the entry hash and batch id last.
+    for (const e of entries) columns.pushFresh(`${e.id}\t${'0'.repeat(64)}\t${'b'.repeat(36)}\n`, { id: e.id, orgId: 'o', timestamp: '', timestampMs: e.ms }, 'b'.repeat(36));
     return columns;
   };
   const ordered = (entries: { ms: number; id: string }[]) => {
