@@ -94,7 +94,7 @@ export class AuditBatcher {
   readonly #sealer: Sealer | undefined;
   #open: Batch = newBatch();
   /** With a sealer: what the open batch's seals need of each row, read from its line as it is encoded (one instance, cleared as each batch is sealed). */
-  readonly #sealColumns = new SealColumns();
+  readonly #sealColumns: SealColumns | null;
   readonly #sealed: Batch[] = [];
   #held = 0;
   #heldBytes = 0;
@@ -118,6 +118,7 @@ export class AuditBatcher {
     this.#journal = options.journal;
     if (this.#journal !== undefined) this.#journal.onError = (err) => options.onError?.(err, 0, 'journal');
     this.#sealer = options.sealer;
+    this.#sealColumns = options.sealer === undefined ? null : new SealColumns();
     // Batches a previous run left in the spool are replayed from the start.
     if (this.#spool !== undefined && this.#spool.batches.length > 0) this.#schedule(0);
   }
@@ -174,7 +175,7 @@ export class AuditBatcher {
       this.#options.onError?.(err, 1, 'encode');
       return;
     }
-    if (this.#sealer !== undefined) {
+    if (this.#sealColumns !== null) {
       try {
         this.#sealColumns.pushFresh(line, record, this.#open.token);
       } catch (err) {
@@ -213,7 +214,7 @@ export class AuditBatcher {
 
   /** The open batch joins the sealed ones; its journal segment is closed with its token first. */
   #sealOpen(): void {
-    if (this.#sealer !== undefined) {
+    if (this.#sealer !== undefined && this.#sealColumns !== null) {
       try {
         this.#open.seals = this.#sealer.sealColumns(this.#sealColumns).lines;
         for (const line of this.#open.seals) this.#journal?.append(line);

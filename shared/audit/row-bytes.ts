@@ -37,14 +37,16 @@ export class RowBytes {
   push(line: string): void {
     let chunk = this.#chunk;
     // The worst case first (no scan of the line); the exact size only when that does not fit.
-    if (chunk === null || (this.#at + line.length * MAX_UTF8_PER_UNIT > chunk.length && this.#at + Buffer.byteLength(line, 'utf8') > chunk.length)) {
+    if (chunk === null || this.#at + line.length * MAX_UTF8_PER_UNIT > chunk.length) {
       const bytes = Buffer.byteLength(line, 'utf8');
-      // A row longer than a chunk (a full output can be 64 KiB and more) gets a buffer of its own size, not kept for reuse.
-      const next = bytes > CHUNK_BYTES ? Buffer.allocUnsafeSlow(bytes) : (spare.pop() ?? Buffer.allocUnsafeSlow(CHUNK_BYTES));
-      if (chunk !== null && this.#at > 0) this.#full.push(chunk.subarray(0, this.#at));
-      else if (chunk !== null) giveBack(chunk);
-      chunk = this.#chunk = next;
-      this.#at = 0;
+      if (chunk === null || this.#at + bytes > chunk.length) {
+        // A row longer than a chunk (a full output can be 64 KiB and more) gets a buffer of its own size, not kept for reuse.
+        const next = bytes > CHUNK_BYTES ? Buffer.allocUnsafeSlow(bytes) : (spare.pop() ?? Buffer.allocUnsafeSlow(CHUNK_BYTES));
+        if (chunk !== null && this.#at > 0) this.#full.push(chunk.subarray(0, this.#at));
+        else if (chunk !== null) giveBack(chunk);
+        chunk = this.#chunk = next;
+        this.#at = 0;
+      }
     }
     this.#at += chunk.write(line, this.#at, 'utf8');
     this.count += 1;

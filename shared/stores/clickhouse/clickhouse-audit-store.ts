@@ -106,7 +106,7 @@ export class ClickHouseAuditStore implements AuditStore {
     const { rows, seals } = typeof body === 'string' ? splitBatchBody(body) : body;
     // Rows first, then their seals, under the same token (deduplication is per
     // table): a retry after either failed writes each exactly once.
-    if (typeof rows === 'string' ? rows.length > 0 : rows.some((part) => part.length > 0)) await this.#insertTsv(AUDIT_SHAPE, rows, dedupToken);
+    if (rows.length > 0) await this.#insertTsv(AUDIT_SHAPE, rows, dedupToken); // the batcher's parts are never empty
     if (seals.length > 0) await this.#insertTsv(SEALS_SHAPE, seals, dedupToken);
   }
 
