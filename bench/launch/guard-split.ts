@@ -9,7 +9,7 @@ import { join } from 'node:path';
 import { CA_FILE, serviceScript } from '../paths.js';
 import { startProcess } from '../processes.js';
 import { BENCH_POLICY } from '../policy.js';
-import { PROXY_NODE_FLAGS } from '../../server/node-flags.js';
+import { PROXY_ENV, PROXY_NODE_FLAGS } from '../../server/node-flags.js';
 import type { Target } from '../target.js';
 import { GuardOrg } from './guard.js';
 
@@ -48,7 +48,7 @@ export async function startGuardSplit(tmpDir: string, upstreamAuthority: string,
     name: 'guard-split',
     command: process.execPath,
     args: [...PROXY_NODE_FLAGS, ...serviceScript('server/main-proxy')], // as npm run start:proxy starts it
-    env: { ...common, ADMIN_URL: admin.match[1]!, SPOOL_DIR: join(dir, 'spool-proxy') },
+    env: { ...common, ...PROXY_ENV, ADMIN_URL: admin.match[1]!, SPOOL_DIR: join(dir, 'spool-proxy') },
     ready: /listening on http:\/\/127\.0\.0\.1:(\d+)/,
     readyTimeoutMs: 60_000,
   });

@@ -3,7 +3,7 @@
 // or, as a user does, through `npm start` / `npm run start:proxy|start:admin`.
 import { spawn, type ChildProcess } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
-import { PROXY_NODE_FLAGS } from '../../server/node-flags.js';
+import { PROXY_ENV, PROXY_NODE_FLAGS } from '../../server/node-flags.js';
 
 const ROOT = fileURLToPath(new URL('../../', import.meta.url));
 const ENTRY = { 'all-in-one': 'server/main.ts', proxy: 'server/main-proxy.ts', admin: 'server/main-admin.ts' } as const;
@@ -22,11 +22,11 @@ export interface SpawnedService {
 
 /** `stdin`: what waits on the process's standard input (a pipe left open); none: /dev/null. */
 export function spawnService(role: keyof typeof ENTRY, env: Record<string, string>, startTimeoutMs = 30_000, stdin?: string): Promise<SpawnedService> {
-  // A proxy with the node flags it ships with (server/node-flags.ts).
+  // A proxy with the node flags and environment it ships with (server/node-flags.ts).
   const child = spawn(process.execPath, [...(role === 'proxy' ? PROXY_NODE_FLAGS : []), ...process.execArgv, `${ROOT}${ENTRY[role]}`], {
     cwd: ROOT,
     stdio: [stdin === undefined ? 'ignore' : 'pipe', 'pipe', 'pipe'],
-    env: childEnv(env),
+    env: childEnv(role === 'proxy' ? { ...PROXY_ENV, ...env } : env),
   });
   if (stdin !== undefined) child.stdin!.write(stdin);
   return whenListening(child, role, startTimeoutMs);
