@@ -34,3 +34,26 @@ t.test('the open-loop generator holds its rate and counts a stall in every reque
   t.ok(result.p99Ms > 150, `the stall is in the p99 (${result.p99Ms.toFixed(1)} ms)`);
   t.ok(result.p999Ms !== undefined && result.p999Ms >= result.p99Ms, 'p99.9 is reported, at least the p99');
 });
+
+t.test('the open-loop generator spreads its rate over all its connections, as wrk2 does', async (t) => {
+  // Through one pool most connections sat idle until a server's idle timeout
+  // closed them, and the generator reopened them mid-run in a burst of TLS
+  // handshakes that was in every comparator's p99.9.
+  const dir = mkdtempSync(join(tmpdir(), 'tcg-open-loop-'));
+  t.teardown(() => rmSync(dir, { recursive: true, force: true }));
+  const perConnection = new Map<number, number>();
+  const server = createServer((req, res) => {
+    const port = req.socket.remotePort!;
+    perConnection.set(port, (perConnection.get(port) ?? 0) + 1);
+    res.end('ok');
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  t.teardown(() => server.close());
+  const { port } = server.address() as { port: number };
+  const result = await createOpenLoop().run({ origin: `http://127.0.0.1:${port}`, paths: ['/'], method: 'GET', bodyBytes: 0, connections: 8, durationSec: 1, rate: 400 }, dir);
+  t.equal(result.errors, 0);
+  const counts = [...perConnection.values()];
+  t.equal(counts.length, 8, 'one connection each, none reopened');
+  const total = counts.reduce((a, b) => a + b, 0);
+  t.ok(Math.min(...counts) >= (total / 8) * 0.8, `every connection carries its share of ${total} requests (${counts.join(', ')})`);
+});
