@@ -7,6 +7,7 @@
 // Env: UPSTREAM_ORIGIN (https://127.0.0.1:<port>), BEARER. Prints
 // `BENCH_BARE_READY port=<n>`; SIGTERM stops it.
 import { readFileSync } from 'node:fs';
+import { createSecureContext } from 'node:tls';
 import { Pool } from 'undici';
 import uws, { type HttpResponse } from 'uWebSockets.js';
 import { CA_FILE } from './paths.js';
@@ -17,7 +18,10 @@ if (!upstream.startsWith('https://127.0.0.1:')) {
   process.exit(2);
 }
 const authorization = `Bearer ${process.env.BEARER ?? ''}`;
-const pool = new Pool(upstream, { connections: 256, connect: { rejectUnauthorized: true, ca: readFileSync(CA_FILE, 'utf8') } });
+// One TLS context for every connection, as the guard has (proxy/upstream-pools.ts): a `ca` in
+// `connect` would parse the CA again for each connection the pool opens.
+const secureContext = createSecureContext({ ca: readFileSync(CA_FILE, 'utf8') });
+const pool = new Pool(upstream, { connections: 256, connect: { rejectUnauthorized: true, secureContext } });
 const HOST = new URL(upstream).host;
 const DROP = new Set(['host', 'connection', 'keep-alive', 'content-length', 'transfer-encoding', 'authorization']);
 const RESPONSE_DROP = new Set(['connection', 'keep-alive', 'transfer-encoding', 'content-length', 'date']);
