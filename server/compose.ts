@@ -6,8 +6,6 @@
 // points (main*.ts) through `runMain` (lifecycle.ts).
 import { existsSync, mkdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { createAdminApp } from '../admin/app.js';
-import { createAdminPassThrough } from './admin-pass-through.js';
 import { AuditBatcher } from '../shared/audit/audit-batcher.js';
 import { AuditJournal } from '../shared/audit/audit-journal.js';
 import { AuditSpool } from '../shared/audit/audit-spool.js';
@@ -19,7 +17,7 @@ import { SEAL_LINE_PREFIX, Sealer, sealHeadsOf, unsealedRows } from '../shared/a
 import type { AuditStore } from '../shared/stores/audit-store.js';
 import type { MetadataStore } from '../shared/stores/metadata-store.js';
 import { openAuditStoreWhenReachable, openMetadataStore } from '../shared/stores/open-stores.js';
-import { createProxyPipeline, type ProxyPipeline } from '../proxy/pipeline.js';
+import type { ProxyPipeline } from '../proxy/pipeline.js';
 import { listen, loadUws } from './listener.js';
 import { stopInOrder } from './lifecycle.js';
 import { startProblems, type Role } from './roles.js';
@@ -98,9 +96,11 @@ export async function startService(config: Readonly<Config>, log: Logger = creat
   if (spool.batches.length > 0) log.warn('replaying audit batches left in the spool', { batches: spool.batches.length });
 
   let publicUrl = config.publicUrl ?? '';
-  const admin = role === 'proxy' ? null : createAdminApp({ config, publicUrl: () => publicUrl, secrets, signingKey, store, auditStore, auditBatcher, metrics }, log);
-  const passThrough = role === 'proxy' ? createAdminPassThrough(config.adminUrl!) : null;
-  const pipeline = role === 'admin' ? null : createProxyPipeline({
+  // Each wing is loaded only by the roles that run it: a split proxy carries no
+  // admin code (~3 MiB of RSS: PDF, passwords, tokens, YAML) and an admin no proxy.
+  const admin = role === 'proxy' ? null : (await import('../admin/app.js')).createAdminApp({ config, publicUrl: () => publicUrl, secrets, signingKey, store, auditStore, auditBatcher, metrics }, log);
+  const passThrough = role === 'proxy' ? (await import('./admin-pass-through.js')).createAdminPassThrough(config.adminUrl!) : null;
+  const pipeline = role === 'admin' ? null : (await import('../proxy/pipeline.js')).createProxyPipeline({
     config,
     store,
     encryptionKey: secrets.encryptionKey,

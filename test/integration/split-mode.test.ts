@@ -2,9 +2,10 @@
 // file and a ClickHouse HTTP server (test/support: ClickHouse's HTTP interface
 // over the embedded engine). The audit pipeline's fault tests (ClickHouse down,
 // a proxy killed) are in split-mode-faults.test.ts.
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { createServer, type AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
+import { fileURLToPath } from 'node:url';
 import { join } from 'node:path';
 import t from 'tap';
 import { api, auditTotal, createAgent, eventually, signup, TLS_DIR, type Session } from '../support/service.js';
@@ -46,6 +47,25 @@ t.test('split mode refuses to start without shared secrets, CLICKHOUSE_URL and A
     t.ok(err, `refused without ${missing}`);
     t.match(err?.message ?? '', new RegExp(missing));
   }
+});
+
+t.test('a proxy process loads no admin code, an admin process no proxy code', async (t) => {
+  // Each wing's modules are imported by the roles that run it (server/compose.ts):
+  // the admin side (PDF, passwords, tokens) is ~3 MiB of a split proxy's RSS.
+  const hook = fileURLToPath(new URL('../support/module-log-hook.mjs', import.meta.url));
+  const loaded = async (role: 'proxy' | 'admin', env: Record<string, string>): Promise<string> => {
+    const log = join(root, `modules-${role}.txt`);
+    const child = await spawnService(role, { ...env, NODE_OPTIONS: `--import ${hook}`, MODULE_LOG: log });
+    await child.stop();
+    return readFileSync(log, 'utf8');
+  };
+  const proxyModules = await loaded('proxy', proxyEnv('modules'));
+  t.match(proxyModules, /\/proxy\/pipeline\.ts/, 'the proxy loads its pipeline (the log works)');
+  t.notMatch(proxyModules, /\/admin\/app\.ts/, 'the proxy does not load the admin app');
+  t.notMatch(proxyModules, /\/admin\/(?!http\.ts)/, 'nor any admin module but the shared body bound');
+  const adminModules = await loaded('admin', { ...split.common, DATA_DIR: join(root, 'admin-modules'), SPOOL_DIR: join(root, 'spool-admin-modules') });
+  t.match(adminModules, /\/admin\/app\.ts/, 'the admin loads its app');
+  t.notMatch(adminModules, /\/proxy\/pipeline\.ts/, 'the admin does not load the proxy pipeline');
 });
 
 t.test('a proxy passes admin paths to the admin process and serves /proxy itself', async (t) => {
