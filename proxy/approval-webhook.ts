@@ -6,9 +6,9 @@
 // delivered is counted and logged (by approval id and the URL's origin only:
 // webhook URLs often carry a token in their path, and the secret is never logged).
 import { createHmac } from 'node:crypto';
-import { request } from 'undici';
 import { approvalJson } from '../shared/approvals.js';
 import type { Logger } from '../shared/log.js';
+import { Pool } from '../shared/undici.js';
 import type { Approval } from '../shared/types.js';
 
 /** Attempts per notification, the first included. */
@@ -35,8 +35,10 @@ export interface WebhookStats {
 }
 
 export class ApprovalWebhook {
-  readonly #url: string;
+  readonly #path: string;
   readonly #origin: string;
+  /** Keep-alive connections to the webhook's origin, opened with the first notification. */
+  #pool: Pool | null = null;
   readonly #secret: string;
   readonly #publicUrl: () => string;
   readonly #log: Logger;
@@ -47,8 +49,9 @@ export class ApprovalWebhook {
   readonly stats: WebhookStats = { delivered: 0, failures: 0, dropped: 0 };
 
   constructor(options: { url: string; secret: string; publicUrl: () => string; log: Logger }) {
-    this.#url = options.url;
-    this.#origin = new URL(options.url).origin;
+    const url = new URL(options.url);
+    this.#path = `${url.pathname}${url.search}`;
+    this.#origin = url.origin;
     this.#secret = options.secret;
     this.#publicUrl = options.publicUrl;
     this.#log = options.log;
@@ -76,6 +79,8 @@ export class ApprovalWebhook {
     const left = this.#ready.length + this.#retrying.size;
     this.#retrying.clear();
     this.#ready.length = 0;
+    // Deliveries in flight finish (each within ATTEMPT_TIMEOUT_MS); then the connections close.
+    void this.#pool?.close().catch(() => undefined);
     if (left > 0) {
       this.stats.dropped += left;
       this.#log.warn('approval webhook notifications not delivered before shutdown', { notifications: left, webhook: this.#origin });
@@ -91,7 +96,9 @@ export class ApprovalWebhook {
     delivery.attempts++;
     let problem: string | null = null;
     try {
-      const response = await request(this.#url, {
+      this.#pool ??= new Pool(this.#origin, { connections: CONCURRENCY });
+      const response = await this.#pool.request({
+        path: this.#path,
         method: 'POST',
         headers: { 'content-type': 'application/json', 'x-guard-signature': delivery.signature, 'user-agent': 'tool-call-guard' },
         body: delivery.body,

@@ -8,7 +8,7 @@
 import { isIPv6 } from 'node:net';
 import { createSecureContext, rootCertificates } from 'node:tls';
 import { LRUCache } from 'lru-cache';
-import { Pool } from 'undici';
+import { Pool } from '../shared/undici.js';
 import type { Config } from '../shared/config.js';
 
 const MAX_POOLS = 1024;

@@ -1,7 +1,7 @@
 // Split mode: a proxy process passes every admin path to the admin process
 // (ADMIN_URL) over a keep-alive pool, adding X-Forwarded-For so the admin's login
 // limiter sees the client's address.
-import { Pool } from 'undici';
+import { Pool } from '../shared/undici.js';
 import type { AdminRequest, AdminResponse } from '../admin/http.js';
 import { errorBody } from '../shared/errors.js';
 import { PASS_THROUGH_DROP as DROP } from '../shared/http.js';
