@@ -37,6 +37,7 @@ export interface Config {
   upstreamBodyTimeoutMs: number;
   upstreamStreamIdleMs: number;
   shutdownDrainMs: number;
+  chdbThreadNice: number;
   upstreamConnections: number;
   upstreamConnectionsTotal: number;
   outputCaptureBytes: number;
@@ -160,6 +161,7 @@ export const CONFIG_SPECS: readonly Spec[] = [
   { env: 'AUDIT_BATCH_ROWS', key: 'auditBatchRows', doc: 'audit rows per insert, at most', parse: integer(1, 100_000), fallback: 20_000 },
   { env: 'AUDIT_BATCH_MS', key: 'auditBatchMs', doc: 'longest an audit row waits before its batch is written, after a quiet spell (see AUDIT_BATCH_INTERVAL_MS)', parse: integer(1, 60_000), fallback: 250 },
   { env: 'AUDIT_BATCH_INTERVAL_MS', key: 'auditBatchIntervalMs', doc: 'least time between two audit batches (AUDIT_BATCH_ROWS aside): under load rows gather into fewer, larger inserts, each of which ClickHouse writes and merges as a part (ClickHouse\'s advice: about one insert a second); 0: a batch every AUDIT_BATCH_MS', parse: integer(0, 60_000), fallback: 1000 },
+  { env: 'CHDB_THREAD_NICE', key: 'chdbThreadNice', doc: 'all-in-one on the embedded ClickHouse (Linux): nice value of the engine\'s threads, so its inserts and merges yield the cores to the calls being served; Node\'s own threads keep theirs (0: leave them as started)', parse: integer(0, 19), fallback: 10 },
   { env: 'AUDIT_RETENTION_DAYS', key: 'auditRetentionDays', doc: 'audit rows older than this are dropped (TTL)', parse: integer(1, 36500), fallback: 365 },
   { env: 'AUDIT_QUEUE_MAX', key: 'auditQueueMax', doc: 'audit rows held in memory before proxying answers 503', parse: integer(100, 10_000_000), fallback: 200_000 },
   { env: 'AUDIT_QUEUE_MAX_BYTES', key: 'auditQueueMaxBytes', doc: 'bytes of audit rows held in memory before proxying answers 503', parse: integer(1024 * 1024, 1024 ** 4), fallback: 256 * 1024 * 1024 },

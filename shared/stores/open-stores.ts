@@ -20,7 +20,7 @@ export async function openMetadataStore(config: Readonly<Config>): Promise<Metad
 }
 
 export function openAuditStore(config: Readonly<Config>): Promise<ClickHouseAuditStore> {
-  return ClickHouseAuditStore.open({ url: config.clickhouseUrl, dataDir: config.dataDir, retentionDays: config.auditRetentionDays });
+  return ClickHouseAuditStore.open({ url: config.clickhouseUrl, dataDir: config.dataDir, retentionDays: config.auditRetentionDays, threadNice: config.chdbThreadNice });
 }
 
 /**

@@ -1,6 +1,6 @@
 // Operability: /metrics, canonical log lines and request ids, /ready, /openapi.json.
 import t from 'tap';
-import { mkdtempSync, readdirSync, rmSync } from 'node:fs';
+import { mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { connect as netConnect } from 'node:net';
 import { join } from 'node:path';
@@ -158,6 +158,32 @@ t.test('METRICS_ENABLED=false: no /metrics, and the proxy still works', async (t
   t.equal(res.status, 404);
   t.equal(((await res.json()) as any).error, 'not_found');
   t.equal((await fetch(`${quiet.url}/health`)).status, 200);
+});
+
+t.test('all-in-one: the embedded engine\'s threads run at CHDB_THREAD_NICE, Node\'s own as started', { skip: process.platform !== 'linux' && 'thread nice values are read from /proc: Linux only' }, async (t) => {
+  const dir = mkdtempSync(join(tmpdir(), 'tcg-nice-'));
+  const service = await spawnService('all-in-one', { DATA_DIR: dir, PORT: '0', CHDB_THREAD_NICE: '6' });
+  t.teardown(async () => {
+    await service.stop();
+    rmSync(dir, { recursive: true, force: true });
+  });
+  const pid = service.child.pid!;
+  const threads = readdirSync(`/proc/${pid}/task`).flatMap((tid) => {
+    try {
+      const stat = readFileSync(`/proc/${pid}/task/${tid}/stat`, 'utf8');
+      const name = stat.slice(stat.indexOf('(') + 1, stat.lastIndexOf(')'));
+      return [{ tid, name, nice: Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[16]) }];
+    } catch {
+      return []; // ended meanwhile
+    }
+  });
+  const own = Number(readFileSync('/proc/self/stat', 'utf8').split(') ')[1]!.split(' ')[16]);
+  t.equal(threads.find((x) => x.tid === String(pid))?.nice, own, 'the main thread keeps the nice value it was started with');
+  t.ok(threads.filter((x) => x.name === 'node' && x.nice === own).length >= 3, 'so do Node\'s helper threads (V8\'s, libuv\'s)');
+  // The engine names its threads after its pools (ThreadPool, MergeMutate, BgSchPool, ...).
+  const engine = threads.filter((x) => x.name !== 'node' && !x.name.startsWith('tokio'));
+  t.ok(engine.length >= 5, `the engine's threads are there (${engine.map((x) => x.name).join(', ')})`);
+  t.ok(engine.every((x) => x.nice === 6), `each runs at nice 6 (${engine.map((x) => `${x.name} ${x.nice}`).join(', ')})`);
 });
 
 t.test('an open /metrics on a HOST other machines reach: the process refuses to start, before loading its stores', async (t) => {

@@ -32,6 +32,7 @@ import { decodeSealRow, SEAL_COLUMNS, splitBatchBody, type Seal } from '../../au
 import type { AuditPage, AuditReportData, BatchParts, AuditStore, EntryRef, ReplayGroup, ReplayGroupKey, ReplaySample, SealChain, VerifyGroup, VerifyScan, WrittenId } from '../audit-store.js';
 import { guardBoundary, unreachableClassifier } from '../store-boundary.js';
 import { isProcessAlive } from '../../pid.js';
+import { engineThreadNicer } from './thread-nice.js';
 
 /** How many denied calls the report lists. */
 export const REPORT_RECENT_DENIED = 20;
@@ -42,6 +43,8 @@ export interface ClickHouseAuditStoreOptions {
   /** The service's data directory; chDB keeps its files in `<dataDir>/chdb`. */
   dataDir: string;
   retentionDays: number;
+  /** chDB only: the nice value of the engine's threads (CHDB_THREAD_NICE; 0 leaves them). */
+  threadNice?: number;
 }
 
 /** Newest first, in the table's key order read backwards (no full sort). Ties on the
@@ -80,9 +83,10 @@ export class ClickHouseAuditStore implements AuditStore {
     try {
       const store = opts.url !== null
         ? new ClickHouseAuditStore({ client: await openHttpClient(opts.url), chdb: null }, 'http')
-        : new ClickHouseAuditStore(await openChdbClient(join(opts.dataDir, 'chdb'), join(opts.dataDir, 'chdb-inserts')), 'chdb');
+        : new ClickHouseAuditStore(await openChdbClient(join(opts.dataDir, 'chdb'), join(opts.dataDir, 'chdb-inserts'), opts.threadNice ?? 0), 'chdb');
       try {
         await migrate(store.#client, opts.retentionDays);
+        store.#chdb?.niceThreads(); // the threads its tables started
       } catch (err) {
         await store.close();
         throw err;
@@ -151,6 +155,7 @@ export class ClickHouseAuditStore implements AuditStore {
         );
       } finally {
         await rm(file, { force: true }).catch(() => undefined);
+        chdb.niceThreads();
       }
       return;
     }
@@ -158,6 +163,7 @@ export class ClickHouseAuditStore implements AuditStore {
       // chDB with a data directory whose path the engine would read as a glob
       // (`*`, `?`, `{`): the body goes inline, as its bytes.
       await chdb.rawInsert({ table, columns, values: typeof body === 'string' ? Buffer.from(body, 'utf8') : Buffer.concat(body), format: 'TabSeparated', settings });
+      chdb.niceThreads();
       return;
     }
     const values = Readable.from(typeof body === 'string' ? [body] : body, { objectMode: false });
@@ -530,6 +536,8 @@ interface ChdbInserts {
   query: (sql: string) => Promise<unknown>;
   fileDir: string | null;
   rawInsert: RawInsert;
+  /** Lowers the priority of the engine's threads started since the last call (thread-nice.ts). */
+  niceThreads: () => void;
 }
 
 interface OpenedClient {
@@ -540,21 +548,24 @@ interface OpenedClient {
 /** Characters the engine's file reader takes as a glob in a path. */
 const GLOB_CHARS = /[*?{}]/;
 
-async function openChdbClient(dir: string, insertRoot: string): Promise<OpenedClient> {
+async function openChdbClient(dir: string, insertRoot: string, threadNice: number): Promise<OpenedClient> {
   mkdirSync(dir, { recursive: true });
   // Imported here, not at the top: loading chDB costs ~200 MB of RSS, which a
   // process on a ClickHouse server should not pay. One data directory per process.
+  const niceThreads = await engineThreadNicer(threadNice);
   const { createChdbConnection } = await import('chdb/connection');
   // chdb types its connection with @clickhouse/client-common while @clickhouse/client
   // bundles its own copy of the same declarations; TypeScript treats the two copies'
   // classes as distinct, so the cast only bridges the duplicate declarations.
   const connection = createChdbConnection({ path: dir });
+  niceThreads();
   return {
     client: createClient({ connection: connection as unknown as ClientConnection, log: CLIENT_LOG }),
     chdb: {
       query: (sql) => connection.chdb.queryAsync(sql),
       fileDir: GLOB_CHARS.test(insertRoot) ? null : insertFolder(insertRoot),
       rawInsert: (params) => connection.chdb.rawInsert(params),
+      niceThreads,
     },
   };
 }
