@@ -58,7 +58,13 @@ export function loadVariant(name: string, label: string, targetName: TargetName,
   };
 }
 
-export async function measureLoad(ctx: BenchContext, target: Target, request: LoadRequest): Promise<Sample> {
+/** Called just before and just after the measured load run (not the warm-up): what a scenario reads around it. */
+export interface LoadWindow {
+  start(): void;
+  end(): void;
+}
+
+export async function measureLoad(ctx: BenchContext, target: Target, request: LoadRequest, window?: LoadWindow): Promise<Sample> {
   const { options } = ctx;
   const first = request.paths[0]!;
   const probe = await ctx.http.exchange(`${target.origin}${first}`, {
@@ -88,9 +94,11 @@ export async function measureLoad(ctx: BenchContext, target: Target, request: Lo
   const proxyBefore = pid !== null ? cpuSeconds(pid) : null;
   const upstreamBefore = cpuSeconds(ctx.upstream.proc.pid);
   const machineBefore = machineCpuTimes();
+  window?.start();
   const started = performance.now();
   const run = await load.run({ ...spec, durationSec: options.durationSec }, ctx.tmpDir);
   const wallSec = (performance.now() - started) / 1000;
+  window?.end();
   const proxyAfter = pid !== null ? cpuSeconds(pid) : null;
   const upstreamAfter = cpuSeconds(ctx.upstream.proc.pid);
   const machineAfter = machineCpuTimes();
@@ -121,6 +129,7 @@ export const COMPARATOR_LABELS: Record<TargetName, string> = {
   direct: 'client → upstream over HTTPS (the ceiling)',
   guard: 'client → guard → upstream',
   'guard-quiet': 'client → guard (metrics off, LOG_LEVEL=error) → upstream',
+  'guard-profiled': 'client → guard under a CPU profiler (node --cpu-prof) → upstream',
   nginx: 'client → nginx → upstream',
   'node-peer': 'client → fastify + @fastify/http-proxy → upstream',
   bare: 'client → bare uWebSockets.js + undici forwarder (no features: the stack\'s floor) → upstream',

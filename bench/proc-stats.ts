@@ -105,3 +105,32 @@ export function machineCpuTimes(): { busy: number; total: number } | null {
     return null;
   }
 }
+
+export interface ThreadCpu {
+  tid: number;
+  /** The thread's name (/proc/<pid>/task/<tid>/comm): `node` for the event loop and for Node's, V8's and libuv's helpers, ClickHouse's pool names for chDB's. */
+  name: string;
+  seconds: number;
+}
+
+/** CPU seconds (user + system) of each thread of `pid` so far; [] when unreadable. */
+export function threadCpu(pid: number): ThreadCpu[] {
+  let tids: string[];
+  try {
+    tids = readdirSync(`/proc/${pid}/task`);
+  } catch {
+    return [];
+  }
+  const out: ThreadCpu[] = [];
+  for (const tid of tids) {
+    try {
+      const stat = readFileSync(`/proc/${pid}/task/${tid}/stat`, 'utf8');
+      const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+      const name = readFileSync(`/proc/${pid}/task/${tid}/comm`, 'utf8').trim();
+      out.push({ tid: Number(tid), name, seconds: (Number(fields[11]) + Number(fields[12])) / ticksPerSecond() });
+    } catch {
+      // the thread ended between the listing and the read
+    }
+  }
+  return out;
+}

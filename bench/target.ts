@@ -2,7 +2,7 @@
 // reaches a given path of the upstream.
 import type { BenchProcess } from './processes.js';
 
-export type TargetName = 'direct' | 'guard' | 'guard-quiet' | 'nginx' | 'node-peer' | 'bare' | 'guard-split';
+export type TargetName = 'direct' | 'guard' | 'guard-quiet' | 'guard-profiled' | 'nginx' | 'node-peer' | 'bare' | 'guard-split';
 
 export interface Target {
   name: TargetName;

@@ -14,12 +14,12 @@ export interface GuardTarget extends Target {
   dataDir: string;
 }
 
-export async function startGuard(tmpDir: string, upstreamAuthority: string, variant: { name: 'guard' | 'guard-quiet'; env: Record<string, string> } = { name: 'guard', env: {} }): Promise<GuardTarget> {
+export async function startGuard(tmpDir: string, upstreamAuthority: string, variant: { name: 'guard' | 'guard-quiet' | 'guard-profiled'; env: Record<string, string>; nodeArgs?: string[] } = { name: 'guard', env: {} }): Promise<GuardTarget> {
   const dataDir = mkdtempSync(join(tmpDir, 'guard-data-'));
   const { proc, match } = await startProcess({
     name: variant.name,
     command: process.execPath,
-    args: guardScript(),
+    args: [...(variant.nodeArgs ?? []), ...guardScript()],
     env: {
       ...process.env,
       PORT: '0',

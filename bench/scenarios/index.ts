@@ -1,6 +1,7 @@
 // Every scenario, in the order a run measures them.
 import type { Scenario } from '../scenario.js';
 import { auditHash } from './audit-hash.js';
+import { auditShare } from './audit-share.js';
 import { download } from './download.js';
 import { fixedRate } from './fixed-rate.js';
 import { get64k } from './get-64k.js';
@@ -12,4 +13,4 @@ import { post16k } from './post-16k.js';
 import { smallGet } from './small-get.js';
 import { sse } from './sse.js';
 
-export const SCENARIOS: readonly Scenario[] = [smallGet, get64k, post16k, sse, policyDenied, auditHash, mcpInspect, observability, manyAgents, download, fixedRate];
+export const SCENARIOS: readonly Scenario[] = [smallGet, get64k, post16k, sse, policyDenied, auditHash, mcpInspect, observability, manyAgents, auditShare, download, fixedRate];
