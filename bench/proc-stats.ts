@@ -110,10 +110,13 @@ export interface ThreadCpu {
   tid: number;
   /** The thread's name (/proc/<pid>/task/<tid>/comm): `node` for the event loop and for Node's, V8's and libuv's helpers, ClickHouse's pool names for chDB's. */
   name: string;
+  /** CPU seconds so far: the scheduler's own count (schedstat, ns) when the kernel keeps it, else user + system clock ticks. */
   seconds: number;
+  /** Seconds spent runnable but waiting for a core (schedstat), or null when the kernel keeps no schedstat. */
+  waitSeconds: number | null;
 }
 
-/** CPU seconds (user + system) of each thread of `pid` so far; [] when unreadable. */
+/** CPU seconds of each thread of `pid` so far; [] when unreadable. */
 export function threadCpu(pid: number): ThreadCpu[] {
   let tids: string[];
   try {
@@ -123,14 +126,30 @@ export function threadCpu(pid: number): ThreadCpu[] {
   }
   const out: ThreadCpu[] = [];
   for (const tid of tids) {
+    const dir = `/proc/${pid}/task/${tid}`;
     try {
-      const stat = readFileSync(`/proc/${pid}/task/${tid}/stat`, 'utf8');
+      const name = readFileSync(`${dir}/comm`, 'utf8').trim();
+      // schedstat: time on a core (ns), time waiting on a run queue (ns), time slices (proc(5)).
+      const sched = schedstat(dir);
+      if (sched !== null) {
+        out.push({ tid: Number(tid), name, seconds: sched.runNs / 1e9, waitSeconds: sched.waitNs / 1e9 });
+        continue;
+      }
+      const stat = readFileSync(`${dir}/stat`, 'utf8');
       const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-      const name = readFileSync(`/proc/${pid}/task/${tid}/comm`, 'utf8').trim();
-      out.push({ tid: Number(tid), name, seconds: (Number(fields[11]) + Number(fields[12])) / ticksPerSecond() });
+      out.push({ tid: Number(tid), name, seconds: (Number(fields[11]) + Number(fields[12])) / ticksPerSecond(), waitSeconds: null });
     } catch {
       // the thread ended between the listing and the read
     }
   }
   return out;
+}
+
+function schedstat(dir: string): { runNs: number; waitNs: number } | null {
+  try {
+    const [run, wait] = readFileSync(`${dir}/schedstat`, 'utf8').trim().split(' ').map(Number);
+    return Number.isFinite(run) && Number.isFinite(wait) ? { runNs: run!, waitNs: wait! } : null;
+  } catch {
+    return null;
+  }
 }

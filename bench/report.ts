@@ -173,15 +173,24 @@ function fixedRateGoal(report: BenchReport): string {
   return `${goal} ${guard.toFixed(2)} ms vs ${direct.toFixed(2)} ms (${diff >= 0 ? '+' : ''}${diff.toFixed(2)} ms) | ${diff <= 1 ? 'met' : 'not met'} |`;
 }
 
-/** Issue 12: the audit at most 10 % of the guard's CPU (the audit-share scenario's median over rounds). */
+/**
+ * Issue 12: the audit at most 10 % of the guard's CPU. The share and its parts
+ * come from one round, the median one by share (the lower of the middle two),
+ * so that the parts add up to the share shown.
+ */
 function auditShareGoal(report: BenchReport): string {
   const goal = '| audit ≤ 10 % of the guard\'s CPU |';
   const s = report.scenarios.find((x) => x.id === 'audit-share');
   if (s === undefined || s.skipped !== null) return `${goal} – | not measured (${s === undefined ? 'scenario not run' : s.skipped}) |`;
-  const m = s.medians[s.subject];
-  const share = m?.auditShare;
-  if (m === undefined || share === undefined || share === null) return `${goal} – | not measured (the profiled guard gave no reading) |`;
-  return `${goal} ${share.toFixed(1)} % (event loop ${fmt(m.auditLoop, 1)} + chDB ${fmt(m.engine, 1)} of ${fmt(m.cpu, 1)} µs a call) | ${share <= 10 ? 'met' : 'not met'} |`;
+  const rounds = s.rounds.map((r, i) => ({ sample: r[s.subject], round: i + 1 }))
+    .filter((r): r is { sample: Sample; round: number } => isSample(r.sample) && typeof r.sample.auditShare === 'number')
+    .sort((a, b) => a.sample.auditShare! - b.sample.auditShare!);
+  const middle = rounds[Math.floor((rounds.length - 1) / 2)];
+  if (middle === undefined) return `${goal} – | not measured (the profiled guard gave no reading) |`;
+  const m = middle.sample;
+  const share = m.auditShare!;
+  const of = rounds.length > 1 ? `, round ${middle.round} of ${rounds.length}, the median` : '';
+  return `${goal} ${share.toFixed(1)} % (event loop ${fmt(m.auditLoop, 1)} + chDB ${fmt(m.engine, 1)} of ${fmt(m.cpu, 1)} µs a call${of}) | ${share <= 10 ? 'met' : 'not met'} |`;
 }
 
 export function renderMarkdown(report: BenchReport, svgFile: string | null): string {

@@ -9,7 +9,7 @@
 // process's CPU without the profiler's own thread.
 import { mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
-import { GuardOrg, startGuard } from '../launch/guard.js';
+import { GuardOrg, startGuard, type GuardTarget } from '../launch/guard.js';
 import { measureLoad } from '../measure.js';
 import { BENCH_POLICY } from '../policy.js';
 import { threadCpu, type ThreadCpu } from '../proc-stats.js';
@@ -45,20 +45,22 @@ function threadGroups(pid: number, threads: ThreadCpu[]): Map<number, 'loop' | '
   return new Map(threads.map((t) => [t.tid, t.tid === pid ? 'loop' : t === profiler ? 'profiler' : t.tid < profiler.tid ? 'node' : 'engine']));
 }
 
-/** CPU seconds the threads of `group` spent between two readings (threads that ended in between are lost: chDB's pools keep theirs). */
-function spent(before: ThreadCpu[], after: ThreadCpu[], groups: Map<number, string>, group: (g: string | undefined) => boolean): number {
-  const start = new Map(before.map((t) => [t.tid, t.seconds]));
-  return after.filter((t) => group(groups.get(t.tid))).reduce((sum, t) => sum + t.seconds - (start.get(t.tid) ?? 0), 0);
+/** Seconds the threads of `group` spent between two readings, on a core (or waiting for one: `field` waitSeconds); threads that ended in between are lost (chDB's pools keep theirs). */
+function spent(before: ThreadCpu[], after: ThreadCpu[], groups: Map<number, string>, group: (g: string | undefined) => boolean, field: 'seconds' | 'waitSeconds' = 'seconds'): number {
+  const start = new Map(before.map((t) => [t.tid, t[field] ?? 0]));
+  return after.filter((t) => group(groups.get(t.tid))).reduce((sum, t) => sum + (t[field] ?? 0) - (start.get(t.tid) ?? 0), 0);
 }
 
 async function measureAuditShare(ctx: BenchContext, round: number): Promise<Sample> {
-  const profileDir = mkdtempSync(join(ctx.tmpDir, 'cpu-prof-'));
-  const guard = await startGuard(ctx.tmpDir, ctx.upstream.authority, {
-    name: 'guard-profiled',
-    env: {},
-    nodeArgs: ['--cpu-prof', `--cpu-prof-dir=${profileDir}`],
-  });
+  let guard: GuardTarget | null = null;
+  let profileDir: string | null = null;
   try {
+    profileDir = mkdtempSync(join(ctx.tmpDir, 'cpu-prof-'));
+    guard = await startGuard(ctx.tmpDir, ctx.upstream.authority, {
+      name: 'guard-profiled',
+      env: {},
+      nodeArgs: ['--cpu-prof', `--cpu-prof-dir=${profileDir}`],
+    });
     const org = await GuardOrg.signup(guard.origin, `profiled-${round}`);
     await org.createBearerCredential(ctx.upstream.authority, ctx.bearer);
     const agent = await org.createAgent('bench-profiled', 'none');
@@ -69,6 +71,7 @@ async function measureAuditShare(ctx: BenchContext, round: number): Promise<Samp
     let fromUs = 0;
     let toUs = 0;
     const nowUs = (): number => Number(process.hrtime.bigint() / 1000n); // the profile's clock (CLOCK_MONOTONIC)
+    ctx.warmedUp.delete('guard-profiled'); // every round's guard is a new one, cold
     const load = await measureLoad(ctx, guard, { paths: [guard.pathFor(SMALL_PATH, agent.apiKey)], method: 'GET', bodyBytes: 0, expectStatus: 200 }, {
       start: () => { before = threadCpu(pid); fromUs = nowUs(); },
       end: () => { toUs = nowUs(); after = threadCpu(pid); },
@@ -77,18 +80,20 @@ async function measureAuditShare(ctx: BenchContext, round: number): Promise<Samp
     const file = readdirSync(profileDir).find((f) => f.endsWith('.cpuprofile'));
     if (file === undefined) throw new Error(`the profiled guard wrote no CPU profile (exit code ${await guard.proc!.exited()})`);
     const stages = profileStages(JSON.parse(readFileSync(join(profileDir, file), 'utf8')) as CpuProfile, fromUs, toUs);
-    const sampled = [...stages.values()].reduce((sum, us) => sum + us, 0);
-    const sampledAudit = AUDIT_STAGES.reduce((sum, name) => sum + (stages.get(name) ?? 0), 0);
+    const sampledAudit = AUDIT_STAGES.reduce((sum, name) => sum + (stages.get(name) ?? 0), 0) / 1e6;
     const requests = Number(load.requests ?? 0);
-    if (after.length === 0 || sampled === 0 || requests === 0) throw new Error('no thread times or profile samples for the measured run');
+    if (after.length === 0 || toUs <= fromUs || requests === 0) throw new Error('no thread times or profile window for the measured run');
     const groups = threadGroups(pid, after);
     const loop = spent(before, after, groups, (g) => g === 'loop');
     const engine = spent(before, after, groups, (g) => g === 'engine');
     const whole = spent(before, after, groups, (g) => g !== 'profiler');
-    // Samples are spaced in wall time, and the loop ran for loop/wall of it, so an audit sample
-    // stands for that share of its interval on the CPU. Not busy/all: "(idle)" also holds uWS's
-    // native reads and writes, which run outside JS while Node marks the loop idle.
-    const auditLoop = loop * (sampledAudit / sampled);
+    // Samples are spaced in wall time, and a sample in JavaScript was taken while the loop
+    // was on a core or waiting for one (never blocked in epoll), so it stands for its interval
+    // times the loop's share on a core of the time it was not blocked. Without schedstat: its
+    // share of the whole window, which counts blocked time too (a lower bound).
+    const waited = after[0]!.waitSeconds !== null ? spent(before, after, groups, (g) => g === 'loop', 'waitSeconds') : null;
+    const onCore = waited !== null ? loop / (loop + waited) : loop / ((toUs - fromUs) / 1e6);
+    const auditLoop = sampledAudit * onCore;
     const perCall = (seconds: number): number => (seconds * 1e6) / requests;
     return {
       auditShare: ((auditLoop + engine) / whole) * 100,
@@ -101,8 +106,10 @@ async function measureAuditShare(ctx: BenchContext, round: number): Promise<Samp
       requests,
     };
   } finally {
-    await guard.proc!.stop(60_000);
-    rmSync(profileDir, { recursive: true, force: true });
+    await guard?.proc?.stop(60_000);
+    // Each round's guard leaves a chDB data directory and a profile of tens of MB.
+    if (profileDir !== null) rmSync(profileDir, { recursive: true, force: true });
+    if (guard !== null) rmSync(guard.dataDir, { recursive: true, force: true });
   }
 }
 
