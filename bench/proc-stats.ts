@@ -17,14 +17,19 @@ function ticksPerSecond(): number {
   return clockTicks;
 }
 
-/** The fields after `pid (comm)`; comm may hold spaces and parentheses, so split after the last ')'. */
-function statFields(pid: number): string[] | null {
+/** The fields after `pid (comm)` of a process's or a thread's `stat` (`dir`: /proc/<pid> or /proc/<pid>/task/<tid>); comm may hold spaces and parentheses, so split after the last ')'. */
+function statFields(dir: string): string[] | null {
   try {
-    const text = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    const text = readFileSync(`${dir}/stat`, 'utf8');
     return text.slice(text.lastIndexOf(')') + 2).split(' ');
   } catch {
     return null;
   }
+}
+
+/** utime + stime (proc(5), stat fields 14 and 15), in clock ticks. */
+function cpuTicks(fields: string[]): number {
+  return Number(fields[11]) + Number(fields[12]);
 }
 
 /** `pid` and every process below it. */
@@ -38,7 +43,7 @@ export function processTree(pid: number): number[] {
   const parentOf = new Map<number, number>();
   for (const entry of entries) {
     if (!/^\d+$/.test(entry)) continue;
-    const fields = statFields(Number(entry));
+    const fields = statFields(`/proc/${entry}`);
     if (fields !== null) parentOf.set(Number(entry), Number(fields[1]));
   }
   const tree = [pid];
@@ -53,10 +58,10 @@ export function cpuSeconds(pid: number): number | null {
   let ticks = 0;
   let seen = false;
   for (const p of processTree(pid)) {
-    const fields = statFields(p);
+    const fields = statFields(`/proc/${p}`);
     if (fields === null) continue;
     seen = true;
-    ticks += Number(fields[11]) + Number(fields[12]);
+    ticks += cpuTicks(fields);
   }
   return seen ? ticks / ticksPerSecond() : null;
 }
@@ -135,9 +140,8 @@ export function threadCpu(pid: number): ThreadCpu[] {
         out.push({ tid: Number(tid), name, seconds: sched.runNs / 1e9, waitSeconds: sched.waitNs / 1e9 });
         continue;
       }
-      const stat = readFileSync(`${dir}/stat`, 'utf8');
-      const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-      out.push({ tid: Number(tid), name, seconds: (Number(fields[11]) + Number(fields[12])) / ticksPerSecond(), waitSeconds: null });
+      const fields = statFields(dir);
+      if (fields !== null) out.push({ tid: Number(tid), name, seconds: cpuTicks(fields) / ticksPerSecond(), waitSeconds: null });
     } catch {
       // the thread ended between the listing and the read
     }

@@ -8,7 +8,6 @@ import { mkdtempSync } from 'node:fs';
 import { join } from 'node:path';
 import { CA_FILE, serviceScript } from '../paths.js';
 import { startProcess } from '../processes.js';
-import { BENCH_POLICY } from '../policy.js';
 import { PROXY_ENV, PROXY_NODE_FLAGS } from '../../server/node-flags.js';
 import type { Target } from '../target.js';
 import { GuardOrg } from './guard.js';
@@ -54,10 +53,7 @@ export async function startGuardSplit(tmpDir: string, upstreamAuthority: string,
   });
   const origin = `http://127.0.0.1:${match[1]}`;
   // Its own org, agent, credential and policy, as for the all-in-one guard (log_outputs none, the bench policy).
-  const org = await GuardOrg.signup(origin, 'split');
-  await org.createBearerCredential(upstreamAuthority, bearer);
-  const agent = await org.createAgent('bench-split', 'none');
-  await org.setPolicy(agent.id, BENCH_POLICY);
+  const { agent } = await GuardOrg.withBenchAgent(origin, 'split', upstreamAuthority, bearer, 'bench-split', 'none');
   return {
     name: 'guard-split',
     origin,

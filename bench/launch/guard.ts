@@ -4,6 +4,7 @@
 import { mkdtempSync } from 'node:fs';
 import { join } from 'node:path';
 import { CA_FILE, guardScript } from '../paths.js';
+import { BENCH_POLICY } from '../policy.js';
 import { startProcess } from '../processes.js';
 import type { Target } from '../target.js';
 
@@ -62,6 +63,18 @@ export class GuardOrg {
     const email = `bench-${label}-${Date.now()}@bench.invalid`;
     const body = await call(base, null, 'POST', '/auth/signup', { email, password: BENCH_PASSWORD }, 201);
     return new GuardOrg(base, email, (body as { access_token: string }).access_token);
+  }
+
+  /**
+   * A new organization on `base` set up as the bench's main one: the upstream's
+   * bearer credential and one agent (`name`, `logOutputs`) under the bench policy.
+   */
+  static async withBenchAgent(base: string, label: string, upstreamAuthority: string, bearer: string, name: string, logOutputs: 'hash' | 'none'): Promise<{ org: GuardOrg; agent: { id: string; apiKey: string } }> {
+    const org = await GuardOrg.signup(base, label);
+    await org.createBearerCredential(upstreamAuthority, bearer);
+    const agent = await org.createAgent(name, logOutputs);
+    await org.setPolicy(agent.id, BENCH_POLICY);
+    return { org, agent };
   }
 
   /** POST /agents → the new agent's id and full key. */

@@ -11,7 +11,6 @@ import { mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { GuardOrg, startGuard, type GuardTarget } from '../launch/guard.js';
 import { measureLoad } from '../measure.js';
-import { BENCH_POLICY } from '../policy.js';
 import { threadCpu, type ThreadCpu } from '../proc-stats.js';
 import { AUDIT_STAGES, profileStages, type CpuProfile } from '../profile/stages.js';
 import { SMALL_PATH } from '../routes.js';
@@ -61,10 +60,7 @@ async function measureAuditShare(ctx: BenchContext, round: number): Promise<Samp
       env: {},
       nodeArgs: ['--cpu-prof', `--cpu-prof-dir=${profileDir}`],
     });
-    const org = await GuardOrg.signup(guard.origin, `profiled-${round}`);
-    await org.createBearerCredential(ctx.upstream.authority, ctx.bearer);
-    const agent = await org.createAgent('bench-profiled', 'none');
-    await org.setPolicy(agent.id, BENCH_POLICY);
+    const { agent } = await GuardOrg.withBenchAgent(guard.origin, `profiled-${round}`, ctx.upstream.authority, ctx.bearer, 'bench-profiled', 'none');
     const pid = guard.proc!.pid;
     let before: ThreadCpu[] = [];
     let after: ThreadCpu[] = [];
@@ -116,7 +112,7 @@ async function measureAuditShare(ctx: BenchContext, round: number): Promise<Samp
 export const auditShare: Scenario = {
   id: 'audit-share',
   title: 'Audit share of the guard\'s CPU (GET small JSON)',
-  about: 'Each round starts an all-in-one guard under V8\'s sampling profiler (node --cpu-prof) and loads it with the small GET (log_outputs: none, the bench policy). The audit\'s share is the event loop\'s CPU (from /proc) times the share of the run\'s profile samples in the audit\'s stages (records, row encoding, entry hashes and seals, the journal, the insert\'s JS side; bench/profile/stages.ts), plus all CPU of the embedded ClickHouse\'s threads and of libuv\'s pool, where its inserts run, over the process\'s CPU without the profiler\'s thread. Garbage collection (V8\'s helpers and the loop\'s pauses) is charged to no one.',
+  about: 'Each round starts an all-in-one guard under V8\'s sampling profiler (node --cpu-prof) and loads it with the small GET (log_outputs: none, the bench policy). The audit\'s share is the run\'s profile samples in the audit\'s stages (records, row encoding, entry hashes and seals, the journal, the insert\'s JS side; bench/profile/stages.ts), each its interval times the loop\'s time on a core over its time on a core or waiting for one (schedstat), plus all CPU of the embedded ClickHouse\'s threads and of libuv\'s pool, where its inserts run, over the process\'s CPU without the profiler\'s thread. Garbage collection (V8\'s helpers and the loop\'s pauses) is charged to no one.',
   columns: COLUMNS,
   headline: 'auditShare',
   subject: 'guard-profiled',

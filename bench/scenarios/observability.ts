@@ -1,7 +1,6 @@
 // Metrics on and logs at their default (info: no line per call) against a second
 // guard with both off (METRICS_ENABLED=false, LOG_LEVEL=error): what operability
 // costs the hot path. The goal is within 3%.
-import { BENCH_POLICY } from '../policy.js';
 import { GuardOrg, startGuard } from '../launch/guard.js';
 import { LOAD_COLUMNS, loadVariant } from '../measure.js';
 import { SMALL_PATH } from '../routes.js';
@@ -20,10 +19,7 @@ export const observability: Scenario = {
     if (ctx.targets.has('guard-quiet')) return;
     const quiet = await startGuard(ctx.tmpDir, ctx.upstream.authority, { name: 'guard-quiet', env: { METRICS_ENABLED: 'false', LOG_LEVEL: 'error' } });
     ctx.targets.set('guard-quiet', quiet);
-    const org = await GuardOrg.signup(quiet.origin, 'quiet');
-    await org.createBearerCredential(ctx.upstream.authority, ctx.bearer);
-    const agent = await org.createAgent('bench-quiet', 'hash');
-    await org.setPolicy(agent.id, BENCH_POLICY);
+    const { agent } = await GuardOrg.withBenchAgent(quiet.origin, 'quiet', ctx.upstream.authority, ctx.bearer, 'bench-quiet', 'hash');
     quietKey = agent.apiKey;
   },
   variants: () => [
