@@ -62,7 +62,7 @@ export interface AuditBatcherOptions {
 interface Batch {
   /** Encoded by the store at enqueue (AuditStore.encode), held as bytes (row-bytes.ts). */
   rows: RowBytes;
-  /** Its seal lines (seal.ts), made when the batch is closed; written after the rows. */
+  /** Its seal lines (seal.ts), made a slice a turn once the batch is closed; written after the rows. */
   seals: string[];
   /** The rows' encoded length (UTF-16 code units, close to bytes; the chunks holding them are 256 KiB each, row-bytes.ts). */
   bytes: number;
@@ -70,6 +70,13 @@ interface Batch {
   waiters: { resolve: () => void; reject: (err: unknown) => void }[];
   /** Its journal segment, deleted once the batch is written or spooled. */
   segment?: string;
+}
+
+/** A closed batch whose seals are being made (Sealer.sealSteps over its seal columns). */
+interface Sealing {
+  batch: Batch;
+  columns: SealColumns;
+  steps: Generator<void, { lines: string[] }>;
 }
 
 const RETRY_MIN_MS = 100;
@@ -93,8 +100,12 @@ export class AuditBatcher {
   readonly #journal: AuditJournal | undefined;
   readonly #sealer: Sealer | undefined;
   #open: Batch = newBatch();
-  /** With a sealer: what the open batch's seals need of each row, read from its line as it is encoded (one instance, cleared as each batch is sealed). */
-  readonly #sealColumns: SealColumns | null;
+  /** With a sealer: what the open batch's seals need of each row, read from its line as it is encoded (two instances in turn: one filling, one being sealed; each cleared once its seals are made). */
+  #sealColumns: SealColumns | null;
+  #spareColumns: SealColumns | null = null;
+  /** The closed batch whose seals are being made, a slice a turn (at most one: chains advance in batch order). */
+  #sealing: Sealing | null = null;
+  #stepScheduled: NodeJS.Immediate | null = null;
   readonly #sealed: Batch[] = [];
   #held = 0;
   #heldBytes = 0;
@@ -203,31 +214,85 @@ export class AuditBatcher {
     }
     if (this.#open.rows.count === 0) return;
     this.#lastSealAt = performance.now();
-    this.#sealOpen();
-    // The insert starts a turn later: sealing a second's rows is already the
-    // event loop's longest stretch a batch costs (6-10 ms at the bench's ~6,000
-    // rows, bench/micro/seal.ts), and handing the rows to the store would
-    // lengthen it by a few more; in between, the calls whose
-    // I/O came in meanwhile go on. flush() and close() kick at once.
-    setImmediate(() => this.#kick()); // a no-op when the loop already runs
+    this.#closeOpen();
+    // The insert starts a turn after the seals are made (#sealStep), or after
+    // this one without a sealer: handing a second's rows to the store is a few
+    // ms of the event loop, and in between the calls whose I/O came in
+    // meanwhile go on. flush() and close() finish at once.
+    if (this.#sealing === null) setImmediate(() => this.#kick()); // a no-op when the loop already runs
   }
 
-  /** The open batch joins the sealed ones; its journal segment is closed with its token first. */
-  #sealOpen(): void {
-    if (this.#sealer !== undefined && this.#sealColumns !== null) {
-      try {
-        this.#open.seals = this.#sealer.sealColumns(this.#sealColumns).lines;
-        for (const line of this.#open.seals) this.#journal?.append(line);
-      } catch (err) {
-        // A seal that cannot be made leaves the rows unsealed (verify names them); they are still written.
-        this.#options.onError?.(err, this.#open.rows.count, 'seal');
-      } finally {
-        this.#sealColumns.clear();
-      }
-    }
-    this.#open.segment = this.#journal?.seal(this.#open.token);
-    this.#sealed.push(this.#open);
+  /**
+   * The open batch closes and a new one opens. Its journal segment is cut now;
+   * its seals are made a slice a turn (#sealStep), then written to the segment
+   * with its token, and only then does it join the batches to insert. Making a
+   * second's seals at once held the event loop ~15 ms under the bench's load
+   * (~20,000 rows; docs/performance.md).
+   */
+  #closeOpen(): void {
+    this.#finishSealing(); // the batch before is sealed first: the chains advance in batch order
+    const batch = this.#open;
     this.#open = newBatch();
+    batch.segment = this.#journal?.cut();
+    const columns = this.#sealColumns;
+    if (this.#sealer === undefined || columns === null) {
+      this.#journal?.finish(batch.segment!, [], batch.token);
+      this.#sealed.push(batch);
+      return;
+    }
+    this.#sealColumns = this.#spareColumns ?? new SealColumns();
+    this.#spareColumns = null;
+    this.#sealing = { batch, columns, steps: this.#sealer.sealSteps(columns) };
+    this.#stepScheduled ??= setImmediate(this.#sealStep);
+  }
+
+  /** One slice of the closing batch's seals; the next turn gets the next. */
+  readonly #sealStep = (): void => {
+    this.#stepScheduled = null;
+    const sealing = this.#sealing;
+    if (sealing === null) return; // finished at once meanwhile (flush, close, the next batch)
+    if (!this.#runSealSteps(sealing, false)) {
+      this.#stepScheduled = setImmediate(this.#sealStep);
+      return;
+    }
+    this.#joinSealed(sealing);
+    setImmediate(() => this.#kick());
+  };
+
+  /** Makes the rest of the closing batch's seals now (flush, close, a batch closing before the last one's seals are made). */
+  #finishSealing(): void {
+    const sealing = this.#sealing;
+    if (sealing === null) return;
+    this.#runSealSteps(sealing, true);
+    this.#joinSealed(sealing);
+  }
+
+  /** Runs one of the closing batch's seal steps, or all; true once they are over. */
+  #runSealSteps(sealing: Sealing, all: boolean): boolean {
+    try {
+      for (;;) {
+        const step = sealing.steps.next();
+        if (step.done === true) {
+          sealing.batch.seals = step.value.lines;
+          return true;
+        }
+        if (!all) return false;
+      }
+    } catch (err) {
+      // A seal that cannot be made leaves the rows unsealed (verify names them); they are still written.
+      this.#options.onError?.(err, sealing.batch.rows.count, 'seal');
+      return true;
+    }
+  }
+
+  /** The closing batch's seals are made (or could not be): into its journal segment with its token, and in line for its insert. */
+  #joinSealed(sealing: Sealing): void {
+    this.#sealing = null;
+    sealing.columns.clear();
+    this.#spareColumns = sealing.columns;
+    const { batch } = sealing;
+    this.#journal?.finish(batch.segment!, batch.seals, batch.token);
+    this.#sealed.push(batch);
   }
 
   /** The batch is written or spooled: out of memory and out of the journal. */
@@ -341,6 +406,7 @@ export class AuditBatcher {
   /** Writes (or spools) everything queued so far; resolves when nothing is left in memory or the spool. */
   flush(): Promise<void> {
     this.#seal();
+    this.#finishSealing();
     if (!this.#working && this.#sealed.length === 0 && this.spooledBatches === 0) return Promise.resolve();
     const done = new Promise<void>((resolve) => this.#idleWaiters.push(resolve));
     if (this.#retryTimer !== null) {
@@ -378,7 +444,11 @@ export class AuditBatcher {
     // Whatever is still in memory goes to the spool, including records of calls
     // that finished while we were closing (the loop runs until none is left).
     for (;;) {
-      if (this.#open.rows.count > 0) this.#sealOpen();
+      this.#finishSealing();
+      if (this.#open.rows.count > 0) {
+        this.#closeOpen();
+        this.#finishSealing();
+      }
       const batch = this.#sealed[0];
       if (batch === undefined || !(await this.#trySpool(batch))) break;
       this.#settled(batch);

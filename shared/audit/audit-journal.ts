@@ -7,9 +7,10 @@
 // call instead cost ~13 µs of a small GET's event loop under load
 // (docs/performance.md), a tenth of it; one per turn carries about a dozen lines
 // there. Lines go to one segment file per audit batch. When the batcher
-// seals a batch, a marker line naming its deduplication token closes the segment
-// (written at once, with the lines still gathered, before the batch's insert can
-// start); once the batch is in ClickHouse or the spool, its segment is deleted.
+// closes a batch, its segment is cut (the lines still gathered written, the next
+// segment opened); once the batch's seals are made, they and a marker line naming
+// its deduplication token are appended to it, before the batch's insert can
+// start; once the batch is in ClickHouse or the spool, its segment is deleted.
 // On the next start, segments left behind become spool batches: a sealed one
 // with its own token (so rows ClickHouse already took are not written twice), an
 // unsealed one with a fresh token (its insert had not begun). The journal lives
@@ -95,10 +96,22 @@ export class AuditJournal {
    * `forget` once the batch is written or spooled.
    */
   seal(token: string): string {
+    const segment = this.cut();
+    this.finish(segment, [], token);
+    return segment;
+  }
+
+  /**
+   * Writes what is gathered, closes the current segment without a seal and
+   * starts the next; returns the closed one's name ('' after close()). Its
+   * batch's seal lines and token follow with `finish` once they are made: a
+   * kill in between leaves an unsealed segment, which the next start reads as
+   * a batch whose insert had not begun (it cannot begin before `finish`).
+   */
+  cut(): string {
     if (this.#closed) return ''; // after close(): nothing of the batch was journaled (forget('') does nothing)
-    this.#pending.push(`${SEAL_PREFIX}${token}\n`);
     this.#writePending();
-    const sealed = this.#segment;
+    const closed = this.#segment;
     try {
       if (this.#fd >= 0) closeSync(this.#fd);
     } catch (err) {
@@ -106,7 +119,25 @@ export class AuditJournal {
     }
     this.#fd = -1;
     this.#openSegment();
-    return sealed;
+    return closed;
+  }
+
+  /** Appends a cut segment's seal lines, then the marker naming its batch's token, in one write. A failure is reported (the batch is in memory). */
+  finish(segment: string, sealLines: readonly string[], token: string): void {
+    if (segment === '' || this.#closed) return;
+    let fd = -1;
+    try {
+      fd = openSync(join(this.dir, segment), 'a', 0o600);
+      const data = Buffer.from(`${sealLines.join('')}${SEAL_PREFIX}${token}\n`, 'utf8');
+      let written = 0;
+      while (written < data.length) written += writeSync(fd, data, written);
+      this.stats.writes += 1;
+    } catch (err) {
+      this.stats.failures += 1;
+      this.onError?.(err);
+    } finally {
+      if (fd >= 0) closeSync(fd);
+    }
   }
 
   /** The batch of this segment is in ClickHouse or the spool: its journal copy goes. */

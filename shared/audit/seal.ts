@@ -129,13 +129,36 @@ export function merkleRootOfLeaves(leafHashes: readonly string[]): string {
  * allocation), and a node's input is written into one reused buffer.
  */
 function rootOf(leaves: string[]): string {
+  return run(rootSteps(leaves));
+}
+
+/**
+ * Node hashes between two yields of a seal's steps (Sealer.sealSteps): ~0.3 ms
+ * of the event loop at ~0.25 µs a hash. The batcher runs one slice a turn, so
+ * a second's rows under load (~20,000 in the bench) no longer hold the loop for
+ * ~15 ms at once (docs/performance.md, "The audit's seals, a slice a turn").
+ */
+export const SEAL_SLICE_HASHES = 1024;
+
+/** A generator driven to its end at once: the synchronous form of a seal's steps. */
+function run<T>(steps: Generator<void, T>): T {
+  for (;;) {
+    const step = steps.next();
+    if (step.done === true) return step.value;
+  }
+}
+
+/** rootOf as steps: yields after every SEAL_SLICE_HASHES hashes. */
+function* rootSteps(leaves: string[]): Generator<void, string> {
   let level = leaves;
+  let hashes = 0;
   while (level.length > 1) {
     const next: string[] = [];
     for (let i = 0; i + 1 < level.length; i += 2) {
       NODE_INPUT.write(level[i]!, 1, 32, 'latin1');
       NODE_INPUT.write(level[i + 1]!, 33, 32, 'latin1');
       next.push(hash('sha256', NODE_INPUT, 'binary'));
+      if (++hashes % SEAL_SLICE_HASHES === 0) yield;
     }
     if (level.length % 2 === 1) next.push(level[level.length - 1]!);
     level = next;
@@ -390,10 +413,15 @@ export class SealColumns {
 
   /** RFC 6962's root (lowercase hex) over the rows' leaves in the given order (at least one row). */
   root(order: readonly number[]): string {
+    return run(this.rootSteps(order));
+  }
+
+  /** root as steps: yields after every SEAL_SLICE_HASHES hashes (the rows must not change meanwhile). */
+  *rootSteps(order: readonly number[]): Generator<void, string> {
     const leaves = this.#leaves;
     const leafText = (r: number) => leaves.toString('latin1', r * LEAF_BYTES, (r + 1) * LEAF_BYTES);
-    if (order.length === 1) return rootOf([leafText(order[0]!)]);
-    // The first level reads the leaves from their column; rootOf takes the rest.
+    if (order.length === 1) return yield* rootSteps([leafText(order[0]!)]);
+    // The first level reads the leaves from their column; rootSteps takes the rest.
     const level: string[] = [];
     for (let i = 0; i + 1 < order.length; i += 2) {
       const a = order[i]! * LEAF_BYTES;
@@ -403,9 +431,11 @@ export class SealColumns {
         NODE_INPUT[1 + LEAF_BYTES + k] = leaves[b + k]!;
       }
       level.push(hash('sha256', NODE_INPUT, 'binary'));
+      if (level.length % SEAL_SLICE_HASHES === 0) yield;
     }
     if (order.length % 2 === 1) level.push(leafText(order[order.length - 1]!));
-    return rootOf(level);
+    yield;
+    return yield* rootSteps(level);
   }
 }
 
@@ -573,6 +603,16 @@ export class Sealer {
 
   /** The seals of one batch's rows, given their seal columns: one per org (and batch id, should a recovered segment hold several). */
   sealColumns(columns: SealColumns, now: Date = new Date()): { lines: string[]; seals: Seal[] } {
+    return run(this.sealSteps(columns, now));
+  }
+
+  /**
+   * sealColumns in steps, for the batcher to run a slice per event-loop turn:
+   * yields between orgs and every SEAL_SLICE_HASHES hashes of a tree. The
+   * columns must not change until it is done; the chains advance as each seal
+   * is made, so one batch's steps must end before the next batch's begin.
+   */
+  *sealSteps(columns: SealColumns, now: Date = new Date()): Generator<void, { lines: string[]; seals: Seal[] }> {
     const perOrg = new Map<string, Map<string, number[]>>();
     for (let i = 0; i < columns.count; i++) {
       const orgId = columns.orgAt(i);
@@ -587,7 +627,9 @@ export class Sealer {
     const createdAt = now.toISOString();
     for (const [orgId, batches] of perOrg) {
       for (const [batchId, rows] of batches) {
+        yield;
         const order = columns.order(rows);
+        const root = yield* columns.rootSteps(order);
         const head = this.#heads.get(orgId) ?? { seq: 0, hash: GENESIS_HASH };
         const unsigned = {
           id: randomUUID(),
@@ -598,7 +640,7 @@ export class Sealer {
           firstAt: new Date(columns.msAt(order[0]!)).toISOString(),
           lastAt: new Date(columns.msAt(order[order.length - 1]!)).toISOString(),
           count: order.length,
-          root: columns.root(order),
+          root,
           prevHash: head.hash,
           keyFingerprint: this.#key.fingerprint,
           createdAt,

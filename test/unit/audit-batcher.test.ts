@@ -205,6 +205,37 @@ t.test('with a sealer, a batch and its seals are spooled together and replayed o
   t.match((await store.listSeals(orgA))[1], { seq: 2, prevHash: sealsA[0]!.sealHash }, 'the next batch\'s seal links to it');
 });
 
+t.test("a big batch's seals are made a slice a turn: the rows' segment is cut at once, sealed with its token only when they are made, and the insert starts after", async (t) => {
+  const key = signingKeyFromPem(generateKeyPairSync('ed25519').privateKey.export({ type: 'pkcs8', format: 'pem' }).toString());
+  const dir = spoolDir(t);
+  const { journal } = AuditJournal.open(join(dir, 'journal'));
+  const rows = 20_000; // about a second's rows under the bench's load
+  const { batcher } = batcherFor(t, { maxRows: rows, maxDelayMs: 60_000, maxQueued: 2 * rows, journal, sealer: new Sealer(key) });
+  const org = randomUUID();
+  const segments = () => readdirSync(join(dir, 'journal')).sort();
+  const before = audit.attempts.length;
+  enqueue(batcher, org, rows); // the last row closes the batch
+  const [cut] = segments();
+  const segment = () => readFileSync(join(dir, 'journal', cut!), 'utf8');
+  t.equal(countEncodedRows(segment()), rows, 'the rows are in the cut segment at once');
+  t.notMatch(segment(), /#sealed /, 'not yet sealed');
+  let turns = 0;
+  while (audit.attempts.length === before && turns < 10_000) {
+    await new Promise((resolve) => setImmediate(resolve));
+    turns++;
+  }
+  t.ok(turns > 5, `the insert began ${turns} turns after the batch closed, not in the next`);
+  const sealed = segment(); // as the insert begins (the segment goes once the batch is written)
+  t.match(sealed, /\n#sealed [0-9a-f-]{36}\n$/, 'by then the segment ends with its token');
+  const rowLines = sealed.split('\n').filter((l) => l.length > 0 && !l.startsWith('#')).map((l) => `${l}\n`);
+  t.equal(rowLines.length, rows, 'after its rows, its seal line (and no other row)');
+  await audit.rowsLanded(org, rows, 20_000);
+  const [seal] = await store.listSeals(org);
+  t.match(seal, { count: rows, seq: 1 }, 'one seal over the whole batch');
+  t.equal(new Sealer(key).sealLines(rowLines).seals[0]!.root, seal!.root, 'its root is the one the journaled rows give');
+  t.equal(batcher.pending, 0);
+});
+
 t.test("with a journal, afterJournaled runs only once the records queued before it are on disk", async (t) => {
   // The proxy queues a call's record, then holds the call's last bytes in
   // afterJournaled: an answer never leaves before its record is in the file.

@@ -137,3 +137,28 @@ t.test('a torn last line (a kill during the write) is dropped; an empty segment 
   t.equal(readdirSync(d).length, 2, 'the recovered segment and the new one: the empty one was removed');
   journal.close();
 });
+
+t.test('a cut segment is unsealed until finish appends its seal lines and token; a restart in between reads it as a batch whose insert never began', async (t) => {
+  const d = dir(t);
+  const { journal } = AuditJournal.open(d);
+  journal.append('row-1\n');
+  journal.append('row-2\n');
+  const cut = journal.cut();
+  journal.append('next\n');
+  journal.flush();
+  t.equal(readFileSync(join(d, cut), 'utf8'), 'row-1\nrow-2\n', 'the rows written, no seal yet');
+  const before = AuditJournal.open(d);
+  before.journal.close();
+  const unsealed = before.recovered.find((b) => b.segment === cut)!;
+  t.match(unsealed, { lines: ['row-1\n', 'row-2\n'], sealed: false }, 'killed before finish: unsealed, a fresh token');
+  t.not(unsealed.token, 'token-1');
+  journal.finish(cut, ['#seal-line\n'], 'token-1');
+  t.equal(readFileSync(join(d, cut), 'utf8'), 'row-1\nrow-2\n#seal-line\n#sealed token-1\n', 'the seal lines, then the marker');
+  const after = AuditJournal.open(d);
+  after.journal.close();
+  t.match(after.recovered.find((b) => b.segment === cut), { lines: ['row-1\n', 'row-2\n', '#seal-line\n'], token: 'token-1', sealed: true });
+  t.match(after.recovered.map((b) => b.lines), [['row-1\n', 'row-2\n', '#seal-line\n'], ['next\n']], 'the next segment holds the later line');
+  journal.close();
+  journal.finish(cut, ['#late\n'], 'token-2');
+  t.notMatch(readFileSync(join(d, cut), 'utf8'), /late/, 'nothing is appended after close');
+});

@@ -15,6 +15,7 @@ import {
   sealBody,
   SealColumns,
   Sealer,
+  SEAL_SLICE_HASHES,
   sealHeadsOf,
   SEAL_LINE_PREFIX,
   signingKeyFromPem,
@@ -222,4 +223,24 @@ t.test('a signing key must be an Ed25519 PKCS#8 PEM; the message never repeats i
   t.throws(() => signingKeyFromPem(rsa), /must be an Ed25519 key/);
   t.match(key.publicPem, /^-----BEGIN PUBLIC KEY-----/);
   t.match(key.fingerprint, /^[0-9a-f]{64}$/);
+});
+
+t.test('sealSteps makes the same seals as sealColumns, yielding between slices of the tree so the batcher can spread them over turns', async (t) => {
+  const batch = randomUUID();
+  const [orgA, orgB] = [randomUUID(), randomUUID()];
+  const rows = 5 * SEAL_SLICE_HASHES + 3;
+  const records = Array.from({ length: rows }, (_, i) => auditRecord(i % 5 === 0 ? orgB : orgA, { timestamp: new Date(Date.parse('2026-11-27T06:00:00.000Z') + (i % 700)).toISOString() }));
+  const columns = new SealColumns();
+  records.forEach((r) => columns.pushFresh(encodeAuditRow(r, batch), r, batch));
+  const now = new Date();
+  const steps = new Sealer(key).sealSteps(columns, now);
+  let yields = 0;
+  let step = steps.next();
+  for (; step.done !== true; step = steps.next()) yields++;
+  // A tree over n leaves takes n - 1 node hashes: at least that many slices' worth.
+  t.ok(yields >= Math.floor((rows - 2) / SEAL_SLICE_HASHES), `yielded ${yields} times over ${rows - 2} node hashes`);
+  const comparable = (s: Seal) => ({ orgId: s.orgId, count: s.count, firstAt: s.firstAt, lastAt: s.lastAt, root: s.root, seq: s.seq });
+  t.strictSame(step.value.seals.map(comparable), new Sealer(key).sealColumns(columns, now).seals.map(comparable), 'the seals of the synchronous form');
+  const mine = records.filter((r) => r.orgId === orgA).sort((x, y) => (x.timestamp < y.timestamp ? -1 : x.timestamp > y.timestamp ? 1 : x.id < y.id ? -1 : 1));
+  t.equal(step.value.seals.find((s) => s.orgId === orgA)!.root, merkleRoot(mine.map(entryHash)), 'the root over the org\'s entries in (timestamp, id) order');
 });
