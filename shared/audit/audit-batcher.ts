@@ -233,13 +233,13 @@ export class AuditBatcher {
     this.#finishSealing(); // the batch before is sealed first: the chains advance in batch order
     const batch = this.#open;
     this.#open = newBatch();
-    batch.segment = this.#journal?.cut();
     const columns = this.#sealColumns;
     if (this.#sealer === undefined || columns === null) {
-      this.#journal?.finish(batch.segment!, [], batch.token);
+      batch.segment = this.#journal?.seal(batch.token);
       this.#sealed.push(batch);
       return;
     }
+    batch.segment = this.#journal?.cut();
     this.#sealColumns = this.#spareColumns ?? new SealColumns();
     this.#spareColumns = null;
     this.#sealing = { batch, columns, steps: this.#sealer.sealSteps(columns) };

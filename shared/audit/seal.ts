@@ -411,12 +411,7 @@ export class SealColumns {
     return out;
   }
 
-  /** RFC 6962's root (lowercase hex) over the rows' leaves in the given order (at least one row). */
-  root(order: readonly number[]): string {
-    return run(this.rootSteps(order));
-  }
-
-  /** root as steps: yields after every SEAL_SLICE_HASHES hashes (the rows must not change meanwhile). */
+  /** RFC 6962's root (lowercase hex) over the rows' leaves in the given order (at least one row), in steps: yields after every SEAL_SLICE_HASHES hashes (the rows must not change meanwhile). */
   *rootSteps(order: readonly number[]): Generator<void, string> {
     const leaves = this.#leaves;
     const leafText = (r: number) => leaves.toString('latin1', r * LEAF_BYTES, (r + 1) * LEAF_BYTES);
