@@ -1,7 +1,7 @@
 // The measurement every throughput scenario shares: one probe request (right
 // status, or the variant fails loudly), an unmeasured warm-up, then a measured
 // load run with the proxy's and the upstream's CPU time read around it.
-import { cpuSeconds, machineCpuTimes } from './proc-stats.js';
+import { cpuSeconds, machineCpuTimes, mainThreadWaitSeconds } from './proc-stats.js';
 import type { BenchContext, Column, Sample, Variant } from './scenario.js';
 import type { Target, TargetName } from './target.js';
 
@@ -22,8 +22,15 @@ export const FIXED_RATE_COLUMNS: Column[] = [
   { key: 'p99', label: 'p99 ms', digits: 2, better: 'lower', ratio: true },
   { key: 'p999', label: 'p99.9 ms', digits: 2, better: 'lower', ratio: true },
   { key: 'cpu', label: 'proxy CPU µs/req', digits: 1, better: 'lower', ratio: true },
+  // The run's p99 of a proxy on this 2-core machine follows how long its event
+  // loop waited for a core, behind the load generator, the upstream and its
+  // own helper threads (docs/performance.md, "The fixed-rate tail, taken apart").
+  { key: 'loopWait', label: 'event loop waiting for a core, ms/s', digits: 1, better: 'lower' },
   { key: 'errors', label: 'errors', digits: 0, better: 'lower' },
 ];
+
+/** The comparators whose main thread is their event loop (nginx's reported process is its master, not the worker). */
+const NODE_LOOPS: ReadonlySet<TargetName> = new Set(['guard', 'guard-quiet', 'guard-profiled', 'guard-split', 'node-peer', 'bare']);
 
 export interface LoadRequest {
   /** Paths on the target; more than one are drawn at random per request. */
@@ -94,6 +101,8 @@ export async function measureLoad(ctx: BenchContext, target: Target, request: Lo
   const proxyBefore = pid !== null ? cpuSeconds(pid) : null;
   const upstreamBefore = cpuSeconds(ctx.upstream.proc.pid);
   const machineBefore = machineCpuTimes();
+  const loopPid = request.rate !== undefined && pid !== null && NODE_LOOPS.has(target.name) ? pid : null;
+  const loopWaitBefore = loopPid !== null ? mainThreadWaitSeconds(loopPid) : null;
   window?.start();
   const started = performance.now();
   const run = await load.run({ ...spec, durationSec: options.durationSec }, ctx.tmpDir);
@@ -102,6 +111,7 @@ export async function measureLoad(ctx: BenchContext, target: Target, request: Lo
   const proxyAfter = pid !== null ? cpuSeconds(pid) : null;
   const upstreamAfter = cpuSeconds(ctx.upstream.proc.pid);
   const machineAfter = machineCpuTimes();
+  const loopWaitAfter = loopPid !== null ? mainThreadWaitSeconds(loopPid) : null;
 
   if (target.name === 'guard') {
     ctx.guardCalls.completed += 1 + (warm?.requests ?? 0) + run.requests;
@@ -120,6 +130,7 @@ export async function measureLoad(ctx: BenchContext, target: Target, request: Lo
     machineCpu: machineBefore !== null && machineAfter !== null && machineAfter.total > machineBefore.total
       ? ((machineAfter.busy - machineBefore.busy) / (machineAfter.total - machineBefore.total)) * 100
       : null,
+    ...(request.rate !== undefined ? { loopWait: loopWaitBefore !== null && loopWaitAfter !== null ? ((loopWaitAfter - loopWaitBefore) * 1000) / wallSec : null } : {}),
     errors: run.errors + unexpected,
     requests: run.requests,
   };

@@ -149,6 +149,17 @@ export function threadCpu(pid: number): ThreadCpu[] {
   return out;
 }
 
+/**
+ * Seconds the process's main thread (its thread id is the pid: a Node process's
+ * event loop) has spent runnable but waiting for a core, or null without
+ * schedstat. Read around a fixed-rate run it says how much of a proxy's tail is
+ * the loop queued behind other threads on the machine's cores.
+ */
+export function mainThreadWaitSeconds(pid: number): number | null {
+  const sched = schedstat(`/proc/${pid}/task/${pid}`);
+  return sched === null ? null : sched.waitNs / 1e9;
+}
+
 function schedstat(dir: string): { runNs: number; waitNs: number } | null {
   try {
     const [run, wait] = readFileSync(`${dir}/schedstat`, 'utf8').trim().split(' ').map(Number);
