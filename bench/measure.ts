@@ -22,9 +22,10 @@ export const FIXED_RATE_COLUMNS: Column[] = [
   { key: 'p99', label: 'p99 ms', digits: 2, better: 'lower', ratio: true },
   { key: 'p999', label: 'p99.9 ms', digits: 2, better: 'lower', ratio: true },
   { key: 'cpu', label: 'proxy CPU µs/req', digits: 1, better: 'lower', ratio: true },
-  // The run's p99 of a proxy on this 2-core machine follows how long its event
-  // loop waited for a core, behind the load generator, the upstream and its
-  // own helper threads (docs/performance.md, "The fixed-rate tail, taken apart").
+  // How long a Node proxy's event loop was runnable but queued behind the load
+  // generator, the upstream and its own helper threads on this 2-core machine:
+  // much of every proxy's distance from direct at this rate, though not what
+  // makes a round's rare bad p99 (docs/performance.md, "The fixed-rate tail, taken apart").
   { key: 'loopWait', label: 'event loop waiting for a core, ms/s', digits: 1, better: 'lower' },
   { key: 'errors', label: 'errors', digits: 0, better: 'lower' },
 ];

@@ -152,8 +152,8 @@ export function threadCpu(pid: number): ThreadCpu[] {
 /**
  * Seconds the process's main thread (its thread id is the pid: a Node process's
  * event loop) has spent runnable but waiting for a core, or null without
- * schedstat. Read around a fixed-rate run it says how much of a proxy's tail is
- * the loop queued behind other threads on the machine's cores.
+ * schedstat. Read around a fixed-rate run it says how long the proxy's loop
+ * was queued behind other threads for the machine's cores.
  */
 export function mainThreadWaitSeconds(pid: number): number | null {
   const sched = schedstat(`/proc/${pid}/task/${pid}`);
