@@ -5,7 +5,10 @@
 //   gap <epoch ms> <gap ms> run <ms on a core> wait <ms runnable, waiting for a core>
 // A gap mostly `run` is the loop busy (profile it); mostly `wait` is the loop
 // queued behind other threads for a core; neither is the thread blocked (a
-// system call, a page fault, a lock). The first line maps the epoch to the
+// system call, a page fault, a lock). Garbage-collection pauses over half the
+// threshold are written too, so that a busy gap can be told from V8's work:
+//   gc <epoch ms at its start> <ms> <minor|major|incremental|weakcb>
+// The first line maps the epoch to the
 // monotonic clock a --cpu-prof profile's timestamps use:
 //   map <epoch ms> <monotonic µs>
 // Output: LOOP_GAPS_OUT, default /tmp/loop-gaps-<pid>.txt. Costs the process a
@@ -13,6 +16,7 @@
 // apart", was measured with it.
 'use strict';
 const fs = require('node:fs');
+const { PerformanceObserver, constants } = require('node:perf_hooks');
 
 const thresholdMs = Number(process.env.LOOP_GAPS_MS ?? 2);
 const out = fs.openSync(process.env.LOOP_GAPS_OUT ?? `/tmp/loop-gaps-${process.pid}.txt`, 'w');
@@ -44,3 +48,17 @@ setInterval(() => {
   run0 = run;
   wait0 = wait;
 }, 1).unref();
+
+const GC_KINDS = {
+  [constants.NODE_PERFORMANCE_GC_MINOR]: 'minor',
+  [constants.NODE_PERFORMANCE_GC_MAJOR]: 'major',
+  [constants.NODE_PERFORMANCE_GC_INCREMENTAL]: 'incremental',
+  [constants.NODE_PERFORMANCE_GC_WEAKCB]: 'weakcb',
+};
+new PerformanceObserver((list) => {
+  for (const entry of list.getEntries()) {
+    if (entry.duration > thresholdMs / 2) {
+      fs.writeSync(out, `gc ${(performance.timeOrigin + entry.startTime).toFixed(1)} ${entry.duration.toFixed(2)} ${GC_KINDS[entry.detail?.kind] ?? entry.detail?.kind}\n`);
+    }
+  }
+}).observe({ entryTypes: ['gc'] });
