@@ -444,11 +444,8 @@ export class AuditBatcher {
     // Whatever is still in memory goes to the spool, including records of calls
     // that finished while we were closing (the loop runs until none is left).
     for (;;) {
+      if (this.#open.rows.count > 0) this.#closeOpen(); // it finishes the seals before its own first
       this.#finishSealing();
-      if (this.#open.rows.count > 0) {
-        this.#closeOpen();
-        this.#finishSealing();
-      }
       const batch = this.#sealed[0];
       if (batch === undefined || !(await this.#trySpool(batch))) break;
       this.#settled(batch);

@@ -96,9 +96,9 @@ export class AuditJournal {
    * `forget` once the batch is written or spooled.
    */
   seal(token: string): string {
-    const segment = this.cut();
-    this.finish(segment, [], token);
-    return segment;
+    if (this.#closed) return '';
+    this.#pending.push(`${SEAL_PREFIX}${token}\n`); // written with the gathered lines, in cut's one write
+    return this.cut();
   }
 
   /**
@@ -128,9 +128,7 @@ export class AuditJournal {
     let fd = -1;
     try {
       fd = openSync(join(this.dir, segment), 'a', 0o600);
-      const data = Buffer.from(`${sealLines.join('')}${SEAL_PREFIX}${token}\n`, 'utf8');
-      let written = 0;
-      while (written < data.length) written += writeSync(fd, data, written);
+      writeAll(fd, Buffer.from(`${sealLines.join('')}${SEAL_PREFIX}${token}\n`, 'utf8'));
       this.stats.writes += 1;
     } catch (err) {
       this.stats.failures += 1;
@@ -186,9 +184,7 @@ export class AuditJournal {
     this.#pending = [];
     try {
       if (this.#fd < 0) throw new Error('the journal has no open segment (its last could not be opened)');
-      const data = Buffer.from(pending.length === 1 ? pending[0]! : pending.join(''), 'utf8');
-      let written = 0;
-      while (written < data.length) written += writeSync(this.#fd, data, written);
+      writeAll(this.#fd, Buffer.from(pending.length === 1 ? pending[0]! : pending.join(''), 'utf8'));
       this.stats.writes += 1;
     } catch (err) {
       this.stats.failures += 1;
@@ -207,6 +203,12 @@ export class AuditJournal {
       this.onError(err);
     }
   }
+}
+
+/** write(2) until all of `data` is in the file (a short write is continued, not lost). */
+function writeAll(fd: number, data: Buffer): void {
+  let written = 0;
+  while (written < data.length) written += writeSync(fd, data, written);
 }
 
 /** A segment's complete lines and its seal, if any. A torn last line (a kill mid-write) is dropped. */
