@@ -3,9 +3,8 @@
 // and builds the audit record at the end of the exchange.
 import { isUtf8 } from 'node:buffer';
 import { createHash, hash as oneShotHash, randomUUID, type Hash } from 'node:crypto';
-
-const EMPTY_SHA256 = oneShotHash('sha256', '', 'hex');
 import type { HttpResponse } from 'uWebSockets.js';
+import { isoOfMs } from '../shared/audit/ch-instant.js';
 import { ERRORS, errorBody, type ErrorCode } from '../shared/errors.js';
 import { APPROVAL_ID_HEADER, PROXY_ALLOW, REQUEST_DROP, isApiKey, statusLine } from '../shared/http.js';
 import { hashApiKey } from '../shared/secrets.js';
@@ -14,6 +13,8 @@ import type { Agent, Approval, AuditDecision, AuditRecord } from '../shared/type
 import type { InjectedCredential } from './caches.js';
 import type { RequestBody } from './request-body.js';
 import type { ParsedTarget } from '../shared/target.js';
+
+const EMPTY_SHA256 = oneShotHash('sha256', '', 'hex');
 
 /** Agent annotations are cut to these lengths before they are audited. */
 export const MAX_REASONING_CHARS = 16 * 1024;
@@ -382,7 +383,7 @@ export class ProxyExchange {
     }
     return {
       id: this.id,
-      timestamp: isoOf(this.timestamp),
+      timestamp: isoOfMs(this.timestamp),
       timestampMs: this.timestamp,
       orgId: agent.orgId,
       agentId: agent.id,
@@ -415,17 +416,6 @@ export class ProxyExchange {
   }
 }
 
-let lastMs = NaN;
-let lastIso = '';
-
-/** The instant's ISO form; calls of one millisecond (a dozen under load) share one string, and the encoders then compare it once. */
-function isoOf(ms: number): string {
-  if (ms !== lastMs) {
-    lastIso = new Date(ms).toISOString();
-    lastMs = ms;
-  }
-  return lastIso;
-}
 
 const REDACTED = Buffer.from('[REDACTED]');
 
