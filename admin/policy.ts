@@ -53,7 +53,7 @@ export function policyHandlers(ctx: AdminContext) {
       throw new GuardError('invalid_request', "Field 'tool' must be a host name with an optional :port, as in a proxy URL.", { field: 'tool' });
     }
     if (inputs === 'path') {
-      throw new GuardError('invalid_request', "Field 'path' has dot segments (. or ..), which the proxy does not forward.", { field: 'path' });
+      throw new GuardError('invalid_request', "Field 'path' has dot segments (. or ..), a '#' or a backslash, which the proxy does not forward.", { field: 'path' });
     }
     // A candidate policy is checked instead of the stored one (it is validated, not stored).
     const candidate = stringField(body, 'rules_yaml', { optional: true });

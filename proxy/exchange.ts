@@ -136,6 +136,13 @@ export class ProxyExchange {
   capture: Buffer | null = null;
   captureLength = 0;
   captureTruncated = false;
+  /**
+   * The response came with a Content-Encoding other than identity: its bytes
+   * could hold the credential where redaction cannot see it (gzip of an echo),
+   * so a capture of them is not stored. log_outputs full asks the upstream for
+   * identity (forward.ts), which nearly every server honours.
+   */
+  responseEncoded = false;
   /** performance.now() when the call went upstream, and the time to its response head. */
   forwardedAt = 0;
   upstreamMs = -1;
@@ -376,7 +383,7 @@ export class ProxyExchange {
   toAuditRecord(): AuditRecord {
     const agent = this.agent!;
     let output: string | null = null;
-    if (this.capture !== null) {
+    if (this.capture !== null && !this.responseEncoded) {
       let captured = this.capture.subarray(0, this.captureLength);
       if (this.credential !== null) captured = redactCapture(captured, this.credential.spellings, this.captureTruncated);
       output = captureToText(captured, this.captureTruncated);
@@ -402,7 +409,7 @@ export class ProxyExchange {
       responseBytes: this.responseBytes,
       outputHash: this.#outputDigest(),
       output,
-      outputTruncated: this.captureTruncated,
+      outputTruncated: output !== null && this.captureTruncated,
       requestId: this.requestId || this.id,
       mcpSessionId: this.mcpSessionId,
       mcpMethod: this.mcpCall?.method ?? null,

@@ -14,6 +14,8 @@ export function createForward(deps: { config: Readonly<Config>; pools: UpstreamP
     const target = ex.target!;
     const headers = ex.headers;
     headers.push('host', target.authority);
+    // A captured output is redacted of the credential, which it cannot be in a compressed body.
+    if (ex.agent!.logOutputs === 'full') identityEncoding(headers);
     // The request id travels upstream, so both sides' logs meet (RFC-less but common: X-Request-Id).
     if (!ex.hasRequestId) headers.push('x-request-id', ex.id);
     const body = ex.body;
@@ -61,7 +63,8 @@ export function createForward(deps: { config: Readonly<Config>; pools: UpstreamP
 
   /** Holding a slot of the budget: dispatches to the exchange's current address. */
   function send(ex: ProxyExchange, request: Dispatcher.DispatchOptions, retry: (() => boolean) | null): void {
-    if (ex.aborted) {
+    // Answered while it waited for a slot (shutdown's 503): the call must not reach the tool after all.
+    if (ex.aborted || ex.finished) {
       pools.budget.release();
       return;
     }
@@ -91,4 +94,12 @@ export function createForward(deps: { config: Readonly<Config>; pools: UpstreamP
     }
     return dispatch(ex);
   };
+}
+
+/** The request asks for the response as it is (RFC 9110 §12.5.3): any Accept-Encoding the agent sent is replaced. */
+function identityEncoding(headers: string[]): void {
+  for (let i = headers.length - 2; i >= 0; i -= 2) {
+    if (headers[i] === 'accept-encoding') headers.splice(i, 2);
+  }
+  headers.push('accept-encoding', 'identity');
 }

@@ -9,7 +9,7 @@ export function createParseTarget(): Stage {
     if (target === null) return ex.answerError('invalid_target');
     ex.target = target;
     const policyPath = normalizePolicyPath(target.path);
-    if (policyPath === null) return ex.answerError('invalid_target', 'The target path has dot segments (. or ..), which the proxy does not forward.');
+    if (policyPath === null) return ex.answerError('invalid_target', 'The target path has dot segments (. or ..), a \'#\' or a backslash, which the proxy does not forward.');
     ex.policyPath = policyPath;
     return undefined;
   };

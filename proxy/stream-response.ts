@@ -16,13 +16,15 @@
 // each: a larger write can lose its bytes (shared/uws-write.ts says how).
 import { RESPONSE_DROP, statusLine } from '../shared/http.js';
 import { CORK_PIECE_BYTES } from '../shared/uws-write.js';
-import type { ProxyExchange } from './exchange.js';
+import { redactCapture, type ProxyExchange } from './exchange.js';
 import type { UpstreamBudget } from './upstream-pools.js';
 import { SseEndpointRewriter } from './sse-endpoint.js';
 
 type Resume = () => void;
 
 const EMPTY = Buffer.alloc(0);
+/** Response fields that name a URL the agent may follow: never with the credential in it. */
+const REDIRECTS: ReadonlySet<string> = new Set(['location', 'content-location']);
 const NOTHING = (): void => {};
 
 export class UpstreamResponse {
@@ -99,8 +101,15 @@ export class UpstreamResponse {
     this.#captureCap = captureCap;
   }
 
+  /**
+   * undici is about to write the request (it may have waited in the pool's
+   * queue for a connection): not if the client has gone, or the call was
+   * answered meanwhile (shutdown answers a call not yet upstream with 503), so
+   * that what the agent and the audit were told is what the tool saw.
+   */
   onConnect(abort: (reason?: Error) => void): void {
     if (this.#ex.aborted) abort(new Error('client aborted'));
+    else if (this.#ex.finished) abort(new Error('the call was answered before it went upstream'));
     else this.#ex.abortUpstream = abort;
   }
 
@@ -121,6 +130,13 @@ export class UpstreamResponse {
       } else if (name.length === 14 && this.#ex.mcpSessionId === null && name.toString('latin1').toLowerCase() === 'mcp-session-id') {
         const id = rawHeaders[i + 1]!.toString('latin1');
         if (id.length <= 256) this.#ex.mcpSessionId = id; // the server's answer to initialize names the session
+      } else if (name.length === 16 && name.toString('latin1').toLowerCase() === 'content-encoding') {
+        this.#ex.responseEncoded = rawHeaders[i + 1]!.toString('latin1').trim().toLowerCase() !== 'identity';
+      }
+      if ((name.length === 8 || name.length === 16) && this.#ex.credential !== null && REDIRECTS.has(name.toString('latin1').toLowerCase())) {
+        // A redirect that keeps the query (a trailing slash added, a login bounce)
+        // would hand the agent the injected query credential: it never gets it.
+        rawHeaders[i + 1] = redactCapture(rawHeaders[i + 1]!, this.#ex.credential.spellings, false);
       }
     }
     const extra = this.#ex.answerHeaders;

@@ -64,7 +64,8 @@ function onHeader(name: string, value: string): void {
       else into.chunked = true;
       return;
     case 'connection':
-      connection = value;
+      // Several Connection lines are one list (RFC 9110 §5.3): each names fields to drop.
+      connection = connection === null ? value : `${connection},${value}`;
       return;
     default:
       into.header(name, value);

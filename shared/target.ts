@@ -141,6 +141,8 @@ export function canonicalHostname(hostname: string): string {
 
 const ESCAPE = /%([0-9A-Fa-f]{2})/g;
 const UNRESERVED_OR_SLASH = /[A-Za-z0-9\-._~/]/;
+/** A fragment mark, a backslash, or an escaped backslash: refused in a target path (normalizePolicyPath). */
+const AMBIGUOUS = /[#\\]|%5[Cc]/;
 
 /**
  * The path the policy sees: percent-escapes of unreserved characters and of '/'
@@ -148,10 +150,15 @@ const UNRESERVED_OR_SLASH = /[A-Za-z0-9\-._~/]/;
  * `/admin/**` the way an upstream that decodes them would, and runs of '/'
  * collapse (`//admin` is `/admin` to most servers). The upstream still
  * gets the path exactly as sent. Null when a segment is `.` or `..` (raw or
- * encoded): such paths mean different things to different servers, so they are
- * refused rather than guessed at.
+ * encoded), or the path holds a `#` or a backslash (raw or `%5C`): such paths
+ * mean different things to different servers, so they are refused rather than
+ * guessed at. A policy would see `/admin#x` or `/x\..\admin` as a path of its
+ * own, while a server that reads URLs as browsers do (WHATWG URL: Node's
+ * `new URL`, Deno, Bun, Hono) routes `/admin` (a fragment cut off; a backslash
+ * a slash), and some servers decode `%5C` into one.
  */
 export function normalizePolicyPath(path: string): string | null {
+  if (AMBIGUOUS.test(path)) return null;
   const decoded = path.includes('%')
     ? path.replace(ESCAPE, (escape, hex: string) => {
       const char = String.fromCharCode(parseInt(hex, 16));

@@ -11,6 +11,7 @@
 import { randomBytes } from 'node:crypto';
 import { readdirSync, readFileSync, statSync } from 'node:fs';
 import { join } from 'node:path';
+import { gzipSync } from 'node:zlib';
 import pdfParse from 'pdf-parse/lib/pdf-parse.js';
 import t from 'tap';
 import { auditRows } from '../support/checks.js';
@@ -31,6 +32,25 @@ const redirectRoutes: Record<string, Route> = {
   '/secret-at-cap': (req, res) => {
     res.setHeader('content-type', 'text/plain');
     res.end(`${'x'.repeat(CAPTURE_BYTES - 'Bearer '.length - 8)}${req.headers.authorization ?? ''} and more`);
+  },
+  // The echo compressed, as most servers do when the client accepts gzip: redaction cannot see into gzip.
+  '/echo-gzip': (req, res) => {
+    const body = Buffer.from(JSON.stringify({ headers: req.headers, url: req.url }));
+    res.setHeader('content-type', 'application/json');
+    if (!/gzip/.test(String(req.headers['accept-encoding'] ?? ''))) return void res.end(body);
+    res.setHeader('content-encoding', 'gzip');
+    res.end(gzipSync(body));
+  },
+  // ... and a server that compresses whatever the client accepts.
+  '/always-gzip': (req, res) => {
+    res.setHeader('content-type', 'application/json');
+    res.setHeader('content-encoding', 'gzip');
+    res.end(gzipSync(JSON.stringify({ headers: req.headers, url: req.url })));
+  },
+  // A redirect that keeps the query (a trailing slash added): with a query credential, the Location holds it.
+  '/redirect-keep-query': (req, res) => {
+    res.writeHead(301, { location: `https://${req.headers.host}/echo/?${(req.url ?? '').split('?')[1] ?? ''}`, 'content-location': req.url ?? '' });
+    res.end();
   },
   // ... and inside a binary body, which the audit stores as base64.
   '/secret-in-binary': (req, res) => {
@@ -143,6 +163,12 @@ t.test('a full run through every outcome, for every log_outputs mode', async (t)
       t.equal((await proxied(agent.api_key, `${a}/bytes?n=3000`)).status, 200);
       t.equal((await proxied(agent.api_key, `${a}/status?code=500`)).status, 500);
       t.equal((await proxied(agent.api_key, `${a}/redirect-away`)).status, 302);
+      t.equal((await proxied(agent.api_key, `${a}/echo-gzip`, { headers: { 'accept-encoding': 'gzip' } })).status, 200);
+      t.equal((await proxied(agent.api_key, `${a}/always-gzip`)).status, 200);
+      const kept = await proxied(agent.api_key, `${a}/redirect-keep-query?x=1`);
+      t.equal(kept.status, 301);
+      t.match(kept.headers.get('location'), /\/echo\/\?x=1/, 'the Location is passed back');
+      t.same(leaks(`${kept.headers.get('location')} ${kept.headers.get('content-location')}`), [], 'without the credential in it');
       t.equal((await proxied(agent.api_key, `${a}/stall-headers`)).status, 504);
       t.equal((await proxied(agent.api_key, `${a.replace('127.0.0.1', 'bad_host!')}/echo`)).status, 400);
       const deleted = await proxied(agent.api_key, `${a}/echo`, { method: 'DELETE' });
@@ -207,14 +233,25 @@ t.test('the query credential goes to the upstream query only', async (t) => {
 });
 
 t.test('no canary in the audit rows (every field, every mode, output included)', async (t) => {
-  // 3 hosts × 9 calls + the closed port + the two reflecting routes.
-  const rows = await auditRows(base, owner, agents.full.id, 30, 15_000);
-  t.equal(rows.length, 30, 'every call of the full agent was audited');
+  // 3 hosts × 12 calls + the closed port + the two reflecting routes.
+  const rows = await auditRows(base, owner, agents.full.id, 39, 15_000);
+  t.equal(rows.length, 39, 'every call of the full agent was audited');
   t.ok(rows.some((r) => typeof r.output === 'string' && r.output.includes('"headers"')), 'the full agent stored the /echo bodies');
   const atCap = rows.find((r) => r.tool_url.endsWith('/secret-at-cap'));
   t.equal(atCap.output_truncated, true, 'the reflected secret was cut by the cap');
   t.notOk(atCap.output.includes('cnry'), 'and not even its first bytes were kept');
   t.ok(atCap.output.endsWith('Bearer '), 'the output ends where the secret began');
+  const gzipped = rows.filter((r) => r.tool_url.endsWith('/echo-gzip'));
+  t.equal(gzipped.length, 3);
+  for (const r of gzipped) {
+    const echo = JSON.parse(r.output);
+    t.equal(echo.headers['accept-encoding'], 'identity', 'a full agent\'s call asks for the body as it is');
+    t.ok(r.output.includes('[REDACTED]'), 'so its echo is stored, redacted');
+  }
+  for (const r of rows.filter((r) => r.tool_url.endsWith('/always-gzip'))) {
+    t.equal(r.output, null, 'a body compressed anyway is not stored');
+    t.equal(r.output_truncated, false);
+  }
   const binary = rows.find((r) => r.tool_url.endsWith('/secret-in-binary'));
   t.ok(Buffer.from(binary.output, 'base64').includes(Buffer.from('Bearer [REDACTED]')), 'binary output: redacted before base64');
   const all = await api(base, owner, 'GET', '/audit?limit=1000');

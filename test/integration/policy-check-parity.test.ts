@@ -61,7 +61,7 @@ t.test('what the proxy refuses as invalid_target, the check refuses naming the f
     const proxied = await fetch(`${base}/proxy/${agent.api_key}/${encodeURI(tool)}/x`);
     t.not(proxied.status, 200, `the proxy does not forward to ${tool}`);
   }
-  for (const path of ['/a/../admin', '/a/%2e%2e/admin', '/./x']) {
+  for (const path of ['/a/../admin', '/a/%2e%2e/admin', '/./x', '/admin#x', '/a\\..\\admin', '/a%5cb']) {
     assertError(t, await check(`127.0.0.1:${port}`, path), 400, 'invalid_request', 'path');
     // Raw: fetch would resolve the dot segments before sending.
     const proxied = await rawRequest(service.port, `GET /proxy/${agent.api_key}/127.0.0.1:${port}${path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n`, 300);

@@ -138,7 +138,8 @@ t.test('policy paths are matched on the normalised path: encoded or dot-segment 
     t.equal(res.status, 403, `${path} is seen as /admin/...`);
   }
   // fetch would normalise dot segments away, so these go over a raw socket.
-  for (const path of ['x/../admin/y', './admin', 'x/%2e%2E/admin', 'x/..']) {
+  // '#' and backslashes too: a WHATWG-URL server routes admin#x and x\..\admin to /admin.
+  for (const path of ['x/../admin/y', './admin', 'x/%2e%2E/admin', 'x/..', 'admin#x', 'x\\..\\admin', 'admin\\x', 'x%5C..%5Cadmin']) {
     const res = await rawRequest(service.port, `GET /proxy/${agent.api_key}/${upstream.authority}/${path} HTTP/1.1\r\nHost: x\r\n\r\n`, 500);
     t.equal(res.status, 400, `${path} refused`);
     t.match(res.text, /invalid_target/);
@@ -246,6 +247,14 @@ t.test('hop-by-hop and X-Agent-* headers are removed both ways', async (t) => {
   const seenAlone = upstream.seen[upstream.seen.length - 1]!.headers;
   t.equal(seenAlone['keep-alive'], undefined, 'Keep-Alive is not forwarded when Connection names only it');
   t.equal(seenAlone['x-keep'], 'kept');
+  // Two Connection lines are one list: the first's field goes too, not only the last's.
+  const twice = await rawRequest(service.port, [
+    `GET /proxy/${agent.api_key}/${upstream.authority}/echo HTTP/1.1`, 'Host: x', 'Connection: x-first-hop', 'Connection: keep-alive', 'X-First-Hop: secret', 'X-Keep: kept', '', '',
+  ].join('\r\n'), 500);
+  t.equal(twice.status, 200);
+  const seenTwice = upstream.seen[upstream.seen.length - 1]!.headers;
+  t.equal(seenTwice['x-first-hop'], undefined, 'a field named on the first of two Connection lines is removed');
+  t.equal(seenTwice['x-keep'], 'kept');
   const hop = await proxied(agent.api_key, `${upstream.authority}/hop`);
   t.equal(hop.headers.get('x-kept'), 'yes');
   t.equal(hop.headers.get('x-secret-hop'), null, 'response header named in Connection removed');

@@ -130,3 +130,41 @@ t.test('SIGTERM waits for a slow client to read a Content-Length answer to its e
   t.equal(received, size, 'every byte of the Content-Length answer arrived');
   t.equal(await service.exited, 0, 'and the process exited 0 after it');
 });
+
+t.test('a call still waiting for an upstream connection at the drain deadline is answered 503 and never sent', async (t) => {
+  // One connection per origin, held by an event stream: the second call waits in
+  // the pool's queue. At the deadline shutdown ends the stream (freeing the
+  // connection) and answers the waiting call 503; the tool must then not get it,
+  // or the agent (told to retry) and the audit (a 503) would both be wrong.
+  const holding = await startUpstream({
+    '/hold': (req, res) => {
+      res.writeHead(200, { 'content-type': 'text/event-stream' });
+      res.write(': held\n\n');
+      req.socket.on('close', () => res.destroy());
+    },
+  });
+  t.teardown(() => holding.close());
+  const dir = mkdtempSync(join(tmpdir(), 'tcg-shutdown-queued-'));
+  t.teardown(() => rmSync(dir, { recursive: true, force: true }));
+  const queuedEnv = { ...env, DATA_DIR: dir, UPSTREAM_CONNECTIONS: '1', SHUTDOWN_DRAIN_MS: '300', AUDIT_BATCH_MS: '200' };
+  const service = await spawnService('all-in-one', queuedEnv);
+  const owner = await signup(service.url);
+  const agent = await createAgent(service.url, owner, 'queued', 'none');
+  const held = fetch(`${service.url}/proxy/${agent.api_key}/${holding.authority}/hold`).then(async (r) => ({ status: r.status, text: await r.text() }));
+  while (!holding.seen.some((r) => r.url === '/hold')) await new Promise((r) => setTimeout(r, 20));
+  const queued = fetch(`${service.url}/proxy/${agent.api_key}/${holding.authority}/echo?queued=1`, { method: 'POST', body: 'run the tool' }).then((r) => r.status);
+  await new Promise((r) => setTimeout(r, 300));
+  t.notOk(holding.seen.some((r) => r.url.startsWith('/echo')), 'the second call waits for the one connection');
+  const signalled = Date.now();
+  service.child.kill('SIGTERM');
+  t.equal(await queued, 503, 'the waiting call is answered 503 (retry)');
+  t.equal((await held).status, 200, 'the stream ended as a complete response');
+  t.equal(await service.exited, 0);
+  t.ok(Date.now() - signalled < 5000, `exited ${Date.now() - signalled} ms after the signal`);
+  await new Promise((r) => setTimeout(r, 300));
+  t.notOk(holding.seen.some((r) => r.url.startsWith('/echo')), 'and the tool never got the call it was told was refused');
+  const again = await spawnService('all-in-one', queuedEnv);
+  const rows = (await api(again.url, await login(again.url, owner.email), 'GET', `/audit?agent_id=${agent.id}`)).json as any[];
+  t.same(rows.map((r) => r.status_code).sort(), [200, 503], 'both calls audited as answered');
+  t.equal(await again.stop(), 0);
+});

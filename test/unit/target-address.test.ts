@@ -2,7 +2,7 @@ import t, { type Test } from 'tap';
 import fc from 'fast-check';
 import { BlockList } from 'node:net';
 import { classifyAddress, createAllowList } from '../../proxy/ssrf-rules.js';
-import { parseTarget } from '../../shared/target.js';
+import { normalizePolicyPath, parseTarget } from '../../shared/target.js';
 
 type Case = readonly [address: string, expected: string | null];
 
@@ -196,6 +196,15 @@ t.test('parseTarget', async (t) => {
     const long = Array.from({ length: 64 }, () => 'abc').join('.');
     t.equal(parseTarget(`${long}/x`), null, 'name over 253');
   });
+});
+
+t.test('normalizePolicyPath', async (t) => {
+  t.equal(normalizePolicyPath('/%61dmin//x%2Fy'), '/admin/x/y', 'unreserved and slash escapes decoded, slashes collapsed');
+  t.equal(normalizePolicyPath('/a%23b%20c'), '/a%23b%20c', 'other escapes kept, upper-cased');
+  for (const path of ['/x/../admin', '/x/%2E%2e/admin', '/./x', '/x/..']) t.equal(normalizePolicyPath(path), null, `dot segment: ${path}`);
+  // What a WHATWG-URL server routes as /admin (a fragment cut off, a backslash read as a slash), or some servers decode.
+  for (const path of ['/admin#x', '/admin#', '/x\\..\\admin', '/admin\\x', '/x%5C..%5Cadmin', '/a%5cb']) t.equal(normalizePolicyPath(path), null, `refused: ${path}`);
+  t.equal(new URL('/x\\..\\admin#y', 'https://h').pathname, '/admin', 'the reading it guards against');
 });
 
 t.test('classifyAddress', async (t) => {
