@@ -112,7 +112,9 @@ export async function verifyAudit(store: AuditStore, orgId: string, options: Ver
     const span = spans.get(s.writer);
     spans.set(s.writer, { from: Math.min(span?.from ?? s.seq, s.seq), to: Math.max(span?.to ?? s.seq, s.seq) });
   }
-  for (const [writer, span] of spans) seals.push(...(await store.sealRange(orgId, writer, span.from - 1, span.to)));
+  // One past the run's end too: a seal re-dated out of the window (its entries
+  // deleted) would otherwise never be read, and its chain would look whole.
+  for (const [writer, span] of spans) seals.push(...(await store.sealRange(orgId, writer, span.from - 1, span.to + 1)));
   await checkChains(store, orgId, seals, chains, options, report);
 
   const since = options.since.getTime();
@@ -144,6 +146,7 @@ export async function verifyAudit(store: AuditStore, orgId: string, options: Ver
     until: options.until,
     legacyBefore: new Date(Number.isFinite(firstSealAt) ? firstSealAt : now.getTime() + 1),
     graceFrom: new Date(now.getTime() - graceMs),
+    graceUntil: new Date(now.getTime() + FUTURE_SKEW_MS),
   }, (page) => {
     for (const g of page) {
       const known = groups.get(g.batchId);
@@ -235,17 +238,7 @@ function mergeGroups(a: VerifyGroup, b: VerifyGroup): VerifyGroup {
 async function checkChains(store: AuditStore, orgId: string, seals: readonly Seal[], chains: readonly SealChain[], options: VerifyOptions, report: (p: Problem) => void): Promise<void> {
   const bySeq = new Map<string, Seal>();
   for (const s of seals) {
-    const body = sealBody(s);
-    if (hash('sha256', body, 'hex') !== s.sealHash) {
-      report({ reason: 'seal_altered', sealId: s.id, at: s.firstAt, detail: 'The seal\'s fields do not hash to its seal_hash.' });
-    } else {
-      const key = options.keys.get(s.keyFingerprint);
-      if (key === undefined) {
-        report({ reason: 'unknown_key', sealId: s.id, at: s.firstAt, detail: `The seal is signed by a key this verifier does not trust (fingerprint ${s.keyFingerprint}).` });
-      } else if (!safeVerify(body, s.signature, key)) {
-        report({ reason: 'seal_altered', sealId: s.id, at: s.firstAt, detail: 'The seal\'s signature does not verify.' });
-      }
-    }
+    checkSeal(s, options.keys, report);
     bySeq.set(`${s.writer}:${s.seq}`, s);
   }
   for (const s of seals) {
@@ -274,10 +267,31 @@ async function checkChains(store: AuditStore, orgId: string, seals: readonly Sea
       report({ reason: 'tail_truncated', sealId: last?.id, at: last?.lastAt ?? '', detail: `Writer ${head.writer}'s chain ends at seal ${chain?.lastSeq ?? 0}; seal ${head.seq} was recorded as written.` });
       continue;
     }
-    const atHead = bySeq.get(`${head.writer}:${head.seq}`) ?? (await store.sealRange(orgId, head.writer, head.seq, head.seq))[0];
+    let atHead = bySeq.get(`${head.writer}:${head.seq}`);
+    if (atHead === undefined) {
+      // Not read with the window's seals: its fields are checked here (a head
+      // re-dated out of every window, its entries deleted, keeps its seal_hash).
+      atHead = (await store.sealRange(orgId, head.writer, head.seq, head.seq))[0];
+      if (atHead !== undefined) checkSeal(atHead, options.keys, report);
+    }
     if (atHead !== undefined && atHead.sealHash !== head.sealHash) {
       report({ reason: 'seal_altered', sealId: atHead.id, at: atHead.firstAt, detail: 'The seal differs from the one recorded as its chain\'s head.' });
     }
+  }
+}
+
+/** A seal's hash, recomputed from its fields, and its signature under a trusted key. */
+function checkSeal(s: Seal, keys: ReadonlyMap<string, KeyObject>, report: (p: Problem) => void): void {
+  const body = sealBody(s);
+  if (hash('sha256', body, 'hex') !== s.sealHash) {
+    report({ reason: 'seal_altered', sealId: s.id, at: s.firstAt, detail: 'The seal\'s fields do not hash to its seal_hash.' });
+    return;
+  }
+  const key = keys.get(s.keyFingerprint);
+  if (key === undefined) {
+    report({ reason: 'unknown_key', sealId: s.id, at: s.firstAt, detail: `The seal is signed by a key this verifier does not trust (fingerprint ${s.keyFingerprint}).` });
+  } else if (!safeVerify(body, s.signature, key)) {
+    report({ reason: 'seal_altered', sealId: s.id, at: s.firstAt, detail: 'The seal\'s signature does not verify.' });
   }
 }
 

@@ -87,8 +87,14 @@ export interface VerifyScan {
   until: Date;
   /** Entries without an entry_hash from here on are not legacy. */
   legacyBefore: Date;
-  /** Entries inserted (written_at) from here on may not be sealed yet. */
+  /** Entries inserted (written_at) in [graceFrom, graceUntil) may not be sealed yet. */
   graceFrom: Date;
+  /**
+   * Past the verifier's clock (with a margin): an entry "inserted" after it has
+   * a written_at set by hand (the column is not hashed), and is read as old, so
+   * a forged entry cannot stay pending for ever.
+   */
+  graceUntil: Date;
 }
 
 /** An entry named by id and ISO timestamp. */
@@ -113,9 +119,9 @@ export interface VerifyGroup {
   lateUnhashed: EntryRef | null;
   /** Hashed entries whose fields the store hashed differently than entry_hash (candidates, rechecked). */
   mismatched: string[];
-  /** Hashed entries in the window written from graceFrom on. */
+  /** Hashed entries in the window written in [graceFrom, graceUntil). */
   recentInWindow: number;
-  /** The earliest hashed entry in the window written before graceFrom (not legacy). */
+  /** The earliest hashed entry in the window written before graceFrom or from graceUntil on (not legacy). */
   oldInWindow: EntryRef | null;
 }
 

@@ -229,6 +229,8 @@ export interface MetadataDriver extends ChangeLog {
   /** Moves each chain's head forward (never back: a head with a lower seq than the stored one is ignored). */
   recordSealHeads(heads: readonly SealHeadRow[]): Awaitable<void>;
   sealHeads(orgId: string): Awaitable<SealHeadRow[]>;
+  /** Every org with a recorded chain head. */
+  sealHeadOrgs(): Awaitable<string[]>;
   /** When this database began to seal audit batches (ISO); null when unknown. */
   sealingStartedAt(): Awaitable<string | null>;
 

@@ -121,6 +121,8 @@ export interface MetadataStore {
    */
   recordSealHeads(heads: readonly SealHeadRow[]): Promise<void>;
   listSealHeads(orgId: string): Promise<ChainHead[]>;
+  /** Every org with a recorded chain head: an offline verification checks these too, even with no row left in ClickHouse. */
+  sealHeadOrgs(): Promise<string[]>;
   /** When this deployment began to seal audit batches: older entries without a batch id are legacy. */
   sealingSince(): Promise<Date | null>;
 
@@ -314,6 +316,7 @@ export function createMetadataStore(driver: MetadataDriver): MetadataStore {
       return at === null ? null : new Date(at);
     },
     listSealHeads: async (orgId) => (await driver.sealHeads(orgId)).map((h) => ({ writer: h.writer, seq: h.seq, sealHash: h.seal_hash })),
+    sealHeadOrgs: async () => driver.sealHeadOrgs(),
 
     async ping() {
       try {

@@ -35,7 +35,7 @@ const since = new Date(Date.now() - 60_000).toISOString();
 interface Entry { id: string; timestamp: string; entry_hash: string; [k: string]: unknown }
 interface SealJson { id: string; seq: number; batch_id: string; first_at: string; last_at: string; root: string }
 
-const KINDS = ['clean', 'edited', 'removed', 'reordered', 'added', 'seal_removed', 'seal_altered', 'truncated'] as const;
+const KINDS = ['clean', 'edited', 'removed', 'reordered', 'added', 'seal_removed', 'seal_altered', 'truncated', 'tail_redated', 'added_future_written', 'org_deleted'] as const;
 type Kind = (typeof KINDS)[number];
 const orgs = new Map<Kind, { session: Session; orgId: string; entries: Entry[]; seals: SealJson[] }>();
 
@@ -129,6 +129,27 @@ t.test('tampering through chDB while the service is stopped', async (t) => {
     await run(`ALTER TABLE audit_log DELETE WHERE batch_id = '${last.batch_id}'`);
     await run(`ALTER TABLE audit_seals DELETE WHERE id = '${last.id}'`);
     expected.set('truncated', { reason: 'tail_truncated' });
+
+    // The newest two batches' entries go, and their seals are re-dated past every
+    // window ending now (no key needed): the chain still runs to its recorded
+    // head, whose stored seal_hash is untouched, so only the seals' own fields
+    // tell. The earlier of the two is named when a seal before them meets the window.
+    const redated = org('tail_redated').seals.slice(-2);
+    await run(`ALTER TABLE audit_log DELETE WHERE batch_id IN ('${redated[0]!.batch_id}', '${redated[1]!.batch_id}')`);
+    await run(`ALTER TABLE audit_seals UPDATE first_at = toDateTime64('2099-01-01 00:00:00', 3, 'UTC'), last_at = toDateTime64('2099-01-01 00:00:00', 3, 'UTC') WHERE id IN ('${redated[0]!.id}', '${redated[1]!.id}')`);
+    expected.set('tail_redated', { reason: 'seal_altered', seal_id: org('tail_redated').seals.length >= 3 ? redated[0]!.id : redated[1]!.id });
+
+    // A forged entry in a batch of its own, its written_at (not hashed) set far
+    // ahead, so that it would look inserted a moment ago, and waiting for its seal, for ever.
+    const template = org('added_future_written').entries[0]!;
+    const future = { ...template, id: randomUUID(), reasoning: 'forged later' };
+    await run(`INSERT INTO audit_log SELECT * REPLACE ('${future.id}' AS id, 'forged later' AS reasoning, '${hashOf(future)}' AS entry_hash, '${randomUUID()}' AS batch_id, toDateTime64('2100-01-01 00:00:00', 3, 'UTC') AS written_at) FROM (SELECT * FROM audit_log WHERE id = '${template.id}')`);
+    expected.set('added_future_written', { reason: 'entry_added', audit_id: future.id });
+
+    // Every row and seal of an org: its chain heads, kept in the metadata store, still name it.
+    await run(`ALTER TABLE audit_log DELETE WHERE org_id = '${org('org_deleted').orgId}'`);
+    await run(`ALTER TABLE audit_seals DELETE WHERE org_id = '${org('org_deleted').orgId}'`);
+    expected.set('org_deleted', { reason: 'tail_truncated' });
     t.pass('tampered');
   } finally {
     await client.close();

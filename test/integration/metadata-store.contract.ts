@@ -555,6 +555,9 @@ export function metadataStoreContract(t: TapTest, name: string, stores: Contract
     t.same(await sorted(orgA), expected, 'the highest seq of each chain; an older head does not move it back');
     t.same(await sorted(orgB), [{ writer: w1, seq: 2, sealHash: head(orgB, w1, 2).seal_hash }], 'another org has its own');
     t.same(await store.listSealHeads(randomUUID()), []);
+    const orgs = await store.sealHeadOrgs();
+    t.ok(orgs.includes(orgA) && orgs.includes(orgB), 'the orgs with a head are listed');
+    t.equal(new Set(orgs).size, orgs.length, 'each once');
     const since = await store.sealingSince();
     t.ok(since instanceof Date && !Number.isNaN(since.getTime()) && since.getTime() <= Date.now(), 'when sealing began is kept');
   });

@@ -421,6 +421,7 @@ export class ClickHouseAuditStore implements AuditStore {
       wu: toChDateTime(scan.until),
       legacy: toChDateTime(scan.legacyBefore),
       grace: toChDateTime(scan.graceFrom),
+      graceUntil: toChDateTime(scan.graceUntil),
     };
     for (const [from, to] of slices) {
       // The server hashes, groups and sorts; what comes back is a row per batch
@@ -437,7 +438,7 @@ export class ClickHouseAuditStore implements AuditStore {
                 minIf((timestamp, toString(id)), entry_hash = '' AND ${IN_WINDOW} AND timestamp >= {legacy:DateTime64(3, 'UTC')}) AS late_unhashed,
                 countIf(entry_hash = '' AND ${IN_WINDOW} AND timestamp >= {legacy:DateTime64(3, 'UTC')}) AS late_unhashed_n,
                 groupArrayIf(toString(id), entry_hash != '' AND NOT (${ENTRY_HASH_OK_SQL})) AS mismatched,
-                countIf(entry_hash != '' AND ${IN_WINDOW} AND written_at >= {grace:DateTime64(3, 'UTC')} AND NOT ${LEGACY_ROW}) AS recent_in_window,
+                countIf(entry_hash != '' AND ${IN_WINDOW} AND ${RECENT} AND NOT ${LEGACY_ROW}) AS recent_in_window,
                 minIf((timestamp, toString(id)), ${OLD_UNSEALED}) AS old_in_window,
                 countIf(${OLD_UNSEALED}) AS old_in_window_n
          FROM ${AUDIT_TABLE} WHERE ${range} GROUP BY batch_id
@@ -715,13 +716,16 @@ interface VerifyGroupRow {
 }
 
 const IN_WINDOW = "timestamp >= {ws:DateTime64(3, 'UTC')} AND timestamp < {wu:DateTime64(3, 'UTC')}";
-/**
- * A hashed entry in the window written (written_at, the store's insert time: a
- * long call's timestamp is when it began) before the sealing grace, but not one
- * written without a batch before sealing began (legacy).
- */
 const LEGACY_ROW = "(batch_id = '' AND timestamp < {legacy:DateTime64(3, 'UTC')})";
-const OLD_UNSEALED = `entry_hash != '' AND ${IN_WINDOW} AND written_at < {grace:DateTime64(3, 'UTC')} AND NOT ${LEGACY_ROW}`;
+/** Written (written_at, the store's insert time: a long call's timestamp is when it began) within the sealing grace, and not past the verifier's clock. */
+const RECENT = "written_at >= {grace:DateTime64(3, 'UTC')} AND written_at < {graceUntil:DateTime64(3, 'UTC')}";
+/**
+ * A hashed entry in the window that should be sealed by now: written before the
+ * grace, or with a written_at past the verifier's clock (set by hand: the
+ * column is not hashed), but not one written without a batch before sealing
+ * began (legacy).
+ */
+const OLD_UNSEALED = `entry_hash != '' AND ${IN_WINDOW} AND NOT (${RECENT}) AND NOT ${LEGACY_ROW}`;
 
 
 function entryRef([at, id]: [string, string]): EntryRef {

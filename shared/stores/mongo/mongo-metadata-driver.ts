@@ -537,6 +537,10 @@ export class MongoMetadataDriver implements MetadataDriver {
     return (await this.#sealHeads.find({ org_id: orgId }, { projection: { _id: 0 } }).toArray()) as SealHeadRow[];
   }
 
+  async sealHeadOrgs(): Promise<string[]> {
+    return ((await this.#sealHeads.distinct('org_id')) as string[]).sort();
+  }
+
   /** One conditional update: of two racing retries exactly one matches 'approved'. */
   async useApproval(orgId: string, id: string, now: string): Promise<boolean> {
     const updated = await this.#approvals.updateOne(

@@ -328,6 +328,7 @@ function prepareStatements(db: Database.Database) {
        WHERE excluded.seq > seal_heads.seq`,
     ),
     sealHeads: db.prepare<[orgId: string], SealHeadRow>('SELECT org_id, writer, seq, seal_hash, at FROM seal_heads WHERE org_id = ?'),
+    sealHeadOrgs: db.prepare<[], { org_id: string }>('SELECT DISTINCT org_id FROM seal_heads ORDER BY org_id'),
     sealingStartedAt: db.prepare<[], { value: string }>("SELECT value FROM audit_meta WHERE key = 'sealing_started_at'"),
 
     ping: db.prepare<[], { ok: number }>('SELECT 1 AS ok'),
@@ -570,6 +571,10 @@ export class SqliteMetadataDriver implements MetadataDriver {
 
   sealHeads(orgId: string): SealHeadRow[] {
     return this.#sql.sealHeads.all(orgId);
+  }
+
+  sealHeadOrgs(): string[] {
+    return this.#sql.sealHeadOrgs.all().map((r) => r.org_id);
   }
 
   sealingStartedAt(): string | null {
