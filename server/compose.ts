@@ -190,7 +190,14 @@ async function recoverJournal(spool: AuditSpool, dir: string, sealer: Sealer, lo
     const before = sealer.snapshot();
     // (Or the rows of orgs whose seal lines a kill cut off mid-write.)
     const unsealed = unsealedRows(batch.lines);
-    const lines = unsealed.length === 0 ? batch.lines : batch.lines.concat(sealer.sealLines(unsealed).lines);
+    const sealLines = unsealed.length === 0 ? [] : sealer.sealLines(unsealed).lines;
+    const lines = sealLines.length === 0 ? batch.lines : batch.lines.concat(sealLines);
+    // An unsealed segment got a fresh token: it is written into the segment with
+    // the new seal lines before the spool has the batch, so that a start that
+    // finds the segment again (killed before forget, or an unlink refused)
+    // spools it under the same token, which ClickHouse deduplicates, instead of a
+    // new one, which it would not.
+    journal.sealRecovered(batch, sealLines);
     try {
       await spool.write(lines, batch.token);
     } catch (err) {

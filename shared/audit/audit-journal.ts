@@ -16,7 +16,7 @@
 // unsealed one with a fresh token (its insert had not begun). The journal lives
 // in the process's spool directory and shares its lock.
 import { randomUUID } from 'node:crypto';
-import { closeSync, mkdirSync, openSync, readFileSync, readdirSync, unlinkSync, writeSync } from 'node:fs';
+import { closeSync, mkdirSync, openSync, readFileSync, readdirSync, truncateSync, unlinkSync, writeSync } from 'node:fs';
 import { join } from 'node:path';
 
 const SEGMENT = /^(\d{12})\.journal$/;
@@ -34,6 +34,10 @@ export interface RecoveredBatch {
   token: string;
   /** Sealed: its insert may have begun, so it keeps the token it had. */
   sealed: boolean;
+  /** The segment's bytes up to its last complete line (a torn tail after it is not part of the batch). */
+  bytes: number;
+  /** A kill cut its last line short: bytes after `bytes`. */
+  torn: boolean;
 }
 
 export class AuditJournal {
@@ -138,6 +142,22 @@ export class AuditJournal {
     }
   }
 
+  /**
+   * An unsealed segment found at start: its torn tail (if any) cut off, then
+   * `finish`, so that a later start reads it sealed with this token.
+   */
+  sealRecovered(batch: RecoveredBatch, sealLines: readonly string[]): void {
+    if (batch.sealed || this.#closed) return;
+    try {
+      if (batch.torn) truncateSync(join(this.dir, batch.segment), batch.bytes);
+    } catch (err) {
+      this.stats.failures += 1;
+      this.onError?.(err);
+      return;
+    }
+    this.finish(batch.segment, sealLines, batch.token);
+  }
+
   /** The batch of this segment is in ClickHouse or the spool: its journal copy goes. */
   forget(segment: string): void {
     if (segment === '') return;
@@ -212,8 +232,10 @@ function writeAll(fd: number, data: Buffer): void {
 }
 
 /** A segment's complete lines and its seal, if any. A torn last line (a kill mid-write) is dropped. */
-function readSegment(file: string): { lines: string[]; token: string; sealed: boolean } {
-  const text = readFileSync(file, 'utf8');
+function readSegment(file: string): Omit<RecoveredBatch, 'segment'> {
+  const raw = readFileSync(file);
+  const bytes = raw.lastIndexOf(0x0a) + 1;
+  const text = raw.toString('utf8', 0, bytes);
   const end = text.lastIndexOf('\n');
   const lines: string[] = [];
   let token: string | null = null;
@@ -223,5 +245,5 @@ function readSegment(file: string): { lines: string[]; token: string; sealed: bo
       else if (line.length > 0) lines.push(`${line}\n`);
     }
   }
-  return { lines, token: token ?? randomUUID(), sealed: token !== null };
+  return { lines, token: token ?? randomUUID(), sealed: token !== null, bytes, torn: raw.length > bytes };
 }

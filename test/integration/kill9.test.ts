@@ -3,6 +3,7 @@
 // next start replays what the killed process left, with its deduplication tokens.
 // All-in-one on embedded chDB, and a split-mode proxy writing to a ClickHouse
 // HTTP server in another process.
+import { spawnSync } from 'node:child_process';
 import { mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -127,4 +128,42 @@ t.test('an answer leaves only once its record is in the journal: every kind of a
   await load.stop();
   t.equal(missing, 0, 'each of 100 answers found its record already in the journal');
   t.ok(load.answered.length > 0, `${load.answered.length} calls of load beside them`);
+});
+
+t.test('a journal segment recovered twice (its delete refused) is written once: its fresh token is kept in it', async (t) => {
+  // A kill between a recovered batch reaching the spool and its segment's
+  // delete (or a delete the file system refuses) leaves the segment for the
+  // next start. It must be spooled again under the same token, which ClickHouse
+  // deduplicates, not a new one. The delete is refused here with an append-only
+  // attribute (root on ext4 and the like), which still lets the token be appended.
+  const env = { ...base, DATA_DIR: join(root, 'recovered-twice'), AUDIT_BATCH_MS: '60000', AUDIT_BATCH_INTERVAL_MS: '60000' };
+  const service = await spawnService('all-in-one', env);
+  const owner = await signup(service.url);
+  const agent = await createAgent(service.url, owner, 'twice', 'none');
+  for (let i = 0; i < 3; i++) t.equal((await fetch(`${service.url}/proxy/${agent.api_key}/${upstream.authority}/json`)).status, 200);
+  await service.kill9(); // the batch was open: its segment is unsealed
+  const journalDir = join(env.DATA_DIR, 'spool', 'journal');
+  const segments = readdirSync(journalDir).filter((name) => readFileSync(join(journalDir, name), 'utf8').length > 0).map((name) => join(journalDir, name));
+  t.equal(segments.length, 1, 'one segment holds the three records');
+  const attr = spawnSync('chattr', ['+a', segments[0]!]);
+  if (attr.status !== 0) {
+    t.comment(`skipped the rest: chattr +a is not available here (${attr.error?.message ?? attr.stderr.toString().trim()}): a refused delete cannot be staged`);
+    return;
+  }
+  t.teardown(() => void spawnSync('chattr', ['-a', segments[0]!]));
+  const { DATA_DIR: _, ...normal } = env;
+  const restartEnv = { ...normal, DATA_DIR: env.DATA_DIR, AUDIT_BATCH_MS: '50', AUDIT_BATCH_INTERVAL_MS: '100' };
+  const again = await spawnService('all-in-one', restartEnv);
+  const session = await login(again.url, owner.email);
+  t.equal((await settledIds(again.url, session, agent.id, 3)).length, 3, 'recovered once');
+  t.equal(await again.stop(), 0);
+  t.ok(readdirSync(journalDir).includes(segments[0]!.split('/').pop()!), 'its segment is still there (the delete was refused)');
+  const third = await spawnService('all-in-one', restartEnv);
+  await eventually(async () => {
+    const health = (await (await fetch(`${third.url}/health`)).json()) as { audit_spooled_batches: number; audit_pending: number };
+    return health.audit_spooled_batches === 0 && health.audit_pending === 0 ? true : undefined;
+  }, 30_000);
+  await new Promise((r) => setTimeout(r, 500));
+  t.equal(await auditTotal(third.url, await login(third.url, owner.email), agent.id), 3, 'recovered again, and still in the audit log once');
+  t.equal(await third.stop(), 0);
 });

@@ -162,3 +162,24 @@ t.test('a cut segment is unsealed until finish appends its seal lines and token;
   journal.finish(cut, ['#late\n'], 'token-2');
   t.notMatch(readFileSync(join(d, cut), 'utf8'), /late/, 'nothing is appended after close');
 });
+
+t.test('an unsealed segment found at start is sealed with its fresh token (a torn tail cut off first), so a second start reads the same token', async (t) => {
+  const d = dir(t);
+  const first = AuditJournal.open(d).journal;
+  first.append('row-1\n');
+  first.append('row-2\n');
+  await turn();
+  const [segment] = readdirSync(d);
+  appendFileSync(join(d, segment!), 'torn-with-no-newl'); // then "killed"
+  const start = AuditJournal.open(d);
+  const batch = start.recovered[0]!;
+  t.match(batch, { lines: ['row-1\n', 'row-2\n'], sealed: false, torn: true });
+  start.journal.sealRecovered(batch, ['#seal-line\n']);
+  t.equal(readFileSync(join(d, segment!), 'utf8'), `row-1\nrow-2\n#seal-line\n#sealed ${batch.token}\n`, 'the torn tail cut, then the seal lines and the token');
+  start.journal.close(); // "killed" again before the batch was forgotten
+  const again = AuditJournal.open(d);
+  t.match(again.recovered.find((b) => b.segment === segment), { lines: ['row-1\n', 'row-2\n', '#seal-line\n'], token: batch.token, sealed: true, torn: false }, 'the same token: a second spool write of it is deduplicated');
+  again.journal.sealRecovered(again.recovered[0]!, ['#other\n']);
+  t.notMatch(readFileSync(join(d, segment!), 'utf8'), /other/, 'a sealed segment is left as it is');
+  again.journal.close();
+});
