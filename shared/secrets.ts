@@ -127,15 +127,24 @@ export function openValue(key: Buffer, sealed: string, associated: string): stri
 /**
  * The byte spellings under which a credential value can come back in a response
  * body that echoes the request (raw in a header, percent- or form-encoded in a
- * URL, JSON-escaped), longest first: what the audit's captured output must not
- * hold (see redactCapture in proxy/exchange.ts).
+ * URL, JSON-escaped as the common encoders escape it), longest first: what the
+ * audit's captured output and the redirects passed back must not hold (see
+ * redactCapture in proxy/exchange.ts).
  */
 export function secretSpellings(value: string): Buffer[] {
+  const json = JSON.stringify(value).slice(1, -1);
+  const unicodeEscape = (c: string) => `\\u${c.charCodeAt(0).toString(16).padStart(4, '0')}`;
+  // Python's json.dumps (ensure_ascii) and PHP's json_encode: non-ASCII as \uXXXX (UTF-16 units).
+  const ascii = json.replace(/[\u0080-\uffff]/g, unicodeEscape);
   const forms = new Set([
     value,
     encodeURIComponent(value),
     new URLSearchParams({ v: value }).toString().slice(2),
-    JSON.stringify(value).slice(1, -1),
+    json,
+    ascii,
+    ascii.replace(/\//g, '\\/'), // PHP's json_encode also escapes '/' (its default: both)
+    json.replace(/\//g, '\\/'),
+    json.replace(/[<>&]/g, unicodeEscape), // Go's encoding/json escapes <, > and & for HTML
   ]);
   return [...forms].filter((f) => f.length > 0).map((f) => Buffer.from(f, 'utf8')).sort((a, b) => b.length - a.length);
 }

@@ -1,0 +1,43 @@
+// The spellings of a credential value that redaction looks for (secretSpellings,
+// shared/secrets.ts; redactCapture, proxy/exchange.ts): an upstream that echoes
+// its request in JSON writes the value as its encoder escapes it. Each case is
+// a body as that encoder writes it (Python's json module run for real; PHP's and
+// Go's escapes written out as their documentation gives them).
+import { spawnSync } from 'node:child_process';
+import t from 'tap';
+import { redactCapture } from '../../proxy/exchange.js';
+import { secretSpellings } from '../../shared/secrets.js';
+
+const SECRET = 'sk/live&x<y>z"q\\é€😀';
+
+const redacted = (body: string) => redactCapture(Buffer.from(body, 'utf8'), secretSpellings(SECRET), false).toString('utf8');
+
+t.test('a value as JSON encoders escape it is redacted', async (t) => {
+  const bodies: Record<string, string> = {
+    'raw (a header echoed as text)': `authorization: Bearer ${SECRET}`,
+    'JSON.stringify (Node)': JSON.stringify({ authorization: `Bearer ${SECRET}` }),
+    'percent-encoded (a URL)': `/echo?api_key=${encodeURIComponent(SECRET)}`,
+    'form-encoded': `api_key=${new URLSearchParams({ v: SECRET }).toString().slice(2)}`,
+    // PHP json_encode: '/' as '\/' (JSON_UNESCAPED_SLASHES off), non-ASCII as \uXXXX (JSON_UNESCAPED_UNICODE off).
+    "PHP json_encode's default": '{"authorization":"Bearer sk\\/live&x<y>z\\"q\\\\\\u00e9\\u20ac\\ud83d\\ude00"}',
+    // Go encoding/json: <, > and & as \u003c, \u003e, \u0026; UTF-8 kept.
+    "Go's encoding/json": '{"authorization":"Bearer sk/live\\u0026x\\u003cy\\u003ez\\"q\\\\é€😀"}',
+  };
+  for (const [encoder, body] of Object.entries(bodies)) {
+    const out = redacted(body);
+    t.ok(out.includes('[REDACTED]'), `${encoder}: ${out}`);
+    t.notOk(out.includes('sk/live') || out.includes('sk\\/live'), `${encoder}: nothing of the value is left`);
+  }
+});
+
+t.test("Python's json.dumps (ensure_ascii, its default) is redacted", async (t) => {
+  const python = spawnSync('python3', ['-c', 'import json,sys; print(json.dumps({"authorization": "Bearer " + sys.argv[1]}))', SECRET], { encoding: 'utf8' });
+  if (python.status !== 0) {
+    t.comment(`skipped: python3 did not run (${python.error?.message ?? python.stderr.trim()})`);
+    return;
+  }
+  t.match(python.stdout, /\\u00e9/, 'the body escapes non-ASCII');
+  const out = redacted(python.stdout);
+  t.ok(out.includes('[REDACTED]'), out);
+  t.notOk(out.includes('sk/live'));
+});
