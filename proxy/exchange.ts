@@ -309,6 +309,17 @@ export class ProxyExchange {
     send();
   }
 
+  /**
+   * The audit pipeline closed before this call's record could be kept (the call
+   * ended after shutdown's flush): no answer goes, the connection is closed, as
+   * for a request that arrives then (lifecycle.ts, stopAnswering).
+   */
+  refused(): void {
+    const send = this.#lastSend;
+    this.#lastSend = null;
+    if (send !== null && !this.aborted) this.res.close();
+  }
+
   /** A last send is waiting for the journal: nothing else may answer. */
   get lastSendHeld(): boolean {
     return this.#lastSend !== null;

@@ -59,6 +59,16 @@ export interface AuditBatcherOptions {
   onBodyWritten?: (body: string) => void;
 }
 
+/** What waits for a record to be kept: the proxy's call, holding its answer's last bytes. */
+export interface AuditWaiter extends JournalWaiter {
+  /**
+   * The pipeline closed before the record could be kept (a call that ended
+   * after shutdown's flush): its answer must not leave, since nothing will
+   * record it.
+   */
+  refused(): void;
+}
+
 interface Batch {
   /** Encoded by the store at enqueue (AuditStore.encode), held as bytes (row-bytes.ts). */
   rows: RowBytes;
@@ -117,6 +127,8 @@ export class AuditBatcher {
   #retryTimer: NodeJS.Timeout | null = null;
   #idleWaiters: (() => void)[] = [];
   #closing = false;
+  /** close() is over: a record queued now is neither written nor spooled, so its call must not be answered. */
+  #closed = false;
   /** Set once close() takes over: the work loop touches nothing after that. */
   #stopped = false;
   readonly stats: AuditBatcherStats = { queued: 0, written: 0, spooled: 0, replayed: 0, failedAttempts: 0, batches: 0 };
@@ -161,9 +173,11 @@ export class AuditBatcher {
   /**
    * Runs `waiter.journaled()` once every record queued so far is in the journal
    * (now, without one): a call's answer leaves only then (audit-journal.ts).
+   * After close() it runs `waiter.refused()` instead.
    */
-  afterJournaled(waiter: JournalWaiter): void {
-    if (this.#journal === undefined) waiter.journaled();
+  afterJournaled(waiter: AuditWaiter): void {
+    if (this.#closed) waiter.refused();
+    else if (this.#journal === undefined) waiter.journaled();
     else this.#journal.afterWrite(waiter);
   }
 
@@ -453,6 +467,7 @@ export class AuditBatcher {
     if (this.#retryTimer !== null) clearTimeout(this.#retryTimer);
     this.#journal?.close();
     this.#spool?.close();
+    this.#closed = true;
     return this.#held;
   }
 }

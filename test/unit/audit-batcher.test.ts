@@ -250,7 +250,7 @@ t.test("with a journal, afterJournaled runs only once the records queued before 
   for (let i = 0; i < 3; i++) {
     const record = auditRecord(org);
     batcher.enqueue(record);
-    batcher.afterJournaled({ journaled: () => found.push(onDisk().includes(record.id)) });
+    batcher.afterJournaled({ journaled: () => found.push(onDisk().includes(record.id)), refused: () => t.fail('refused while open') });
   }
   t.strictSame(found, [], 'nothing released within the turn the records were queued in');
   await new Promise((r) => setImmediate(r));
@@ -258,8 +258,24 @@ t.test("with a journal, afterJournaled runs only once the records queued before 
   t.equal(journal.stats.writes, 1, 'one write for the three');
   const { batcher: plain } = batcherFor(t, { maxRows: 1000, maxDelayMs: 60_000, maxQueued: 100 });
   let ran = false;
-  plain.afterJournaled({ journaled: () => (ran = true) });
+  plain.afterJournaled({ journaled: () => (ran = true), refused: () => t.fail('refused while open') });
   t.ok(ran, 'without a journal a waiter runs at once');
+});
+
+t.test('after close, a waiter is refused, not released: a record queued then is never kept, so its answer must not go', async (t) => {
+  const dir = spoolDir(t);
+  const { journal } = AuditJournal.open(join(dir, 'journal'));
+  const { batcher } = batcherFor(t, { maxRows: 1000, maxDelayMs: 60_000, maxQueued: 100, journal, spool: AuditSpool.open(dir, 1 << 20) });
+  const org = randomUUID();
+  batcher.enqueue(auditRecord(org));
+  const before: string[] = [];
+  batcher.afterJournaled({ journaled: () => before.push('journaled'), refused: () => before.push('refused') });
+  await batcher.close(5000);
+  t.strictSame(before, ['journaled'], 'a call queued before close is answered (its record written or spooled)');
+  batcher.enqueue(auditRecord(org)); // a call that ended after the flush
+  const after: string[] = [];
+  batcher.afterJournaled({ journaled: () => after.push('journaled'), refused: () => after.push('refused') });
+  t.strictSame(after, ['refused']);
 });
 
 t.test('a batch neither the store nor the spool takes stays in memory and is retried', async (t) => {
