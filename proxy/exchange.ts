@@ -434,7 +434,6 @@ export class ProxyExchange {
   }
 }
 
-
 const REDACTED = Buffer.from('[REDACTED]');
 
 /**
