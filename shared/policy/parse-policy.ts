@@ -31,7 +31,8 @@ import type { Alias, Document, Node, Pair, YAMLMap } from 'yaml';
 import { GuardError } from '../errors.js';
 import { PathMatch, ToolMatch } from './types.js';
 import { APPROVAL_TIMEOUT, PENDING_APPROVALS_LIMIT, RATE_PERIODS } from './types.js';
-import type { CallMatcher, CompiledLimit, CompiledPolicy, CompiledRule, PolicyDecision, PolicyVerdict, RatePeriod, RuleVerdict } from './types.js';
+import type { CallMatcher, CompiledLimit, CompiledPolicy, CompiledRule, PolicyDecision, PolicyVerdict, RatePeriod, RuleVerdict, TextTest } from './types.js';
+import { matchGlob } from './evaluate-policy.js';
 
 /** The largest policy text accepted, in UTF-8 bytes (256 KiB). Checked before parsing. */
 export const MAX_POLICY_BYTES = 256 * 1024;
@@ -445,14 +446,14 @@ function keyOf(pair: Pair, where: string): string {
 interface ToolMatcher {
   match: ToolMatch;
   text: string;
-  regExp: RegExp | null;
+  regExp: TextTest | null;
 }
 
 interface PathMatcher {
   match: PathMatch;
   text: string;
   prefix: string;
-  regExp: RegExp | null;
+  regExp: TextTest | null;
 }
 
 const ANY_PATH: PathMatcher = { match: PathMatch.Any, text: '', prefix: '', regExp: null };
@@ -471,6 +472,9 @@ function compileAction(action: string, where: string): string | null {
  * of characters, dots included: `*.github.com` matches api.github.com and
  * a.b.github.com but not github.com. No other character is special.
  */
+/** A character toLowerCase could change. */
+const NOT_LOWER = /[A-Z\u0080-\uffff]/;
+
 function compileToolGlob(glob: string, where: string): ToolMatcher {
   if (glob.includes('://')) {
     fail(`${where}: 'tool' is a hostname glob such as api.github.com or "*.github.com", not a URL (${quoted(glob)})`);
@@ -483,8 +487,10 @@ function compileToolGlob(glob: string, where: string): ToolMatcher {
     const rest = lower.replace(/^\*+/, '');
     if (!rest.includes('*')) return { match: ToolMatch.Suffix, text: rest, regExp: null };
   }
-  const source = lower.split(/\*+/).map(escapeRegExp).join('.*');
-  return { match: ToolMatch.Pattern, text: '', regExp: new RegExp(`^${source}$`, 'i') };
+  // Matched part by part (matchGlob: one indexOf each), not by a RegExp of several `.*`.
+  const parts = lower.split(/\*+/);
+  // Tools reach here lower-cased (canonicalHostname): the fold is done only for one that is not.
+  return { match: ToolMatch.Pattern, text: '', regExp: { test: (tool) => matchGlob(parts, NOT_LOWER.test(tool) ? tool.toLowerCase() : tool) } };
 }
 
 // Path globs are case-sensitive (RFC 3986 §6.2.2.1) and match the path without its
@@ -506,10 +512,124 @@ function compilePathGlob(glob: string, where: string): PathMatcher {
     const base = glob.slice(0, -3);
     return { match: PathMatch.Subtree, text: base, prefix: `${base}/`, regExp: null };
   }
-  return { match: PathMatch.Pattern, text: '', prefix: '', regExp: pathGlobToRegExp(glob) };
+  // One wildcard: a RegExp, whose backtracking is then bounded by the path's length. More: pathGlobMatcher.
+  const wildcards = glob.match(/\*+/g)!.length;
+  return { match: PathMatch.Pattern, text: '', prefix: '', regExp: wildcards === 1 ? pathGlobToRegExp(glob) : pathGlobMatcher(glob) };
 }
 
-function pathGlobToRegExp(glob: string): RegExp {
+/** pathGlobMatcher's two rows, reused (it never runs re-entrantly). */
+let rowA = new Uint8Array(256);
+let rowB = new Uint8Array(256);
+
+/** The pieces of a path glob, as pathGlobToRegExp reads it. */
+type PathToken =
+  | { kind: 'text'; text: string }
+  /** `*`: a run of characters without `/`. */
+  | { kind: 'segment' }
+  /** `**` within a segment: any run. */
+  | { kind: 'any' }
+  /** `**` between slashes, after the first (emitted): nothing, or any run ending with `/` (zero or more whole segments). */
+  | { kind: 'segments' }
+  /** A trailing `/**`: the end, or `/` and anything. */
+  | { kind: 'subtree' };
+
+function pathTokens(glob: string): PathToken[] {
+  const tokens: PathToken[] = [];
+  const text = (t: string) => {
+    const last = tokens[tokens.length - 1];
+    if (last?.kind === 'text') last.text += t;
+    else tokens.push({ kind: 'text', text: t });
+  };
+  let i = 0;
+  while (i < glob.length) {
+    if (glob[i] !== '*') {
+      text(glob[i]!);
+      i++;
+      continue;
+    }
+    let end = i;
+    while (glob[end] === '*') end++;
+    if (end - i === 1) {
+      tokens.push({ kind: 'segment' });
+    } else {
+      const segmentStart = i > 0 && glob[i - 1] === '/';
+      const segmentEnd = end === glob.length || glob[end] === '/';
+      if (segmentStart && segmentEnd && end < glob.length) {
+        tokens.push({ kind: 'segments' });
+        end++;
+      } else if (segmentStart && segmentEnd && tokens[tokens.length - 1]?.kind === 'text') {
+        const last = tokens[tokens.length - 1] as { kind: 'text'; text: string };
+        last.text = last.text.slice(0, -1); // the slash is the subtree's
+        if (last.text === '') tokens.pop();
+        tokens.push({ kind: 'subtree' });
+      } else {
+        // Within a segment, or a trailing `**` right after a `/**/` (whose slash it took): any run.
+        tokens.push({ kind: 'any' });
+      }
+    }
+    i = end;
+  }
+  return tokens;
+}
+
+/**
+ * The glob as pathGlobToRegExp would match it, by dynamic programming from the
+ * end: whether tokens k.. match the path from i, one row of the path per token.
+ * Time grows with path length × glob length, never exponentially.
+ */
+export function pathGlobMatcher(glob: string): TextTest {
+  const tokens = pathTokens(glob);
+  // Literal text before the first wildcard and after the last (not a trailing
+  // `/**`, whose slash is optional): most paths a rule passes over fail these.
+  const prefix = glob.slice(0, glob.indexOf('*'));
+  const suffix = tokens[tokens.length - 1]!.kind === 'subtree' ? '' : glob.slice(glob.lastIndexOf('*') + 1);
+  return {
+    test(path) {
+      if (!path.startsWith(prefix) || !path.endsWith(suffix)) return false;
+      const n = path.length;
+      if (rowA.length <= n) {
+        rowA = new Uint8Array(n + 1);
+        rowB = new Uint8Array(n + 1);
+      }
+      let next = rowA;
+      let row = rowB;
+      next.fill(0, 0, n);
+      next[n] = 1; // past the last token: only the path's end
+      for (let k = tokens.length - 1; k >= 0; k--) {
+        const token = tokens[k]!;
+        switch (token.kind) {
+          case 'text':
+            for (let i = 0; i <= n; i++) row[i] = next[i + token.text.length] === 1 && path.startsWith(token.text, i) ? 1 : 0;
+            break;
+          case 'segment':
+            row[n] = next[n]!;
+            for (let i = n - 1; i >= 0; i--) row[i] = next[i] === 1 || (path.charCodeAt(i) !== 0x2f && row[i + 1] === 1) ? 1 : 0;
+            break;
+          case 'any':
+            row[n] = next[n]!;
+            for (let i = n - 1; i >= 0; i--) row[i] = next[i] === 1 || row[i + 1] === 1 ? 1 : 0;
+            break;
+          case 'segments': {
+            row[n] = next[n]!;
+            let later = 0; // some '/' at j >= i with next[j + 1]
+            for (let i = n - 1; i >= 0; i--) {
+              if (path.charCodeAt(i) === 0x2f && next[i + 1] === 1) later = 1;
+              row[i] = next[i] === 1 || later === 1 ? 1 : 0;
+            }
+            break;
+          }
+          case 'subtree':
+            for (let i = 0; i <= n; i++) row[i] = i === n || path.charCodeAt(i) === 0x2f ? 1 : 0;
+            break;
+        }
+        [next, row] = [row, next];
+      }
+      return next[0] === 1;
+    },
+  };
+}
+
+export function pathGlobToRegExp(glob: string): RegExp {
   let source = '';
   let i = 0;
   while (i < glob.length) {

@@ -38,7 +38,7 @@ export const ToolMatch = {
   Exact: 1,
   /** `*` then no further `*` (e.g. `*.github.com`): the tool ends with `toolText`. */
   Suffix: 2,
-  /** Any other glob: `toolRegExp` (`*` matches any run of characters, dots included). */
+  /** Any other glob: `toolRegExp` (`*` matches any run of characters, dots included; linear in the tool). */
   Pattern: 3,
 } as const;
 export type ToolMatch = (typeof ToolMatch)[keyof typeof ToolMatch];
@@ -51,10 +51,20 @@ export const PathMatch = {
   Exact: 1,
   /** `<base>/**` with no `*` in base: the path is `pathText` or starts with `pathPrefix` (`<base>/`). */
   Subtree: 2,
-  /** Any other glob: `pathRegExp` (`*` within one segment, `**` across segments). */
+  /** Any other glob: `pathRegExp` (`*` within one segment, `**` across segments; linear-bounded in the path). */
   Pattern: 3,
 } as const;
 export type PathMatch = (typeof PathMatch)[keyof typeof PathMatch];
+
+/**
+ * A compiled glob: a RegExp where backtracking is bounded (one wildcard), else a
+ * matcher whose time is linear in the text (a tool) or in text × glob (a path).
+ * A backtracking RegExp of several wildcards took seconds on a 60-character tool
+ * (`a*a*a*a*a*a*b`): any org could have stopped the process with one policy check.
+ */
+export interface TextTest {
+  test(text: string): boolean;
+}
 
 /**
  * What a rule or a limit matches (tool, action, path), flattened so every such
@@ -67,13 +77,13 @@ export interface CallMatcher {
   readonly toolMatch: ToolMatch;
   /** Lower-cased exact tool (Exact) or suffix (Suffix); '' otherwise. */
   readonly toolText: string;
-  readonly toolRegExp: RegExp | null;
+  readonly toolRegExp: TextTest | null;
   readonly pathMatch: PathMatch;
   /** The exact path (Exact) or subtree root without the trailing slash (Subtree); '' otherwise. */
   readonly pathText: string;
   /** The subtree root with its trailing slash (Subtree); '' otherwise. */
   readonly pathPrefix: string;
-  readonly pathRegExp: RegExp | null;
+  readonly pathRegExp: TextTest | null;
   /** The rule names `mcp_method` or `mcp_tool`: it matches only a JSON-RPC request. */
   readonly mcp: boolean;
   /**

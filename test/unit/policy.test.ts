@@ -17,6 +17,7 @@ import {
   POLICY_LIMITS,
 } from '../../shared/policy/index.js';
 import type { CompiledPolicy } from '../../shared/policy/index.js';
+import { pathGlobMatcher, pathGlobToRegExp } from '../../shared/policy/parse-policy.js';
 
 const FIXTURES = new URL('../fixtures/policies/', import.meta.url);
 
@@ -410,6 +411,35 @@ t.test('MCP globs match a megabyte-long tool name in linear time (no backtrackin
   t.ok(ms < 200, `decided in ${ms.toFixed(1)} ms`);
   t.equal(evaluatePolicy(policy, 'h', 'POST', '/', { method: 'tools/call', tool: 'get_issue_by_repo_id' }).decision, 'deny');
   t.equal(evaluatePolicy(policy, 'h', 'POST', '/', { method: 'tools/call', tool: 'get_id' }).decision, 'allow', 'parts may not overlap');
+});
+
+t.test('tool and path globs of several wildcards match in bounded time (a backtracking RegExp took seconds)', async (t) => {
+  const policy = parsePolicy([
+    'version: "1"',
+    'rules:',
+    '  - {name: tool-stars, tool: "a*a*a*a*a*a*a*a*a*a*a*a*b", action: "*", decision: deny}',
+    '  - {name: path-stars, tool: "*", action: "*", path: "/**a**a**a**a**b", decision: deny}',
+    '  - {name: segment-stars, tool: "*", action: "*", path: "/*a*a*a*a*a*b/x", decision: deny}',
+  ].join('\n'));
+  const started = performance.now();
+  t.equal(evaluatePolicy(policy, 'a'.repeat(63), 'GET', '/').ruleMatched, 'default', 'a 63-character tool');
+  t.equal(evaluatePolicy(policy, 'h', 'GET', `/${'a'.repeat(4000)}`).ruleMatched, 'default', 'a 4,000-character path');
+  t.equal(evaluatePolicy(policy, 'h', 'GET', `/${'a'.repeat(4000)}/x`).ruleMatched, 'default', 'a 4,000-character segment');
+  const ms = performance.now() - started;
+  t.ok(ms < 500, `decided in ${ms.toFixed(1)} ms`);
+  t.equal(evaluatePolicy(policy, `${'a'.repeat(12)}b`, 'GET', '/').ruleMatched, 'tool-stars');
+  t.equal(evaluatePolicy(policy, 'A1A2A3A4A5A6A7A8A9A0AAAB', 'GET', '/').ruleMatched, 'tool-stars', 'case-insensitive');
+  t.equal(evaluatePolicy(policy, 'h', 'GET', '/x/aa/y/aab').ruleMatched, 'path-stars');
+  t.equal(evaluatePolicy(policy, 'h', 'GET', '/aaaaab/x').ruleMatched, 'segment-stars');
+  t.equal(evaluatePolicy(policy, 'h', 'GET', '/aaa/aab/x').ruleMatched, 'default', '* stays within a segment');
+});
+
+t.test('path globs of several wildcards match as their RegExp form does, on random globs and paths', async (t) => {
+  const piece = fc.constantFrom('/', 'a', 'b', '*', '**', '/**/', '/**');
+  const globs = fc.array(piece, { minLength: 1, maxLength: 7 }).map((p) => `/${p.join('')}`).filter((g) => (g.match(/\*+/g)?.length ?? 0) >= 2 && !/\*\*\/\*/.test(g)); // (the RegExp form mis-reads a wildcard right after '/**/')
+  const paths = fc.array(fc.constantFrom('/', 'a', 'b'), { maxLength: 10 }).map((p) => `/${p.join('')}`);
+  fc.assert(fc.property(globs, paths, (glob, path) => pathGlobMatcher(glob).test(path) === pathGlobToRegExp(glob).test(path)), { numRuns: 5000 });
+  t.pass('5,000 random glob and path pairs agree');
 });
 
 t.test('decision: approve holds the call, with approval_timeout (10 to 86400 s, default 3600); validation names the line', async (t) => {
