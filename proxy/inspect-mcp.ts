@@ -44,6 +44,9 @@ function uninspectable(ex: ProxyExchange, what: string): false {
 function decide(ex: ProxyExchange, policy: CompiledPolicy, bytes: Buffer | null, enforcing: boolean): undefined | false {
   const read = readJsonRpc(bytes);
   if (read === 'not_json') return enforcing ? uninspectable(ex, 'a body that is not JSON') : decideOnHead(ex, policy);
+  if (read === 'ambiguous') {
+    return enforcing ? uninspectable(ex, 'a body that servers could read differently (a key repeated or spelled another way, an empty method or tool name)') : decideOnHead(ex, policy);
+  }
   const { batch, calls } = read;
 
   const methodHeader = ex.mcpMethodHeader;

@@ -14,22 +14,29 @@ export interface JsonRpcBody {
   calls: (McpCall | null)[];
 }
 
-/** The body's requests; 'not_json' when it is not JSON (or not UTF-8), which the policy cannot inspect. */
-export function readJsonRpc(body: Buffer | null): JsonRpcBody | 'not_json' {
+/**
+ * The body's requests; 'not_json' when it is not JSON (or not UTF-8), and
+ * 'ambiguous' when servers could read it otherwise than this does (below):
+ * either way the policy cannot inspect it.
+ */
+export function readJsonRpc(body: Buffer | null): JsonRpcBody | 'not_json' | 'ambiguous' {
   if (body === null || body.length === 0) return { batch: false, calls: [] };
   // isUtf8 is native and toString then cannot substitute U+FFFD: cheaper than a fatal TextDecoder.
   if (!isUtf8(body)) return 'not_json';
+  const text = body.toString('utf8');
   let value: unknown;
   try {
-    value = JSON.parse(body.toString('utf8'));
+    value = JSON.parse(text);
   } catch {
     return 'not_json';
   }
-  if (Array.isArray(value)) return { batch: true, calls: value.map(requestOf) };
-  return { batch: false, calls: [requestOf(value)] };
+  if (ambiguousKeys(text)) return 'ambiguous';
+  const calls = Array.isArray(value) ? value.map(requestOf) : [requestOf(value)];
+  if (calls.some((call) => call === 'ambiguous')) return 'ambiguous';
+  return { batch: Array.isArray(value), calls: calls as (McpCall | null)[] };
 }
 
-function requestOf(value: unknown): McpCall | null {
+function requestOf(value: unknown): McpCall | null | 'ambiguous' {
   if (typeof value !== 'object' || value === null || Array.isArray(value)) return null;
   const message = value as { jsonrpc?: unknown; method?: unknown; params?: unknown };
   if (message.jsonrpc !== '2.0' || typeof message.method !== 'string') return null;
@@ -37,5 +44,70 @@ function requestOf(value: unknown): McpCall | null {
   let tool: unknown = null;
   if (message.method === 'tools/call' || message.method === 'prompts/get') tool = params.name;
   else if (message.method === 'resources/read') tool = params.uri;
+  // An empty method or tool name is kept by the audit as none (null), so a replay
+  // could not decide it as the live call was: such a call is not inspected.
+  if (message.method === '' || tool === '') return 'ambiguous';
   return { method: message.method, tool: typeof tool === 'string' ? tool : null };
+}
+
+/** The keys a decision reads: of a message, and of its params. */
+const MESSAGE_KEYS: ReadonlySet<string> = new Set(['jsonrpc', 'method', 'params']);
+const PARAMS_KEYS: ReadonlySet<string> = new Set(['name', 'uri']);
+
+/** A key as Go's encoding/json matches it (case-insensitive, with U+017F ſ as s and U+212A Kelvin as k). */
+function folded(key: string): string {
+  return key.toLowerCase().replace(/\u017f/g, 's');
+}
+
+type Frame = { keys: Set<string> | null; role: 'batch' | 'message' | 'params' | 'other'; expectKey: boolean; lastKey: string };
+
+/**
+ * Whether JSON parsers could disagree on what the (valid) JSON `text` says:
+ * an object that repeats a key (JSON.parse keeps the last; some parsers the
+ * first), or a message or its params that spell a key the policy reads another
+ * way ("Method", "NAME", "ſ" for s), which a case-insensitive decoder such as
+ * Go's (the MCP Go SDK's, mcp-go's) reads as that key while JSON.parse does not
+ * (CVE-2026-27896). Linear in the body; runs on valid JSON only.
+ */
+export function ambiguousKeys(text: string): boolean {
+  const stack: Frame[] = [];
+  for (let i = 0; i < text.length; i++) {
+    const c = text.charCodeAt(i);
+    if (c === 0x22 /* " */) {
+      const start = i;
+      let escaped = false;
+      for (i++; text.charCodeAt(i) !== 0x22; i++) {
+        if (text.charCodeAt(i) === 0x5c /* \ */) {
+          escaped = true;
+          i++;
+        }
+      }
+      const top = stack[stack.length - 1];
+      if (top === undefined || top.keys === null || !top.expectKey) continue;
+      const key = escaped ? (JSON.parse(text.slice(start, i + 1)) as string) : text.slice(start + 1, i);
+      if (top.keys.has(key)) return true;
+      top.keys.add(key);
+      top.lastKey = key;
+      const known = top.role === 'message' ? MESSAGE_KEYS : top.role === 'params' ? PARAMS_KEYS : null;
+      if (known !== null && !known.has(key) && known.has(folded(key))) return true;
+    } else if (c === 0x7b /* { */ || c === 0x5b /* [ */) {
+      const parent = stack[stack.length - 1];
+      const role = parent === undefined
+        ? (c === 0x5b ? 'batch' : 'message')
+        : parent.role === 'batch' && c === 0x7b
+          ? 'message'
+          : parent.role === 'message' && parent.lastKey === 'params' && c === 0x7b
+            ? 'params'
+            : 'other';
+      stack.push({ keys: c === 0x7b ? new Set() : null, role, expectKey: true, lastKey: '' });
+    } else if (c === 0x7d /* } */ || c === 0x5d /* ] */) {
+      stack.pop();
+    } else if (c === 0x2c /* , */) {
+      const top = stack[stack.length - 1];
+      if (top !== undefined) top.expectKey = true;
+    } else if (c === 0x3a /* : */) {
+      stack[stack.length - 1]!.expectKey = false;
+    }
+  }
+  return false;
 }

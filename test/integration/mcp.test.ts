@@ -226,6 +226,8 @@ t.test('MCP-aware rules on raw bodies: batches, fail-closed bodies, header check
   t.equal(batchOk.status, 200, 'a batch of allowed requests is forwarded');
   const batchDenied = await send(JSON.stringify([rpc('tools/list'), rpc('tools/call', { name: 'delete_repo' }, 2), rpc('tools/call', { name: 'delete_all' }, 3)]));
   t.match(batchDenied, { status: 403, json: { error: 'policy_denied', rule_matched: 'no-destructive' } }, 'one denied element denies the batch');
+  const nested = await send(JSON.stringify(rpc('tools/call', { name: 'list_repos', arguments: { name: 'a', Name: 'b' } })));
+  t.equal(nested.status, 200, 'keys that differ in case inside the arguments are the tool\'s business: forwarded');
   const notRpc = await send(JSON.stringify({ hello: 'world' }));
   t.equal(notRpc.status, 200, 'JSON that is not JSON-RPC: no MCP rule matches it, the last rule (no MCP fields) allows it');
 
@@ -234,6 +236,13 @@ t.test('MCP-aware rules on raw bodies: batches, fail-closed bodies, header check
     ['not JSON', 'tools/list please', {}],
     ['invalid UTF-8', Buffer.from([0x7b, 0xff, 0x7d]), {}],
     ['over 1 MiB', JSON.stringify(rpc('tools/call', { name: 'list_repos', arguments: { pad: 'x'.repeat(1024 * 1024) } })), {}],
+    // What a case-insensitive decoder (Go's encoding/json: the MCP Go SDK, mcp-go) or a first-key-wins parser reads otherwise than JSON.parse.
+    ['a message key spelled another way', '{"JSONRPC":"2.0","id":1,"method":"tools/call","params":{"name":"delete_repo"}}', {}],
+    ['a params key spelled another way', '{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"list_repos","Name":"delete_repo"}}', {}],
+    ['a long s for s', '{"jsonrpc":"2.0","id":1,"method":"tools/call","param\u017f":{"name":"delete_repo"},"params":{"name":"list_repos"}}', {}],
+    ['a repeated key', '{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"delete_repo","name":"list_repos"}}', {}],
+    ['a repeated key, escaped', '{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"delete_repo","n\\u0061me":"list_repos"}}', {}],
+    ['an empty tool name (the audit keeps it as none)', JSON.stringify(rpc('tools/call', { name: '' })), {}],
     ['over 1 MiB, chunked', new ReadableStream({
       start(controller) {
         for (let i = 0; i < 18; i++) controller.enqueue(new TextEncoder().encode('x'.repeat(64 * 1024)));
