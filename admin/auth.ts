@@ -75,18 +75,22 @@ export function createAuth(options: AuthOptions) {
   async function login(req: AdminRequest): Promise<AdminResponse> {
     const { email, password } = readAccount(req);
     const keys = [`email:${email}`, `addr:${clientNetwork(req.remoteAddress)}`];
-    const retryAfter = limiter.blockedFor(keys);
+    // The attempt takes its place before the password is checked (~30 ms of
+    // argon2): guesses sent at once count as they start, not as they end.
+    const retryAfter = limiter.begin(keys);
     if (retryAfter > 0) {
       throw new GuardError('rate_limited', 'Too many failed logins; retry later.', undefined, { 'retry-after': String(retryAfter) });
     }
-    const user = await store.findUserByEmail(email);
-    const ok = user
-      ? await argon2.verify(user.passwordHash, password)
-      : (await argon2.verify(await decoyHash, password), false);
-    if (!user || !ok) {
-      limiter.fail(keys);
-      throw new GuardError('invalid_credentials');
+    let outcome: 'ok' | 'failed' | 'error' = 'error'; // a store that failed is not the caller's failure
+    let user;
+    try {
+      user = await store.findUserByEmail(email);
+      const ok = user ? await argon2.verify(user.passwordHash, password) : (await argon2.verify(await decoyHash, password), false);
+      outcome = ok ? 'ok' : 'failed';
+    } finally {
+      limiter.end(keys, outcome === 'failed');
     }
+    if (!user || outcome !== 'ok') throw new GuardError('invalid_credentials');
     limiter.clear(`email:${email}`);
     return json(200, await issueToken(user));
   }
@@ -122,27 +126,42 @@ export type Auth = ReturnType<typeof createAuth>;
 
 /**
  * Counts failed logins per key (an email, a client network: an IPv4 address or
- * an IPv6 /64) in a fixed window.
+ * an IPv6 /64) in a fixed window, and the attempts still being checked: an
+ * attempt is refused when the failures and the attempts in flight together
+ * reach the limit, so a burst of concurrent guesses gets no more tries than
+ * guesses sent one after another.
  * Bounded by an LRU so a flood of distinct keys cannot grow memory without limit.
  */
 function createFailureLimiter(maxFailures: number, windowMs: number) {
-  const failures = new LRUCache<string, { count: number; resetAt: number }>(entryBound(100_000));
+  const failures = new LRUCache<string, { count: number; pending: number; resetAt: number }>(entryBound(100_000));
+  const current = (key: string, now: number) => {
+    let entry = failures.get(key);
+    if (!entry || entry.resetAt <= now) {
+      entry = { count: 0, pending: entry?.pending ?? 0, resetAt: now + windowMs };
+      failures.set(key, entry);
+    }
+    return entry;
+  };
   return {
-    blockedFor(keys: string[]): number {
+    /** 0 and the attempt counted as in flight, or the seconds to wait (nothing counted). */
+    begin(keys: string[]): number {
       const now = Date.now();
       let wait = 0;
       for (const key of keys) {
         const entry = failures.get(key);
-        if (entry && entry.resetAt > now && entry.count >= maxFailures) wait = Math.max(wait, Math.ceil((entry.resetAt - now) / 1000));
+        if (entry && entry.resetAt > now && entry.count + entry.pending >= maxFailures) wait = Math.max(wait, Math.ceil((entry.resetAt - now) / 1000));
       }
-      return wait;
+      if (wait > 0) return wait;
+      for (const key of keys) current(key, now).pending += 1;
+      return 0;
     },
-    fail(keys: string[]): void {
+    /** The attempt begun is over; a failed one counts. */
+    end(keys: string[], failed: boolean): void {
       const now = Date.now();
       for (const key of keys) {
-        const entry = failures.get(key);
-        if (!entry || entry.resetAt <= now) failures.set(key, { count: 1, resetAt: now + windowMs });
-        else entry.count += 1;
+        const entry = current(key, now);
+        entry.pending = Math.max(0, entry.pending - 1);
+        if (failed) entry.count += 1;
       }
     },
     clear(key: string): void {

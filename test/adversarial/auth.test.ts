@@ -108,6 +108,17 @@ t.test('100 failed logins for one account from 100 client addresses: 429 for tha
   t.equal((await login('127.0.6.1', bystander.email, PASSWORD)).status, 200, 'another account from a used address logs in');
 });
 
+t.test('50 wrong passwords sent at once: 10 are checked, the rest 429, and then the right one is 429 too', async (t) => {
+  // Each check takes ~30 ms of argon2: counted only as they ended, every guess
+  // in flight passed the limit, and the right password among them logged in.
+  const victim = await signup(base);
+  const guesses = await Promise.all(Array.from({ length: 50 }, (_, i) => login('127.0.12.1', victim.email, `wrong password ${i}`)));
+  const statuses = guesses.map((r) => r.status);
+  t.equal(statuses.filter((s) => s === 401).length, 10, 'ten guesses were checked');
+  t.equal(statuses.filter((s) => s === 429).length, 40, 'the rest were refused before any check');
+  assertError(t, await login('127.0.12.1', victim.email, PASSWORD), 429, 'rate_limited');
+});
+
 t.test('a spoofed X-Forwarded-For does not give one client address fresh counters', async (t) => {
   const statuses: number[] = [];
   for (let i = 0; i < 12; i++) {
