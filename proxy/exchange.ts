@@ -100,6 +100,8 @@ export class ProxyExchange {
   approval: Approval | null = null;
   /** Approved: the approval is claimed (approved → used) just before the forward (hold.ts, claim). */
   approved = false;
+  /** An approved retry's rate-limit counts (RateLimiter.lastCharge), taken back if its claim fails. */
+  rateCharge: number[] | null = null;
   /** The call waits for a decision: ends the wait (a client gone, or shutdown: then answered 202). */
   holdRelease: ((answer: boolean) => void) | null = null;
   /** Answered 202 (still pending): the contract writes no audit entry for it. */

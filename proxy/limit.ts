@@ -18,6 +18,8 @@ export function createLimit(deps: { limiter: RateLimiter; metrics: Metrics | nul
     if (refused === null) {
       ex.addAnswerHeader('ratelimit-policy', verdict.policyHeader);
       ex.addAnswerHeader('ratelimit', verdict.stateHeader);
+      // An approved retry may still lose its approval at the claim (a race, an expiry): then it is taken back.
+      if (ex.approved) ex.rateCharge = limiter.lastCharge();
       return undefined;
     }
     const retryAfter = verdict.retryAfter;

@@ -93,7 +93,14 @@ export function createProxyPipeline(deps: {
     hold,
     createInjectCredential(caches),
     createLimit({ limiter, metrics: config.metricsEnabled ? metrics : null }),
-    claim,
+    (ex) => {
+      const claimed = claim(ex);
+      if (ex.rateCharge === null || claimed === undefined) return claimed;
+      return Promise.resolve(claimed).then((result) => {
+        if (result === false) limiter.refund(ex.rateCharge!); // refused at the claim: it never goes upstream
+        return result;
+      });
+    },
     createForward({ config, pools }),
   ];
   const record = createRecordAudit({

@@ -102,6 +102,8 @@ export class RateLimiter {
   /** Scratch for one decision (decisions are synchronous). */
   readonly #matched: CompiledLimit[] = [];
   readonly #counters: number[] = [];
+  /** What the last admitting decide counted: counter, slot, slot length, ... (see lastCharge). */
+  readonly #charged: number[] = [];
 
   constructor(options: RateLimiterOptions) {
     this.#maxCounters = options.maxCounters;
@@ -179,6 +181,8 @@ export class RateLimiter {
 
     let policyHeader = '';
     let stateHeader = '';
+    const charged = this.#charged;
+    charged.length = 0;
     for (let i = 0; i < matched.length; i++) {
       const limit = matched[i]!;
       const counter = counters[i]!;
@@ -186,6 +190,7 @@ export class RateLimiter {
       const slot = Math.floor(now / table.slotMs);
       const at = counter * RING + (slot % RING);
       this.#own[at] = this.#own[at]! + 1;
+      charged.push(counter, slot, table.slotMs);
       if (this.#syncing) this.#addPending(counter, slot, 1);
       const remaining = this.#remaining(counter, limit.quota, now);
       // Until every call counted now has left the window: the whole quota is back.
@@ -195,6 +200,32 @@ export class RateLimiter {
       stateHeader += `${sep}${limit.headerName};r=${remaining};t=${reset}`;
     }
     return { refused: null, retryAfter: 0, policyHeader, stateHeader };
+  }
+
+  /** What the last decide that admitted a call counted, for `refund` (a copy). */
+  lastCharge(): number[] {
+    return this.#charged.slice();
+  }
+
+  /**
+   * Takes back a call counted by decide that did not go upstream after all (an
+   * approved retry that lost its approval's race, or found it expired): only
+   * the calls that reach the upstream count against a limit. A count the sync
+   * has already shared with other proxies stays with them until it leaves the
+   * window.
+   */
+  refund(charge: readonly number[]): void {
+    for (let i = 0; i < charge.length; i += 3) {
+      const counter = charge[i]!;
+      const slot = charge[i + 1]!;
+      if (this.#tableOf[counter]?.slotMs !== charge[i + 2] || this.#newest[counter]! - slot >= RING) continue; // reused, or past its ring
+      const at = counter * RING + (slot % RING);
+      if (this.#own[at]! > 0) this.#own[at] = this.#own[at]! - 1;
+      const pending = this.#pending.get(counter);
+      const count = pending?.get(slot) ?? 0;
+      if (count > 1) pending!.set(slot, count - 1);
+      else if (count === 1) pending!.delete(slot);
+    }
   }
 
   /** Drops counters whose every slot has left the window (their count is 0). */

@@ -83,6 +83,24 @@ t.test('from rest N + burst pass at once; the next is refused until the first le
   t.equal(limiter.decide('a', limitsOf('  - name: other\n    tool: "x"\n    rate: 1/day\n'), 'h', 'GET', '/'), null, 'no matching limit: nothing counted, no verdict');
 });
 
+t.test('a call taken back (refund of lastCharge) frees its place in every limit it was counted in', async (t) => {
+  const clock = { now: 1_700_000_000_000 };
+  const limiter = limiterAt(clock);
+  const limits = limitsOf('  - name: m\n    tool: "*"\n    rate: 2/minute\n  - name: h\n    tool: "*"\n    rate: 3/hour\n');
+  t.equal(limiter.decide('a', limits, 'h', 'GET', '/')!.refused, null);
+  t.equal(limiter.decide('a', limits, 'h', 'GET', '/')!.refused, null);
+  const charge = limiter.lastCharge();
+  t.equal(charge.length, 6, 'the second call, counted in two limits');
+  t.not(limiter.decide('a', limits, 'h', 'GET', '/')!.refused, null, 'the minute is full');
+  limiter.refund(charge);
+  clock.now += 1000;
+  const again = limiter.decide('a', limits, 'h', 'GET', '/')!;
+  t.equal(again.refused, null, 'room again after the refund');
+  t.match(again.stateHeader, /"h";r=1/, 'the hour counts two calls, not three');
+  limiter.refund([charge[0]! + 999, 0, 1]); // a counter never used: ignored
+  t.pass('a charge naming no live counter is ignored');
+});
+
 t.test('idle counters are swept; a table full of live counters refuses new ones', async (t) => {
   const clock = { now: 5_000_000 };
   const limiter = limiterAt(clock, 1000);
