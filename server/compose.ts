@@ -192,12 +192,6 @@ async function recoverJournal(spool: AuditSpool, dir: string, sealer: Sealer, lo
     const unsealed = unsealedRows(batch.lines);
     const sealLines = unsealed.length === 0 ? [] : sealer.sealLines(unsealed).lines;
     const lines = sealLines.length === 0 ? batch.lines : batch.lines.concat(sealLines);
-    // An unsealed segment got a fresh token: it is written into the segment with
-    // the new seal lines before the spool has the batch, so that a start that
-    // finds the segment again (killed before forget, or an unlink refused)
-    // spools it under the same token, which ClickHouse deduplicates, instead of a
-    // new one, which it would not.
-    journal.sealRecovered(batch, sealLines);
     try {
       await spool.write(lines, batch.token);
     } catch (err) {
@@ -207,6 +201,13 @@ async function recoverJournal(spool: AuditSpool, dir: string, sealer: Sealer, lo
       log.error('audit records left in the journal could not be spooled; kept for the next start', { records: batch.lines.length, err });
       continue;
     }
+    // An unsealed segment got a fresh token: once the spool has the batch, the
+    // token and the new seal lines go into the segment too, so that a start that
+    // finds it again (killed before forget, or its unlink refused) spools it
+    // under the same token, which ClickHouse deduplicates, not a new one, which
+    // it would not. (Not before the spool write: a failed one restores the
+    // sealer, and the segment must not keep seals the chain no longer has.)
+    journal.sealRecovered(batch, sealLines);
     journal.forget(batch.segment);
     records += batch.lines.filter((line) => !line.startsWith(SEAL_LINE_PREFIX)).length;
   }
