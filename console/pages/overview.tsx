@@ -3,34 +3,12 @@
 // page says the figures cover the newest 5,000.
 import { useEffect, useState } from 'preact/hooks';
 import { call } from '../api.js';
+import { summarize, type Row } from '../summary.js';
 import type { AuditEntry } from '../types.js';
 import { ErrorLine, useAction } from '../ui.js';
 
 const PAGE = 1000;
 const MAX_PAGES = 5;
-
-interface Row {
-  agent: string;
-  calls: number;
-  denied: number;
-  p95: number;
-}
-
-export function summarize(entries: readonly AuditEntry[]): Row[] {
-  const byAgent = new Map<string, { agent: string; latencies: number[]; denied: number }>();
-  for (const e of entries) {
-    let a = byAgent.get(e.agent_id);
-    if (a === undefined) byAgent.set(e.agent_id, (a = { agent: e.agent_name, latencies: [], denied: 0 }));
-    a.latencies.push(e.latency_ms);
-    if (e.decision === 'denied') a.denied++;
-  }
-  return [...byAgent.values()].map((a) => {
-    const sorted = a.latencies.sort((x, y) => x - y);
-    // Nearest rank, as the PDF's quantileExact reads it.
-    const p95 = sorted[Math.max(0, Math.ceil(0.95 * sorted.length) - 1)] ?? 0;
-    return { agent: a.agent, calls: sorted.length, denied: a.denied, p95 };
-  }).sort((x, y) => y.calls - x.calls);
-}
 
 export function OverviewPage() {
   const [rows, setRows] = useState<Row[]>([]);
@@ -38,11 +16,14 @@ export function OverviewPage() {
   const [error, run] = useAction();
   useEffect(() => {
     void run(async () => {
-      const since = new Date(Date.now() - 86_400_000).toISOString();
+      // A fixed window: entries written while the pages are read would push older
+      // ones down a page and repeat them (summarize also counts each id once).
+      const until = new Date().toISOString();
+      const since = new Date(Date.parse(until) - 86_400_000).toISOString();
       const entries: AuditEntry[] = [];
       let all = 0;
       for (let page = 0; page < MAX_PAGES; page++) {
-        const answer = await call<AuditEntry[]>('GET', `/audit?since=${encodeURIComponent(since)}&limit=${PAGE}&offset=${page * PAGE}`);
+        const answer = await call<AuditEntry[]>('GET', `/audit?since=${encodeURIComponent(since)}&until=${encodeURIComponent(until)}&limit=${PAGE}&offset=${page * PAGE}`);
         entries.push(...answer.data);
         all = Number(answer.headers.get('x-total-count') ?? entries.length);
         if (entries.length >= all || answer.data.length < PAGE) break;

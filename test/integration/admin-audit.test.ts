@@ -165,6 +165,9 @@ t.test('GET /audit filters', async (t) => {
     [`?since=${encodeURIComponent(second.timestamp)}`, [fourth, third, second]],
     [`?until=${encodeURIComponent(third.timestamp)}`, [second, first]],
     [`?since=${encodeURIComponent(second.timestamp)}&until=${encodeURIComponent(fourth.timestamp)}`, [third, second]],
+    // Finer than a millisecond: rounded up, so `until` just after an entry takes it and `since` just after leaves it out.
+    [`?until=${encodeURIComponent(third.timestamp.replace('Z', '0009Z'))}`, [third, second, first]],
+    [`?since=${encodeURIComponent(third.timestamp.replace('Z', '0009Z'))}`, [fourth]],
     [`?since=${new Date(Date.now() + 86_400_000).toISOString().slice(0, 10)}`, []],
     ['?since=2000-01-01', [fourth, third, second, first]],
     [`?agent_id=${crypto.randomUUID()}`, []],
@@ -192,6 +195,9 @@ t.test('GET /audit: a bad query value is 400 naming the parameter', async (t) =>
     ['?agent_id=not-a-uuid', 'agent_id'],
     ['?since=yesterday', 'since'],
     ['?since=2024-13-45', 'since'],
+    ['?since=2026-02-30', 'since'],
+    ['?until=2026-06-31T10:00:00Z', 'until'],
+    ['?since=2026-02-29', 'since'],
     ['?until=12345', 'until'],
   ];
   for (const [query, field] of cases) {
