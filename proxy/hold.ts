@@ -18,7 +18,7 @@ import type { Logger } from '../shared/log.js';
 import type { Metrics } from '../shared/metrics.js';
 import { PENDING_APPROVALS_LIMIT as PENDING_LIMIT } from '../shared/policy/index.js';
 import type { MetadataStore } from '../shared/stores/metadata-store.js';
-import type { Approval } from '../shared/types.js';
+import type { Agent, Approval } from '../shared/types.js';
 import type { ApprovalWebhook } from './approval-webhook.js';
 import type { ProxyExchange, Stage } from './exchange.js';
 
@@ -79,15 +79,43 @@ export function createHeldCalls(deps: {
   const unsubscribe = store.changes.subscribe({
     apply(change) {
       if (change.kind === 'approval' && waiting.has(change.approvalId)) void reread(change.orgId, change.approvalId);
+      else if (change.kind === 'agent' && size > 0) void recheckAgents(new Set([change.agentId]));
     },
-    // The feed lost its place: any decision may have been missed.
+    // The feed lost its place: any decision, or an agent's deletion, may have been missed.
     clear() {
+      const agents = new Set<string>();
       for (const [id, waiters] of waiting) {
         const first = waiters.values().next().value;
         if (first !== undefined) void reread(first.approval.orgId, id);
+        for (const waiter of waiters) agents.add(waiter.ex.agent!.id);
       }
+      if (agents.size > 0) void recheckAgents(agents);
     },
   });
+
+  /**
+   * A held call whose agent was deleted meanwhile is answered as a call with an
+   * unknown key would be (401): an approval given later must not forward a call
+   * of an agent that no longer exists, with its organization's credential.
+   */
+  async function recheckAgents(agentIds: ReadonlySet<string>): Promise<void> {
+    for (const agentId of agentIds) {
+      const held = [...waiting.values()].flatMap((waiters) => [...waiters]).filter((w) => w.ex.agent!.id === agentId);
+      if (held.length === 0) continue;
+      let agent: Agent | undefined;
+      try {
+        agent = await store.getAgent(held[0]!.ex.agent!.orgId, agentId);
+      } catch (err) {
+        log.warn('a held call\'s agent could not be read again; its calls wait on', { agent_id: agentId, err });
+        continue;
+      }
+      if (agent !== undefined) continue;
+      for (const waiter of held) {
+        stopWaiting(waiter);
+        waiter.resolve(waiter.ex.answerError('invalid_api_key'));
+      }
+    }
+  }
 
   async function reread(orgId: string, id: string): Promise<void> {
     let approval: Approval | undefined;

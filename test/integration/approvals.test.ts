@@ -272,6 +272,22 @@ t.test('two retries racing with one approval: exactly one is forwarded', async (
   t.equal(upstream.seen.length - seenBefore, 1, 'the upstream saw one call');
 });
 
+t.test('a held call whose agent is deleted is answered 401 at once, and an approval given then forwards nothing', async (t) => {
+  const doomed = await createAgent(service.url, owner, 'doomed');
+  t.equal((await api(service.url, owner, 'POST', `/agents/${doomed.id}/policy`, { rules_yaml: POLICY })).status, 200);
+  const seenBefore = upstream.seen.length;
+  const held = call(doomed.api_key, { body: 'after the agent is gone' });
+  const approval = await pendingFor(doomed.id);
+  t.equal((await api(service.url, owner, 'DELETE', `/agents/${doomed.id}`)).status, 204);
+  await api(service.url, owner, 'POST', `/approvals/${approval.id}/approve`);
+  const answer = await held;
+  t.equal(answer.status, 401, `answered as an unknown key (${answer.status} after ${answer.ms} ms)`);
+  t.equal(answer.json.error, 'invalid_api_key');
+  t.ok(answer.ms < HOLD_S * 1000, 'before its hold ended');
+  await new Promise((r) => setTimeout(r, 300));
+  t.equal(upstream.seen.length, seenBefore, 'the upstream saw nothing');
+});
+
 t.test('a body over 1 MiB on a call that needs approval is 413 at once, and no approval is made', async (t) => {
   const before = ((await api(service.url, owner, 'GET', `/approvals?agent_id=${payer.id}&limit=1000`)).json as any[]).length;
   const res = await call(payer.api_key, { body: patternBytes(1024 * 1024 + 1) });
