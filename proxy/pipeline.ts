@@ -82,6 +82,16 @@ export function createProxyPipeline(deps: {
     : null;
   const { hold, claim, held } = createHeldCalls({ store: deps.store, holdS: config.approvalHoldS, maxPending: config.approvalMaxPending, metrics: config.metricsEnabled ? metrics : null, publicUrl: deps.publicUrl, webhook, log });
 
+  /** The approval's claim; an approved retry it refuses never goes upstream, so the limits take it back. */
+  function claimOrRefund(ex: ProxyExchange): StageResult {
+    const claimed = claim(ex);
+    if (ex.rateCharge === null || claimed === undefined) return claimed;
+    return Promise.resolve(claimed).then((result) => {
+      if (result === false) limiter.refund(ex.rateCharge!);
+      return result;
+    });
+  }
+
   // The agent is resolved first, so that every refusal after it is audited.
   const stages: readonly Stage[] = [
     createResolveAgent(caches),
@@ -93,14 +103,7 @@ export function createProxyPipeline(deps: {
     hold,
     createInjectCredential(caches),
     createLimit({ limiter, metrics: config.metricsEnabled ? metrics : null }),
-    (ex) => {
-      const claimed = claim(ex);
-      if (ex.rateCharge === null || claimed === undefined) return claimed;
-      return Promise.resolve(claimed).then((result) => {
-        if (result === false) limiter.refund(ex.rateCharge!); // refused at the claim: it never goes upstream
-        return result;
-      });
-    },
+    claimOrRefund,
     createForward({ config, pools }),
   ];
   const record = createRecordAudit({
