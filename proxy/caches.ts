@@ -59,7 +59,20 @@ export function lookupCached<V extends object>(
     return use(ex, NONE);
   }
   lookup.counters.misses++;
-  return lookup.entries.fetch(key).then((value) => use(ex, value === undefined || value === NONE ? absent(lookup, key) : value));
+  const resume = (value: V | typeof NONE | undefined) => use(ex, value === undefined || value === NONE ? absent(lookup, key) : value);
+  return lookup.entries.fetch(key).then(resume, (err: unknown) => {
+    // A change evicted the key while it was read (lru-cache aborts the fetch:
+    // 'deleted', 'replaced', 'evicted'): read it again, now after the change,
+    // instead of failing the call with 500.
+    if (!isFetchAbort(err)) throw err;
+    return lookup.entries.fetch(key).then(resume);
+  });
+}
+
+const FETCH_ABORTS: ReadonlySet<string> = new Set(['deleted', 'replaced', 'evicted']);
+
+function isFetchAbort(err: unknown): boolean {
+  return err instanceof Error && FETCH_ABORTS.has(err.message);
 }
 
 function absent<V extends object>(lookup: CachedLookup<V>, key: string): typeof NONE {
@@ -111,6 +124,8 @@ export function createProxyCaches(
       return record ? parsePolicy(record.rulesYaml) : NONE;
     },
   });
+  /** Credential keys being read from the store: lru-cache's keys() leaves them out, a change must reach them too. */
+  const credentialsRead = new Set<string>();
   const credentials = new LRUCache<string, Cached<InjectedCredential>>({
     ...common,
     dispose: countEvictions('credentials'),
@@ -118,7 +133,13 @@ export function createProxyCaches(
       const split = key.indexOf('|');
       const orgId = key.slice(0, split);
       const authority = key.slice(split + 1);
-      const sealed = await store.findCredentialForHost(orgId, authority);
+      credentialsRead.add(key);
+      let sealed;
+      try {
+        sealed = await store.findCredentialForHost(orgId, authority);
+      } finally {
+        credentialsRead.delete(key);
+      }
       if (!sealed) return NONE;
       const value = openValue(encryptionKey, sealed.sealedValue, credentialAssociatedData(orgId, sealed.hostname));
       const spellings = secretSpellings(value);
@@ -150,7 +171,8 @@ export function createProxyCaches(
         // A credential without a port also answers for the host's other ports.
         if (hostOfAuthority(change.hostname) === change.hostname) {
           const ported = `${key}:`;
-          for (const cached of [...credentials.keys()].filter((k) => k.startsWith(ported))) credentials.delete(cached);
+          // Those being read too (their read is aborted and done again, lookupCached): else one read before the change lands would be cached for CACHE_TTL_MS.
+          for (const cached of [...credentials.keys(), ...credentialsRead].filter((k) => k.startsWith(ported))) credentials.delete(cached);
         }
         break;
       }

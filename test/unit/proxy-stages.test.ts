@@ -207,6 +207,50 @@ t.test('the cache stages read through a real store', async (t) => {
     t.same(made.ex.headers, ['authorization', 'Bearer agent-own']);
   });
 
+  t.test('a change that evicts a key while it is read makes the lookup read it again, not fail the call', async (t) => {
+    caches.clear();
+    const made = call('api.example.com/repos');
+    await settle(resolve(made.ex));
+    const policyRead = authorize(made.ex);
+    t.type(policyRead, Promise, 'the policy is being read');
+    caches.apply({ kind: 'policy', agentId: agent.id }); // a policy set meanwhile: lru-cache aborts the read
+    t.equal(await settle(policyRead), undefined, 'the call goes on (it used to be a 500)');
+    t.equal(made.ex.ruleMatched, 'default');
+  });
+
+  t.test('a credential deleted while another port of its host is being read is not cached for that port', async (t) => {
+    // The real store, its credential reads answered 50 ms late, as over a network (MongoDB):
+    // the read of the :8443 key has found the credential when the delete commits and its change arrives.
+    const late = new Proxy(store, {
+      get(target, name, receiver) {
+        const value = Reflect.get(target, name, receiver) as unknown;
+        if (name !== 'findCredentialForHost') return typeof value === 'function' ? value.bind(target) : value;
+        return async (...args: [string, string]) => {
+          const found = await target.findCredentialForHost(...args);
+          await new Promise((r) => setTimeout(r, 50));
+          return found;
+        };
+      },
+    });
+    const lateCaches = createProxyCaches(late, encryptionKey, { maxEntries: 100, ttlMs: 60_000, stats: new Metrics({ agentLabel: false }).caches });
+    t.teardown(() => lateCaches.close());
+    const lateInject = createInjectCredential(lateCaches);
+    const [cred] = await store.listCredentials(user.orgId);
+    const ported = call('api.example.com:8443/repos');
+    await settle(resolve(ported.ex));
+    const read = lateInject(ported.ex);
+    t.type(read, Promise, 'the :8443 credential is being read');
+    await new Promise((r) => setTimeout(r, 10));
+    t.equal(await store.deleteCredential(user.orgId, cred!.id), true);
+    lateCaches.apply({ kind: 'credential', orgId: user.orgId, hostname: 'api.example.com' }); // as the change feed delivers it
+    t.equal(await settle(read), undefined);
+    t.equal(ported.ex.credential, null, 'the read done again after the change finds none');
+    const later = call('api.example.com:8443/repos');
+    await settle(resolve(later.ex));
+    await settle(lateInject(later.ex));
+    t.equal(later.ex.credential, null, 'and nothing stale was cached');
+  });
+
   t.test('a change evicts what it touches, so the next call sees it', async (t) => {
     await store.deleteAgent(user.orgId, agent.id);
     const made = call('api.example.com/x');
