@@ -526,8 +526,24 @@ export class ClickHouseAuditStore implements AuditStore {
 
   async #query<T>(query: string, query_params?: QueryParams): Promise<T[]> {
     const result = await this.#client.query({ query, format: 'JSONEachRow', ...(query_params ? { query_params } : {}) });
-    return result.json<T>();
+    return throwIfExceptionRow(await result.json<T>());
   }
+}
+
+/**
+ * A ClickHouse server before 25.11 that fails a query after its first rows are
+ * sent keeps the 200 and ends the JSONEachRow output with a row
+ * `{"exception": "Code: ..."}` (http_write_exception_in_output_format), which
+ * @clickhouse/client returns as data: a cut list with a row of nothing in GET
+ * /audit, or a stream that moves past rows it never read. No query of this
+ * store selects a column named `exception`, so such a row is the error.
+ */
+export function throwIfExceptionRow<T>(rows: T[]): T[] {
+  const last = rows[rows.length - 1] as Record<string, unknown> | undefined;
+  if (last !== undefined && typeof last === 'object' && last !== null && Object.hasOwn(last, 'exception')) {
+    throw new Error(`ClickHouse failed the query after its first rows: ${String(last.exception).slice(0, 500)}`);
+  }
+  return rows;
 }
 
 type RawInsert = (params: { table: string; columns: readonly string[]; values: Buffer; format: 'TabSeparated'; settings: Record<string, string | number> }) => Promise<unknown>;
