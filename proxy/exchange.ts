@@ -200,6 +200,15 @@ export class ProxyExchange {
     }
   }
 
+  /** Sets a forwarded header (a lower-cased name), removing any the agent sent under that name first, so it can neither override nor duplicate it. */
+  replaceHeader(name: string, value: string): void {
+    const headers = this.headers;
+    for (let i = headers.length - 2; i >= 0; i -= 2) {
+      if (headers[i] === name) headers.splice(i, 2);
+    }
+    headers.push(name, value);
+  }
+
   /** Fields the Connection header names are hop-by-hop too (RFC 9110 §7.6.1). */
   dropConnectionFields(names: readonly string[]): void {
     const kept: string[] = [];

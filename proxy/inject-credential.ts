@@ -12,12 +12,6 @@ export function createInjectCredential(caches: ProxyCaches): Stage {
 function inject(ex: ProxyExchange, credential: InjectedCredential | typeof NONE): undefined {
   if (credential === NONE) return undefined;
   ex.credential = credential;
-  if (credential.credType !== 'query') {
-    const headers = ex.headers;
-    for (let i = headers.length - 2; i >= 0; i -= 2) {
-      if (headers[i] === credential.name) headers.splice(i, 2);
-    }
-    headers.push(credential.name, credential.value);
-  }
+  if (credential.credType !== 'query') ex.replaceHeader(credential.name, credential.value);
   return undefined;
 }

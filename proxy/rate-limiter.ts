@@ -102,8 +102,8 @@ export class RateLimiter {
   /** Scratch for one decision (decisions are synchronous). */
   readonly #matched: CompiledLimit[] = [];
   readonly #counters: number[] = [];
-  /** What the last admitting decide counted: counter, slot, slot length, ... (see lastCharge). */
-  readonly #charged: number[] = [];
+  /** The instant of the last decide: with #counters, what it counted (lastCharge). */
+  #decidedAt = 0;
 
   constructor(options: RateLimiterOptions) {
     this.#maxCounters = options.maxCounters;
@@ -181,8 +181,7 @@ export class RateLimiter {
 
     let policyHeader = '';
     let stateHeader = '';
-    const charged = this.#charged;
-    charged.length = 0;
+    this.#decidedAt = now;
     for (let i = 0; i < matched.length; i++) {
       const limit = matched[i]!;
       const counter = counters[i]!;
@@ -190,7 +189,6 @@ export class RateLimiter {
       const slot = Math.floor(now / table.slotMs);
       const at = counter * RING + (slot % RING);
       this.#own[at] = this.#own[at]! + 1;
-      charged.push(counter, slot, table.slotMs);
       if (this.#syncing) this.#addPending(counter, slot, 1);
       const remaining = this.#remaining(counter, limit.quota, now);
       // Until every call counted now has left the window: the whole quota is back.
@@ -202,9 +200,14 @@ export class RateLimiter {
     return { refused: null, retryAfter: 0, policyHeader, stateHeader };
   }
 
-  /** What the last decide that admitted a call counted, for `refund` (a copy). */
+  /** What the last decide counted, when it admitted the call: counter, slot, slot length, ... for `refund`. */
   lastCharge(): number[] {
-    return this.#charged.slice();
+    const charge: number[] = [];
+    for (const counter of this.#counters) {
+      const slotMs = this.#tableOf[counter]!.slotMs;
+      charge.push(counter, Math.floor(this.#decidedAt / slotMs), slotMs);
+    }
+    return charge;
   }
 
   /**

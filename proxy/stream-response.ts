@@ -23,8 +23,6 @@ import { SseEndpointRewriter } from './sse-endpoint.js';
 type Resume = () => void;
 
 const EMPTY = Buffer.alloc(0);
-/** Response fields that name a URL the agent may follow: never with the credential in it. */
-const REDIRECTS: ReadonlySet<string> = new Set(['location', 'content-location']);
 const NOTHING = (): void => {};
 
 export class UpstreamResponse {
@@ -130,13 +128,15 @@ export class UpstreamResponse {
       } else if (name.length === 14 && this.#ex.mcpSessionId === null && name.toString('latin1').toLowerCase() === 'mcp-session-id') {
         const id = rawHeaders[i + 1]!.toString('latin1');
         if (id.length <= 256) this.#ex.mcpSessionId = id; // the server's answer to initialize names the session
-      } else if (name.length === 16 && name.toString('latin1').toLowerCase() === 'content-encoding') {
-        this.#ex.responseEncoded = rawHeaders[i + 1]!.toString('latin1').trim().toLowerCase() !== 'identity';
-      }
-      if ((name.length === 8 || name.length === 16) && this.#ex.credential !== null && REDIRECTS.has(name.toString('latin1').toLowerCase())) {
-        // A redirect that keeps the query (a trailing slash added, a login bounce)
-        // would hand the agent the injected query credential: it never gets it.
-        rawHeaders[i + 1] = redactCapture(rawHeaders[i + 1]!, this.#ex.credential.spellings, false);
+      } else if (name.length === 16 || name.length === 8) {
+        const lower = name.toString('latin1').toLowerCase();
+        if (lower === 'content-encoding') {
+          this.#ex.responseEncoded = rawHeaders[i + 1]!.toString('latin1').trim().toLowerCase() !== 'identity';
+        } else if ((lower === 'location' || lower === 'content-location') && this.#ex.credential !== null) {
+          // A redirect that keeps the query (a trailing slash added, a login bounce)
+          // would hand the agent the injected query credential: it never gets it.
+          rawHeaders[i + 1] = redactCapture(rawHeaders[i + 1]!, this.#ex.credential.spellings, false);
+        }
       }
     }
     const extra = this.#ex.answerHeaders;

@@ -467,13 +467,14 @@ function compileAction(action: string, where: string): string | null {
   return action.toUpperCase();
 }
 
+/** A character toLowerCase could change. */
+const NOT_LOWER = /[A-Z\u0080-\uffff]/;
+
 /**
  * Tool globs are case-insensitive (hostnames are, RFC 4343) and `*` matches any run
  * of characters, dots included: `*.github.com` matches api.github.com and
  * a.b.github.com but not github.com. No other character is special.
  */
-/** A character toLowerCase could change. */
-const NOT_LOWER = /[A-Z\u0080-\uffff]/;
 
 function compileToolGlob(glob: string, where: string): ToolMatcher {
   if (glob.includes('://')) {
@@ -521,7 +522,7 @@ function compilePathGlob(glob: string, where: string): PathMatcher {
 let rowA = new Uint8Array(256);
 let rowB = new Uint8Array(256);
 
-/** The pieces of a path glob, as pathGlobToRegExp reads it. */
+/** The pieces of a path glob: what pathGlobToRegExp and pathGlobMatcher both match. */
 type PathToken =
   | { kind: 'text'; text: string }
   /** `*`: a run of characters without `/`. */
@@ -573,7 +574,7 @@ function pathTokens(glob: string): PathToken[] {
 }
 
 /**
- * The glob as pathGlobToRegExp would match it, by dynamic programming from the
+ * The glob as its RegExp would match it, by dynamic programming from the
  * end: whether tokens k.. match the path from i, one row of the path per token.
  * Time grows with path length × glob length, never exponentially.
  */
@@ -629,40 +630,20 @@ export function pathGlobMatcher(glob: string): TextTest {
   };
 }
 
+/** The glob as one RegExp, from the same pieces (used for a glob of one wildcard, where backtracking is bounded). */
 export function pathGlobToRegExp(glob: string): RegExp {
-  let source = '';
-  let i = 0;
-  while (i < glob.length) {
-    if (glob[i] !== '*') {
-      source += escapeRegExp(glob[i]!);
-      i++;
-      continue;
-    }
-    let end = i;
-    while (glob[end] === '*') end++;
-    if (end - i === 1) {
-      source += '[^/]*';
-    } else {
-      const segmentStart = i > 0 && glob[i - 1] === '/';
-      const segmentEnd = end === glob.length || glob[end] === '/';
-      if (segmentStart && segmentEnd && end < glob.length) {
-        // "/**/": the "/" already emitted, then zero or more whole segments.
-        source += '(?:.*/)?';
-        end++;
-      } else if (segmentStart && segmentEnd) {
-        // Trailing "/**": the subtree root itself, or anything below it.
-        source = `${source.slice(0, -1)}(?:/.*)?`;
-      } else {
-        source += '.*';
-      }
-    }
-    i = end;
-  }
+  const source = pathTokens(glob).map((token) => (token.kind === 'text' ? escapeRegExp(token.text) : WILDCARD_SOURCE[token.kind])).join('');
   return new RegExp(`^${source}$`);
 }
 
-// '/' is left as it is: `new RegExp` needs no escape for it, and the trailing
-// "/**" rule above removes the one character it emitted for the slash.
+const WILDCARD_SOURCE: Readonly<Record<Exclude<PathToken['kind'], 'text'>, string>> = {
+  segment: '[^/]*',
+  any: '.*',
+  segments: '(?:.*/)?',
+  subtree: '(?:/.*)?',
+};
+
+// '/' is left as it is: `new RegExp` needs no escape for it.
 function escapeRegExp(text: string): string {
   return text.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
 }
