@@ -10,6 +10,7 @@ import { measureClassifyAddress } from './classify-address.js';
 import { measureEvaluatePolicy } from './evaluate-policy.js';
 import { measureHeaderCopy } from './header-copy.js';
 import { measureKeyLookup } from './key-lookup.js';
+import { measureMcpBody } from './mcp-body.js';
 import { measureOutputHash } from './output-hash.js';
 import { measureParseTarget } from './parse-target.js';
 import { measureRateLimiter } from './rate-limiter.js';
@@ -22,6 +23,7 @@ const FILES: readonly (readonly [string, MicroCases])[] = [
   ['key-lookup.ts', measureKeyLookup],
   ['parse-target.ts', measureParseTarget],
   ['evaluate-policy.ts', measureEvaluatePolicy],
+  ['mcp-body.ts', measureMcpBody],
   ['rate-limiter.ts', measureRateLimiter],
   ['classify-address.ts', measureClassifyAddress],
   ['output-hash.ts', measureOutputHash],
