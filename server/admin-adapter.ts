@@ -94,8 +94,9 @@ export function handleAdmin(res: HttpResponse, req: HttpRequest, admin: AdminHan
     }
     res.cork(() => {
       head();
-      if (request.method === 'HEAD' && response.status !== 204 && response.status !== 304) {
+      if (request.method === 'HEAD' && response.status !== 204 && response.status !== 304 && response.headers['content-length'] === undefined) {
         // By hand: uWS's endWithoutBody(length) leaves the connection unusable.
+        // (A HEAD passed through to the admin process carries the admin's.)
         res.writeHeader('content-length', String(Buffer.byteLength(response.body)));
       }
       res.endWithoutBody();

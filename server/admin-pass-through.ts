@@ -47,6 +47,8 @@ export function createAdminPassThrough(adminUrl: string): AdminPassThrough {
         for (const [name, value] of Object.entries(res.headers)) {
           if (!DROP.has(name) && name !== 'date' && value !== undefined) out[name] = Array.isArray(value) ? value.join(', ') : value;
         }
+        // A HEAD answer has no body to measure: the admin's Content-Length (a GET's) goes on as it is.
+        if (req.method === 'HEAD' && typeof res.headers['content-length'] === 'string') out['content-length'] = res.headers['content-length'];
         if (/^text\/event-stream\b/i.test(out['content-type'] ?? '') && req.method !== 'HEAD') {
           // GET /audit/stream: passed on chunk by chunk as the admin writes it, never buffered whole.
           const body = res.body;

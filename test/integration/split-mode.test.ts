@@ -80,6 +80,21 @@ t.test('a proxy passes admin paths to the admin process and serves /proxy itself
   t.equal(((await (await fetch(`${proxyA.url}/health`)).json()) as any).role, 'proxy');
 });
 
+t.test('HEAD through a proxy answers the head the admin process gives, its Content-Length that of the GET', async (t) => {
+  await createAgent(proxyA.url, owner, 'head-agent');
+  for (const path of ['/agents', '/audit/public-key']) {
+    const get = await fetch(`${proxyA.url}${path}`, { headers: owner.auth });
+    const body = Buffer.from(await get.arrayBuffer());
+    t.equal(get.status, 200, `GET ${path}`);
+    const viaProxy = await fetch(`${proxyA.url}${path}`, { method: 'HEAD', headers: owner.auth });
+    const direct = await fetch(`${admin.url}${path}`, { method: 'HEAD', headers: owner.auth });
+    t.equal(viaProxy.status, 200, `HEAD ${path} through the proxy`);
+    t.equal(direct.headers.get('content-length'), String(body.length), `HEAD ${path} at the admin: the GET's length`);
+    t.equal(viaProxy.headers.get('content-length'), direct.headers.get('content-length'), `HEAD ${path} through the proxy: the admin's length, not 0`);
+    t.equal(viaProxy.headers.get('content-type'), get.headers.get('content-type'));
+  }
+});
+
 t.test('entries written by two proxies are sealed in one chain each and verify through the admin process', async (t) => {
   const since = new Date(Date.now() - 1000).toISOString();
   const session = await signup(proxyA.url);
