@@ -2,13 +2,13 @@
 // here (fsynced, one file per batch, in audit-codec.ts's spool file format) and
 // are replayed oldest first, each with the deduplication token it was first tried with, so a
 // replay after a partial failure writes nothing twice. A spool belongs to one
-// process at a time (a lock file holds its pid); the next start of the same
-// process (same SPOOL_DIR) replays what the last one left.
-import { closeSync, mkdirSync, openSync, readFileSync, readdirSync, statSync, unlinkSync, writeFileSync, writeSync } from 'node:fs';
+// process at a time (a kernel-held lock, shared/dir-lock.ts); the next start of
+// the same process (same SPOOL_DIR) replays what the last one left.
+import { mkdirSync, readdirSync, statSync, unlinkSync } from 'node:fs';
 import { open, readFile, rename, unlink } from 'node:fs/promises';
 import { join } from 'node:path';
 import { decodeSpoolFile, encodeSpoolFile, parseSpoolFileName, spoolFileName } from './audit-codec.js';
-import { isProcessAlive } from '../pid.js';
+import { DirLock } from '../dir-lock.js';
 
 export interface SpooledBatch {
   file: string;
@@ -16,25 +16,27 @@ export interface SpooledBatch {
   bytes: number;
 }
 
+/** The lock's database file in the spool directory (spool.lock, a pid, before 2026-11-27). */
+const LOCK_FILE = 'spool.lockdb';
+
 export class AuditSpool {
   readonly dir: string;
   readonly maxBytes: number;
   #files: SpooledBatch[] = [];
   #bytes = 0;
   #nextSeq = 0;
-  #lockFile: string;
+  readonly #lock: DirLock;
 
-  private constructor(dir: string, maxBytes: number) {
+  private constructor(dir: string, maxBytes: number, lock: DirLock) {
     this.dir = dir;
     this.maxBytes = maxBytes;
-    this.#lockFile = join(dir, 'spool.lock');
+    this.#lock = lock;
   }
 
   /** Opens (and locks) the spool directory, finding the batches a previous run left. */
   static open(dir: string, maxBytes: number): AuditSpool {
     mkdirSync(dir, { recursive: true, mode: 0o700 });
-    const spool = new AuditSpool(dir, maxBytes);
-    spool.#lock();
+    const spool = new AuditSpool(dir, maxBytes, DirLock.acquire(dir, LOCK_FILE, 'audit spool'));
     for (const name of readdirSync(dir).sort()) {
       if (name.endsWith('.tmp')) {
         unlinkSync(join(dir, name)); // a write that never completed was never acknowledged
@@ -48,22 +50,6 @@ export class AuditSpool {
       spool.#nextSeq = Math.max(spool.#nextSeq, parsed.seq + 1);
     }
     return spool;
-  }
-
-  #lock(): void {
-    try {
-      const fd = openSync(this.#lockFile, 'wx', 0o600);
-      writeSync(fd, String(process.pid));
-      closeSync(fd);
-      return;
-    } catch (err) {
-      if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw err;
-    }
-    const holder = Number(readFileSync(this.#lockFile, 'utf8'));
-    if (Number.isInteger(holder) && holder > 0 && holder !== process.pid && isProcessAlive(holder)) {
-      throw new Error(`audit spool ${this.dir} is in use by process ${holder}; give each process its own SPOOL_DIR`);
-    }
-    writeFileSync(this.#lockFile, String(process.pid), { mode: 0o600 }); // a stale lock of a dead process
   }
 
   /** Batches waiting, oldest first. */
@@ -111,12 +97,9 @@ export class AuditSpool {
     this.#bytes -= batch.bytes;
   }
 
+  /** Lets the spool's lock go: another process may open it. */
   close(): void {
-    try {
-      if (readFileSync(this.#lockFile, 'utf8') === String(process.pid)) unlinkSync(this.#lockFile);
-    } catch {
-      // already gone
-    }
+    this.#lock.release();
   }
 }
 

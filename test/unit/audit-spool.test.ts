@@ -1,9 +1,9 @@
 // The audit spool's rules, on a fresh directory per test; where a rule involves
 // replay, through the batcher into the real ClickHouse store over the HTTP
 // stand-in, which goes down and comes back on demand (test/support/audit-store-on-demand.ts).
-import { spawnSync } from 'node:child_process';
+import { spawn } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
-import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import t, { type Test } from 'tap';
@@ -127,12 +127,23 @@ t.test('a full spool refuses a write; the batcher is saturated until the replay 
   t.equal(batcher.saturated, false);
 });
 
-t.test('a spool held by a live process is refused; a dead process\'s lock is taken over', async (t) => {
+t.test('a spool held by a live process is refused, by this one too (two containers may both be pid 1); a killed holder\'s lock is let go', async (t) => {
   const dir = spoolDir(t);
-  writeFileSync(join(dir, 'spool.lock'), '1');
-  t.throws(() => AuditSpool.open(dir, 1 << 20), /in use by process 1/, 'pid 1 is alive');
-  const exited = spawnSync(process.execPath, ['-e', '']).pid;
-  writeFileSync(join(dir, 'spool.lock'), String(exited));
-  openSpool(t, dir);
-  t.equal(readFileSync(join(dir, 'spool.lock'), 'utf8'), String(process.pid), 'the lock now names this process');
+  const mine = AuditSpool.open(dir, 1 << 20);
+  t.throws(() => AuditSpool.open(dir, 1 << 20), new RegExp(`in use by process ${process.pid} on host`), 'a second open in the same process (the same pid) is refused');
+  mine.close();
+  // Another process holds it, then is killed: no close, no unlink.
+  const holder = spawn(process.execPath, [...process.execArgv, '--input-type=module', '-e',
+    `const { AuditSpool } = await import(${JSON.stringify(new URL('../../shared/audit/audit-spool.ts', import.meta.url).href)});
+     AuditSpool.open(${JSON.stringify(dir)}, 1 << 20); console.log('held'); setInterval(() => {}, 1000);`], { stdio: ['ignore', 'pipe', 'inherit'] });
+  t.teardown(() => holder.kill('SIGKILL'));
+  await new Promise<void>((resolve, reject) => {
+    holder.stdout!.on('data', (chunk: Buffer) => { if (chunk.toString().includes('held')) resolve(); });
+    holder.once('exit', (code) => reject(new Error(`the holder exited (${code})`)));
+  });
+  t.throws(() => AuditSpool.open(dir, 1 << 20), new RegExp(`in use by process ${holder.pid} on host`), 'a live process\'s spool is refused');
+  holder.kill('SIGKILL');
+  await new Promise((resolve) => holder.once('exit', resolve));
+  const after = openSpool(t, dir);
+  t.equal(after.batches.length, 0, 'a killed holder\'s lock is taken over');
 });
