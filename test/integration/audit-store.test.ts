@@ -10,6 +10,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import t from 'tap';
 import { auditRecord as record } from '../support/audit-records.js';
+import { quantileExact } from '../../console/summary.js';
+import { spawnClickHouseHttpServer } from '../support/clickhouse-http-server.js';
 import { createClient } from '@clickhouse/client';
 import { loadConfig } from '../../shared/config.js';
 import { isStoreUnavailable, StoreUnavailableError } from '../../shared/errors.js';
@@ -375,6 +377,35 @@ export function auditStoreContract(t: TapTest, openStore: () => Promise<AuditSto
     });
   });
 
+  t.test('report quantiles are quantileExact\'s on repeated latencies, where floor(level × n) is whole too', async (t) => {
+    // Few distinct latencies, many repeats: the histogram the report ranks them by
+    // is one pair per latency; each agent's count makes level × n whole or not.
+    const org = randomUUID();
+    const agents = [randomUUID(), randomUUID(), randomUUID()];
+    const counts = [20, 40, 37];
+    let seed = 7;
+    const next = () => (seed = (seed * 1_103_515_245 + 12_345) % 2_147_483_648);
+    const rows: AuditRecord[] = [];
+    const byAgent = agents.map(() => [] as number[]);
+    const base = dayStart(0) - 3_600_000;
+    agents.forEach((agentId, a) => {
+      for (let i = 0; i < counts[a]!; i++) {
+        const latencyMs = [1, 2, 3, 5, 8, 13, 400][next() % 7]!;
+        byAgent[a]!.push(latencyMs);
+        rows.push(record(org, { agentId, agentName: `a${a}`, timestamp: iso(base + rows.length * 1000), latencyMs }));
+      }
+    });
+    await store.insert(rows);
+    const report = await store.report(org, new Date(dayStart(1)), new Date(), 10, 10);
+    const sorted = (xs: number[]) => [...xs].sort((x, y) => x - y);
+    const all = sorted(byAgent.flat());
+    t.strictSame([report.totals.p50LatencyMs, report.totals.p95LatencyMs], [quantileExact(all, 0.5), quantileExact(all, 0.95)], 'totals');
+    for (const [a, agentId] of agents.entries()) {
+      const row = report.perAgent.find((x) => x.agentId === agentId)!;
+      t.strictSame([row.calls, row.p50LatencyMs], [counts[a], quantileExact(sorted(byAgent[a]!), 0.5)], `agent of ${counts[a]} calls`);
+    }
+  });
+
   t.test('count counts one org, or all of them', async (t) => {
     const org = randomUUID();
     const before = await store.count();
@@ -505,3 +536,30 @@ if (clickhouseUrl) {
 } else {
   t.comment('ClickHouse server tests skipped: CLICKHOUSE_URL is not set');
 }
+
+// The report's latency quantiles must not hold every call's latency: over a
+// busy org's window that is gigabytes, in this process when the engine is chDB.
+// Through the HTTP stand-in (its settings per query): 15 million calls, a
+// 40 MB query cap, which quantileExact went past (MEMORY_LIMIT_EXCEEDED).
+t.test('the report ranks latencies in memory bounded by distinct values, not by calls', async (t) => {
+  const dir = mkdtempSync(join(tmpdir(), 'audit-store-report-memory-'));
+  t.teardown(() => rmSync(dir, { recursive: true, force: true }));
+  const server = await spawnClickHouseHttpServer({ dataDir: join(dir, 'clickhouse') });
+  t.teardown(() => server.kill('SIGTERM'));
+  const plain = await ClickHouseAuditStore.open({ url: `${server.url}/audit`, dataDir: dir, retentionDays: RETENTION_DAYS });
+  await plain.close();
+  const org = randomUUID();
+  const calls = 15_000_000;
+  const loader = createClient({ url: `${server.url}/audit`, request_timeout: 120_000 });
+  t.teardown(() => loader.close());
+  await loader.command({
+    query: `INSERT INTO ${AUDIT_TABLE} (org_id, timestamp, agent_id, agent_name, latency_ms, decision)
+            SELECT '${org}', now64(3) - number / 1000, '${randomUUID()}', 'bulk', number % 97, 'allowed' FROM numbers(${calls})`,
+  });
+  const capped = await ClickHouseAuditStore.open({ url: `${server.url}/audit?ch_max_memory_usage=40000000`, dataDir: dir, retentionDays: RETENTION_DAYS });
+  t.teardown(() => capped.close());
+  const report = await capped.report(org, new Date(Date.now() - 2 * DAY_MS), new Date(Date.now() + 60_000), 10, 10);
+  // number % 97 over 15,000,000: each of 0..96 about 154,639 times, ranks as quantileExact's floor(level × n).
+  t.strictSame(report.totals, { calls, allowed: calls, denied: 0, p50LatencyMs: 48, p95LatencyMs: 92 });
+  t.equal(report.perAgent[0]?.p50LatencyMs, 48);
+});
