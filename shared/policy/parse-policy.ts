@@ -66,6 +66,19 @@ export const POLICY_LIMITS: PolicyLimits = Object.freeze({
   maxAliases: MAX_POLICY_ALIASES,
 });
 
+/**
+ * Path globs of two or more wildcards are matched by pathGlobMatcher in time of
+ * the path's length × the glob's: at most this many wildcards in one glob, and
+ * at most this many characters of such globs in one policy (each use counted, an
+ * alias's too). One glob of 120,000 wildcards held the event loop ~11 s a check;
+ * at these bounds a whole policy's worst (8 KiB paths of the worst letters) is
+ * tens of ms, about what 10,000 one-wildcard rules cost (bench/micro/evaluate-policy.ts).
+ */
+export const MAX_PATH_GLOB_WILDCARDS = 16;
+export const MAX_PATTERN_PATH_CHARS = 16_384;
+/** What is left of MAX_PATTERN_PATH_CHARS in the policy being compiled (parsing is synchronous: set at its start). */
+let patternPathBudget = MAX_PATTERN_PATH_CHARS;
+
 /** The most limits one policy may hold: every proxied call of the agent is tested against each. */
 export const MAX_POLICY_LIMITS = 100;
 /** The largest N of a rate and the largest burst: counts stay exact in 32-bit slots. */
@@ -99,6 +112,7 @@ export function parsePolicy(yamlText: string, limits: PolicyLimits = POLICY_LIMI
   // of 20,000 keys took 1.7 s with it and 0.26 s without (yaml 2.9.1, Node 20). The
   // walk below refuses duplicate keys itself; every map it does not walk is refused
   // anyway (it sits under an unknown key or where a string belongs).
+  patternPathBudget = MAX_PATTERN_PATH_CHARS;
   const lines = new LineCounter();
   const doc = parseDocument(yamlText, { lineCounter: lines, prettyErrors: false, uniqueKeys: false, strict: true });
   const at = (node: { range?: readonly number[] | null | undefined } | null | undefined): number =>
@@ -515,7 +529,13 @@ function compilePathGlob(glob: string, where: string): PathMatcher {
   }
   // One wildcard: a RegExp, whose backtracking is then bounded by the path's length. More: pathGlobMatcher.
   const wildcards = glob.match(/\*+/g)!.length;
-  return { match: PathMatch.Pattern, text: '', prefix: '', regExp: wildcards === 1 ? pathGlobToRegExp(glob) : pathGlobMatcher(glob) };
+  if (wildcards === 1) return { match: PathMatch.Pattern, text: '', prefix: '', regExp: pathGlobToRegExp(glob) };
+  if (wildcards > MAX_PATH_GLOB_WILDCARDS) fail(`${where}: 'path' may hold at most ${MAX_PATH_GLOB_WILDCARDS} wildcards (this one has ${formatCount(wildcards)})`);
+  patternPathBudget -= glob.length;
+  if (patternPathBudget < 0) {
+    fail(`${where}: the policy's path globs of two or more wildcards come to more than ${formatCount(MAX_PATTERN_PATH_CHARS)} characters, the most allowed`);
+  }
+  return { match: PathMatch.Pattern, text: '', prefix: '', regExp: pathGlobMatcher(glob) };
 }
 
 /** pathGlobMatcher's two rows, reused (it never runs re-entrantly). */
@@ -623,6 +643,10 @@ export function pathGlobMatcher(glob: string): TextTest {
             for (let i = 0; i <= n; i++) row[i] = i === n || path.charCodeAt(i) === 0x2f ? 1 : 0;
             break;
         }
+        // No position left from which the rest matches: the path cannot match.
+        // (The rows may be longer than this path: a 1 past n is a longer path's.)
+        const first = row.indexOf(1);
+        if (first === -1 || first > n) return false;
         [next, row] = [row, next];
       }
       return next[0] === 1;
