@@ -11,10 +11,19 @@
 // SQLite also keeps between two connections of one process). better-sqlite3 is
 // the metadata store's driver already. `<name>.holder` beside it says who holds
 // it, for the error a second process gets.
+//
+// Nothing else may open the lock file: closing any descriptor of it drops every
+// fcntl lock this process holds on it (POSIX). And the lock is as good as the
+// filesystem's: local disks and overlayfs, and NFS with its lock manager; not an
+// NFS mount with `nolock`, SMB with `nobrl`, or an object-store FUSE mount, where
+// two hosts would both get it.
 import Database from 'better-sqlite3';
 import { hostname } from 'node:os';
 import { join } from 'node:path';
 import { readFileSync, rmSync, writeFileSync } from 'node:fs';
+
+/** How long a start waits for a lock that another process is taking or holds (ms). */
+const BUSY_WAIT_MS = 500;
 
 export class DirLock {
   readonly #db: Database.Database;
@@ -28,14 +37,19 @@ export class DirLock {
   /** Takes `dir`'s lock `name`, or throws (`what` names the directory in the error) while another process, or this one, holds it. */
   static acquire(dir: string, name: string, what: string): DirLock {
     const holderFile = join(dir, `${name}.holder`);
-    const db = new Database(join(dir, name), { timeout: 0 });
+    // A short busy wait: two processes starting at once may each hold a shared
+    // lock on the way to the exclusive one; SQLite refuses one of them at once
+    // (it would deadlock), which closes, and the other then gets it.
+    const db = new Database(join(dir, name), { timeout: BUSY_WAIT_MS });
     try {
       db.pragma('locking_mode = EXCLUSIVE');
       // The first write takes the exclusive lock; EXCLUSIVE mode keeps it after the commit.
       db.exec('BEGIN EXCLUSIVE; CREATE TABLE IF NOT EXISTS held (n INTEGER); COMMIT');
     } catch (err) {
       db.close();
-      if ((err as { code?: string }).code !== 'SQLITE_BUSY') throw err;
+      const code = (err as { code?: string }).code;
+      if (code === 'SQLITE_NOTADB') throw new Error(`${what} ${dir}: its lock file ${name} is not one this service wrote; remove it and start again`, { cause: err });
+      if (code !== 'SQLITE_BUSY') throw err;
       let holder = 'another process';
       try {
         holder = readFileSync(holderFile, 'utf8').trim() || holder;
@@ -44,8 +58,14 @@ export class DirLock {
       }
       throw new Error(`${what} ${dir} is in use by ${holder}; give each process its own`);
     }
-    writeFileSync(holderFile, `process ${process.pid} on host ${hostname()}\n`, { mode: 0o600 });
-    return new DirLock(db, holderFile);
+    const lock = new DirLock(db, holderFile);
+    try {
+      writeFileSync(holderFile, `process ${process.pid} on host ${hostname()}\n`, { mode: 0o600 });
+    } catch (err) {
+      lock.release(); // not held by a process that fails to start
+      throw err;
+    }
+    return lock;
   }
 
   /** Lets the lock go (the process's exit does too). */

@@ -1,0 +1,51 @@
+// shared/dir-lock.ts: one holder at a time, whoever starts at the same moment.
+import { spawn } from 'node:child_process';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import t, { type Test } from 'tap';
+import { DirLock } from '../../shared/dir-lock.js';
+
+const MODULE = new URL('../../shared/dir-lock.ts', import.meta.url).href;
+
+function lockDir(t: Test): string {
+  const dir = mkdtempSync(join(tmpdir(), 'tcg-dir-lock-'));
+  t.teardown(() => rmSync(dir, { recursive: true, force: true }));
+  return dir;
+}
+
+/** A child that tries the lock once, says whether it got it, and holds it for `holdMs`. */
+function contender(dir: string, holdMs: number): Promise<'held' | 'refused' | string> {
+  const child = spawn(process.execPath, [...process.execArgv, '--input-type=module', '-e',
+    `const { DirLock } = await import(${JSON.stringify(MODULE)});
+     try { DirLock.acquire(${JSON.stringify(dir)}, 'test.lockdb', 'test dir'); console.log('held'); setTimeout(() => {}, ${holdMs}); }
+     catch (err) { console.log(/in use by/.test(err.message) ? 'refused' : 'error: ' + err.message); }`], { stdio: ['ignore', 'pipe', 'inherit'] });
+  let out = '';
+  child.stdout!.setEncoding('utf8').on('data', (chunk: string) => { out += chunk; });
+  return new Promise((resolve) => child.once('exit', () => resolve(out.trim())));
+}
+
+t.test('processes that start at the same moment: exactly one holds the lock', async (t) => {
+  for (let round = 0; round < 8; round++) {
+    const dir = lockDir(t);
+    const outcomes = await Promise.all(Array.from({ length: 4 }, () => contender(dir, 1500)));
+    t.equal(outcomes.filter((o) => o === 'held').length, 1, `round ${round}: one holder (${outcomes.join(', ')})`);
+    t.equal(outcomes.filter((o) => o === 'refused').length, 3, `round ${round}: the others refused`);
+  }
+});
+
+t.test('a lock file that is not a database: an error that says what to do', async (t) => {
+  const dir = lockDir(t);
+  writeFileSync(join(dir, 'test.lockdb'), Buffer.alloc(4096));
+  t.throws(() => DirLock.acquire(dir, 'test.lockdb', 'test dir'), /is not one this service wrote; remove it/);
+});
+
+t.test('release lets the next holder in; releasing twice is harmless', async (t) => {
+  const dir = lockDir(t);
+  const first = DirLock.acquire(dir, 'test.lockdb', 'test dir');
+  first.release();
+  first.release();
+  const second = DirLock.acquire(dir, 'test.lockdb', 'test dir');
+  t.teardown(() => second.release());
+  t.pass('taken again');
+});
