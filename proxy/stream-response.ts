@@ -128,13 +128,14 @@ export class UpstreamResponse {
       } else if (name.length === 14 && this.#ex.mcpSessionId === null && name.toString('latin1').toLowerCase() === 'mcp-session-id') {
         const id = rawHeaders[i + 1]!.toString('latin1');
         if (id.length <= 256) this.#ex.mcpSessionId = id; // the server's answer to initialize names the session
-      } else if (name.length === 16 || name.length === 8) {
+      } else if (name.length === 16 || name.length === 8 || ((name.length === 4 || name.length === 7) && URL_HEADER_FIRST.has(name[0]! | 0x20))) {
         const lower = name.toString('latin1').toLowerCase();
         if (lower === 'content-encoding') {
           this.#ex.responseEncoded = rawHeaders[i + 1]!.toString('latin1').trim().toLowerCase() !== 'identity';
-        } else if ((lower === 'location' || lower === 'content-location') && this.#ex.credential !== null) {
-          // A redirect that keeps the query (a trailing slash added, a login bounce)
-          // would hand the agent the injected query credential: it never gets it.
+        } else if (this.#ex.credential !== null && URL_HEADERS.has(lower)) {
+          // A redirect that keeps the query (a trailing slash added, a login bounce),
+          // or a pagination or refresh link built from the request URL, would hand
+          // the agent the injected query credential: it never gets it.
           rawHeaders[i + 1] = redactCapture(rawHeaders[i + 1]!, this.#ex.credential.spellings, false);
         }
       }
@@ -535,6 +536,11 @@ const GATHER_MAX_BYTES = 64 * 1024;
 
 /** A head that leaves less room than this for a first piece is written before any cork (#largeHeadFirst). */
 const MIN_PIECE_BYTES = 1024;
+
+/** Response headers that carry URLs the upstream may build from the request's, query credential and all. */
+const URL_HEADERS: ReadonlySet<string> = new Set(['location', 'content-location', 'link', 'refresh']);
+/** The first letters of the short ones (link, refresh), lower-cased: `date`, `vary` and `etag` are not lower-cased to be compared. */
+const URL_HEADER_FIRST: ReadonlySet<number> = new Set([0x6c, 0x72]);
 /** What uWS adds to a head (status line, Date, its mark, Transfer-Encoding or Content-Length, the blank line), with room to spare. */
 const HEAD_OVERHEAD_BYTES = 160;
 

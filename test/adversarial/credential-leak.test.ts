@@ -49,7 +49,14 @@ const redirectRoutes: Record<string, Route> = {
   },
   // A redirect that keeps the query (a trailing slash added): with a query credential, the Location holds it.
   '/redirect-keep-query': (req, res) => {
-    res.writeHead(301, { location: `https://${req.headers.host}/echo/?${(req.url ?? '').split('?')[1] ?? ''}`, 'content-location': req.url ?? '' });
+    const query = (req.url ?? '').split('?')[1] ?? '';
+    res.writeHead(301, {
+      location: `https://${req.headers.host}/echo/?${query}`,
+      'content-location': req.url ?? '',
+      // Pagination and refresh links are built from the request URL the same way.
+      link: `<https://${req.headers.host}/echo?page=2&${query}>; rel="next"`,
+      refresh: `0; url=https://${req.headers.host}/echo?${query}`,
+    });
     res.end();
   },
   // ... and inside a binary body, which the audit stores as base64.
@@ -168,7 +175,8 @@ t.test('a full run through every outcome, for every log_outputs mode', async (t)
       const kept = await proxied(agent.api_key, `${a}/redirect-keep-query?x=1`);
       t.equal(kept.status, 301);
       t.match(kept.headers.get('location'), /\/echo\/\?x=1/, 'the Location is passed back');
-      t.same(leaks(`${kept.headers.get('location')} ${kept.headers.get('content-location')}`), [], 'without the credential in it');
+      t.match(kept.headers.get('link'), /page=2&x=1/, 'the Link is passed back');
+      t.same(leaks(['location', 'content-location', 'link', 'refresh'].map((h) => kept.headers.get(h)).join(' ')), [], 'without the credential in it');
       t.equal((await proxied(agent.api_key, `${a}/stall-headers`)).status, 504);
       t.equal((await proxied(agent.api_key, `${a.replace('127.0.0.1', 'bad_host!')}/echo`)).status, 400);
       const deleted = await proxied(agent.api_key, `${a}/echo`, { method: 'DELETE' });
