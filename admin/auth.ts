@@ -149,7 +149,10 @@ function createFailureLimiter(maxFailures: number, windowMs: number) {
       let wait = 0;
       for (const key of keys) {
         const entry = failures.get(key);
-        if (entry && entry.resetAt > now && entry.count + entry.pending >= maxFailures) wait = Math.max(wait, Math.ceil((entry.resetAt - now) / 1000));
+        if (!entry || entry.resetAt <= now) continue;
+        // Failures alone: until the window ends. Attempts in flight (~30 ms each) are no failure yet: a second.
+        if (entry.count >= maxFailures) wait = Math.max(wait, Math.ceil((entry.resetAt - now) / 1000));
+        else if (entry.count + entry.pending >= maxFailures) wait = Math.max(wait, 1);
       }
       if (wait > 0) return wait;
       for (const key of keys) current(key, now).pending += 1;

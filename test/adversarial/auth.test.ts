@@ -119,6 +119,18 @@ t.test('50 wrong passwords sent at once: 10 are checked, the rest 429, and then 
   assertError(t, await login('127.0.12.1', victim.email, PASSWORD), 429, 'rate_limited');
 });
 
+t.test('right passwords sent at once: those past the limit are told to retry in a second, not in the window\'s 15 minutes', async (t) => {
+  // Ten users behind one address (a NAT, or the proxy's load balancer) logging in
+  // together: none failed, so the ones refused for the attempts in flight may retry at once.
+  const users = await Promise.all(Array.from({ length: 14 }, () => signup(base)));
+  const answers = await Promise.all(users.map((u) => login('127.0.13.1', u.email, PASSWORD)));
+  const refused = answers.filter((r) => r.status === 429);
+  t.ok(refused.length > 0, `${refused.length} of 14 refused while 10 were checked`);
+  for (const r of refused) t.equal(r.headers.get('retry-after'), '1', 'Retry-After: 1');
+  t.equal(answers.filter((r) => r.status === 200).length, 14 - refused.length, 'the others logged in');
+  t.equal((await login('127.0.13.1', users[0]!.email, PASSWORD)).status, 200, 'and once they are over, a login goes through');
+});
+
 t.test('a spoofed X-Forwarded-For does not give one client address fresh counters', async (t) => {
   const statuses: number[] = [];
   for (let i = 0; i < 12; i++) {
