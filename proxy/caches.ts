@@ -59,14 +59,23 @@ export function lookupCached<V extends object>(
     return use(ex, NONE);
   }
   lookup.counters.misses++;
-  const resume = (value: V | typeof NONE | undefined) => use(ex, value === undefined || value === NONE ? absent(lookup, key) : value);
-  return lookup.entries.fetch(key).then(resume, (err: unknown) => {
-    // A change evicted the key while it was read (lru-cache aborts the fetch:
-    // 'deleted', 'replaced', 'evicted'): read it again, now after the change,
-    // instead of failing the call with 500.
-    if (!isFetchAbort(err)) throw err;
-    return lookup.entries.fetch(key).then(resume);
-  });
+  return fetchAgain(lookup, key, ex, use, FETCH_ATTEMPTS);
+}
+
+/** Reads of one key a call makes at most, when changes keep evicting it while it is read. */
+const FETCH_ATTEMPTS = 8;
+
+function fetchAgain<V extends object>(lookup: CachedLookup<V>, key: string, ex: ProxyExchange, use: (ex: ProxyExchange, value: V | typeof NONE) => undefined | false, attempts: number): Promise<undefined | false> {
+  return lookup.entries.fetch(key).then(
+    (value) => use(ex, value === undefined || value === NONE ? absent(lookup, key) : value),
+    (err: unknown) => {
+      // A change evicted the key while it was read (lru-cache aborts the fetch:
+      // 'deleted', 'replaced', 'evicted'): read it again, now after the change,
+      // instead of failing the call with 500; again after a second change too.
+      if (!isFetchAbort(err) || attempts <= 1) throw err;
+      return fetchAgain(lookup, key, ex, use, attempts - 1);
+    },
+  );
 }
 
 const FETCH_ABORTS: ReadonlySet<string> = new Set(['deleted', 'replaced', 'evicted']);
@@ -124,8 +133,13 @@ export function createProxyCaches(
       return record ? parsePolicy(record.rulesYaml) : NONE;
     },
   });
-  /** Credential keys being read from the store: lru-cache's keys() leaves them out, a change must reach them too. */
-  const credentialsRead = new Set<string>();
+  /**
+   * Credential keys being read from the store, with how many reads: lru-cache's
+   * keys() leaves them out, a change must reach them too. Counted, not a set: an
+   * aborted read still awaiting the store overlaps the read that replaces it, and
+   * the first to end must not take the key out from under the other.
+   */
+  const credentialsRead = new Map<string, number>();
   const credentials = new LRUCache<string, Cached<InjectedCredential>>({
     ...common,
     dispose: countEvictions('credentials'),
@@ -133,12 +147,14 @@ export function createProxyCaches(
       const split = key.indexOf('|');
       const orgId = key.slice(0, split);
       const authority = key.slice(split + 1);
-      credentialsRead.add(key);
+      credentialsRead.set(key, (credentialsRead.get(key) ?? 0) + 1);
       let sealed;
       try {
         sealed = await store.findCredentialForHost(orgId, authority);
       } finally {
-        credentialsRead.delete(key);
+        const reads = credentialsRead.get(key)! - 1;
+        if (reads === 0) credentialsRead.delete(key);
+        else credentialsRead.set(key, reads);
       }
       if (!sealed) return NONE;
       const value = openValue(encryptionKey, sealed.sealedValue, credentialAssociatedData(orgId, sealed.hostname));
@@ -172,7 +188,7 @@ export function createProxyCaches(
         if (hostOfAuthority(change.hostname) === change.hostname) {
           const ported = `${key}:`;
           // Those being read too (their read is aborted and done again, lookupCached): else one read before the change lands would be cached for CACHE_TTL_MS.
-          for (const cached of [...credentials.keys(), ...credentialsRead].filter((k) => k.startsWith(ported))) credentials.delete(cached);
+          for (const cached of [...credentials.keys(), ...credentialsRead.keys()].filter((k) => k.startsWith(ported))) credentials.delete(cached);
         }
         break;
       }

@@ -251,6 +251,40 @@ t.test('the cache stages read through a real store', async (t) => {
     t.equal(later.ex.credential, null, 'and nothing stale was cached');
   });
 
+  t.test('a credential change reaches a read that replaced an aborted one, after the aborted one ended', async (t) => {
+    // The real store, each credential read answered late (100 ms, then 300 ms), its value found at its start.
+    const delays = [100, 300];
+    const late = new Proxy(store, {
+      get(target, name, receiver) {
+        const value = Reflect.get(target, name, receiver) as unknown;
+        if (name !== 'findCredentialForHost') return typeof value === 'function' ? value.bind(target) : value;
+        return async (...args: [string, string]) => {
+          const found = await target.findCredentialForHost(...args);
+          await new Promise((r) => setTimeout(r, delays.shift() ?? 0));
+          return found;
+        };
+      },
+    });
+    const lateCaches = createProxyCaches(late, encryptionKey, { maxEntries: 100, ttlMs: 60_000, stats: new Metrics({ agentLabel: false }).caches });
+    t.teardown(() => lateCaches.close());
+    const lateInject = createInjectCredential(lateCaches);
+    const created = await store.createCredential({ orgId: user.orgId, name: 'overlap', hostname: 'overlap.example.com', credType: 'bearer', headerName: null, queryParam: null, sealedValue: sealValue(encryptionKey, 'overlap-token', credentialAssociatedData(user.orgId, 'overlap.example.com')) });
+    const ported = call('overlap.example.com:8443/repos');
+    await settle(resolve(ported.ex));
+    const read = lateInject(ported.ex); // read 1: 100 ms
+    await new Promise((r) => setTimeout(r, 10));
+    lateCaches.apply({ kind: 'credential', orgId: user.orgId, hostname: 'overlap.example.com' }); // aborts read 1; read 2 (300 ms) replaces it
+    await new Promise((r) => setTimeout(r, 190)); // read 1 has ended; read 2 has not
+    t.equal(await store.deleteCredential(user.orgId, created.id), true);
+    lateCaches.apply({ kind: 'credential', orgId: user.orgId, hostname: 'overlap.example.com' });
+    t.equal(await settle(read), undefined, 'the call goes on after its second read was aborted too (it was a 500)');
+    t.equal(ported.ex.credential, null, 'its third read, after the delete, finds none');
+    const later = call('overlap.example.com:8443/repos');
+    await settle(resolve(later.ex));
+    await settle(lateInject(later.ex));
+    t.equal(later.ex.credential, null, 'the deleted credential is not cached from the read before its delete');
+  });
+
   t.test('a change evicts what it touches, so the next call sees it', async (t) => {
     await store.deleteAgent(user.orgId, agent.id);
     const made = call('api.example.com/x');
