@@ -111,6 +111,9 @@ export function createHeldCalls(deps: {
       }
       if (agent !== undefined) continue;
       for (const waiter of held) {
+        // Released while the agent was read (its approval came first, on a store
+        // whose reads take a round-trip): that call is on its way, not answered here.
+        if (waiting.get(waiter.approval.id)?.has(waiter) !== true) continue;
         stopWaiting(waiter);
         waiter.resolve(waiter.ex.answerError('invalid_api_key'));
       }
