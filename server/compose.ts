@@ -7,13 +7,13 @@
 import { existsSync, mkdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { AuditBatcher } from '../shared/audit/audit-batcher.js';
-import { AuditJournal } from '../shared/audit/audit-journal.js';
 import { AuditSpool } from '../shared/audit/audit-spool.js';
 import type { Config } from '../shared/config.js';
 import { createLogger, type Logger } from '../shared/log.js';
 import { Metrics, NO_APPROVALS } from '../shared/metrics.js';
 import { loadAuditSigningKey, loadSecrets } from '../shared/secrets.js';
-import { SEAL_LINE_PREFIX, Sealer, sealHeadsOf, unsealedRows } from '../shared/audit/seal.js';
+import { recoverJournal } from '../shared/audit/journal-recovery.js';
+import { Sealer, sealHeadsOf } from '../shared/audit/seal.js';
 import type { AuditStore } from '../shared/stores/audit-store.js';
 import type { MetadataStore } from '../shared/stores/metadata-store.js';
 import { openAuditStoreWhenReachable, openMetadataStore } from '../shared/stores/open-stores.js';
@@ -176,41 +176,4 @@ export async function startService(config: Readonly<Config>, log: Logger = creat
   });
 
   return { role, port: listener.port, url, publicUrl, log, store, auditStore, auditBatcher, pipeline, metrics, stop };
-}
-
-/**
- * Opens the audit journal; what a killed predecessor left in it (records of
- * answered calls) moves to the spool, which replays it with its tokens.
- */
-async function recoverJournal(spool: AuditSpool, dir: string, sealer: Sealer, log: Logger): Promise<AuditJournal> {
-  const { journal, recovered } = AuditJournal.open(dir);
-  let records = 0;
-  for (const batch of recovered) {
-    // The batch a killed process had open was never sealed: this process seals it, in its own chain.
-    const before = sealer.snapshot();
-    // (Or the rows of orgs whose seal lines a kill cut off mid-write.)
-    const unsealed = unsealedRows(batch.lines);
-    const sealLines = unsealed.length === 0 ? [] : sealer.sealLines(unsealed).lines;
-    const lines = sealLines.length === 0 ? batch.lines : batch.lines.concat(sealLines);
-    try {
-      await spool.write(lines, batch.token);
-    } catch (err) {
-      // Its seals are not kept: the chain must not link to them.
-      sealer.restore(before);
-      // Kept in the journal: the next start tries again.
-      log.error('audit records left in the journal could not be spooled; kept for the next start', { records: batch.lines.length, err });
-      continue;
-    }
-    // An unsealed segment got a fresh token: once the spool has the batch, the
-    // token and the new seal lines go into the segment too, so that a start that
-    // finds it again (killed before forget, or its unlink refused) spools it
-    // under the same token, which ClickHouse deduplicates, not a new one, which
-    // it would not. (Not before the spool write: a failed one restores the
-    // sealer, and the segment must not keep seals the chain no longer has.)
-    journal.sealRecovered(batch, sealLines);
-    journal.forget(batch.segment);
-    records += batch.lines.filter((line) => !line.startsWith(SEAL_LINE_PREFIX)).length;
-  }
-  if (records > 0) log.warn('audit records of a stopped process recovered from its journal', { batches: recovered.length, records });
-  return journal;
 }

@@ -13,9 +13,9 @@
 // start; once the batch is in ClickHouse or the spool, its segment is deleted.
 // On the next start, segments left behind become spool batches: a sealed one
 // with its own token (so rows ClickHouse already took are not written twice), an
-// unsealed one with a fresh token (its insert had not begun). The journal lives
+// unsealed one with a token of its lines (its insert had not begun). The journal lives
 // in the process's spool directory and shares its lock.
-import { randomUUID } from 'node:crypto';
+import { createHash } from 'node:crypto';
 import { closeSync, mkdirSync, openSync, readFileSync, readdirSync, truncateSync, unlinkSync, writeSync } from 'node:fs';
 import { join } from 'node:path';
 
@@ -245,5 +245,17 @@ function readSegment(file: string): Omit<RecoveredBatch, 'segment'> {
       else if (line.length > 0) lines.push(`${line}\n`);
     }
   }
-  return { lines, token: token ?? randomUUID(), sealed: token !== null, bytes, torn: raw.length > bytes };
+  return { lines, token: token ?? tokenOfLines(raw.subarray(0, bytes)), sealed: token !== null, bytes, torn: raw.length > bytes };
+}
+
+/**
+ * An unsealed segment's token, from its complete lines: the same at every start
+ * that finds it, so a start killed after spooling it, before forgetting it, is
+ * followed by one that sees the spool has it (journal-recovery.ts). Its batch's
+ * insert had not begun, so no token of it is in ClickHouse yet. UUID-shaped, as
+ * spool file names want.
+ */
+function tokenOfLines(bytes: Buffer): string {
+  const hex = createHash('sha256').update('unsealed journal segment\n').update(bytes).digest('hex');
+  return `${hex.slice(0, 8)}-${hex.slice(8, 12)}-${hex.slice(12, 16)}-${hex.slice(16, 20)}-${hex.slice(20, 32)}`;
 }

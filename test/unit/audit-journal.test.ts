@@ -100,7 +100,7 @@ t.test('a waiter that throws is reported and the others still run; after close, 
   t.equal(readdirSync(d).length, 1, 'the one segment, with its line, stays for the next start');
 });
 
-t.test('a restart recovers sealed segments with their token and unsealed ones with a fresh token, oldest first', async (t) => {
+t.test('a restart recovers sealed segments with their token and unsealed ones with a token of their lines, oldest first', async (t) => {
   const d = dir(t);
   const first = AuditJournal.open(d).journal;
   first.append('one\n');
@@ -112,7 +112,7 @@ t.test('a restart recovers sealed segments with their token and unsealed ones wi
   t.equal(recovered.length, 2);
   t.match(recovered[0], { lines: ['one\n'], token: 'token-a', sealed: true });
   t.match(recovered[1], { lines: ['two\n', 'three\n'], sealed: false });
-  t.match(recovered[1]!.token, /^[0-9a-f-]{36}$/, 'a fresh token for a batch whose insert never began');
+  t.match(recovered[1]!.token, /^[0-9a-f-]{36}$/, 'a token (of its lines) for a batch whose insert never began');
   for (const batch of recovered) journal.forget(batch.segment);
   journal.append('four\n');
   await turn();
