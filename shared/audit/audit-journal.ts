@@ -16,7 +16,7 @@
 // unsealed one with a token of its lines (its insert had not begun). The journal lives
 // in the process's spool directory and shares its lock.
 import { createHash } from 'node:crypto';
-import { closeSync, mkdirSync, openSync, readFileSync, readdirSync, truncateSync, unlinkSync, writeSync } from 'node:fs';
+import { closeSync, fstatSync, ftruncateSync, mkdirSync, openSync, readFileSync, readdirSync, truncateSync, unlinkSync, writeSync } from 'node:fs';
 import { join } from 'node:path';
 
 const SEGMENT = /^(\d{12})\.journal$/;
@@ -44,6 +44,10 @@ export class AuditJournal {
   readonly dir: string;
   #fd: number;
   #segment: string;
+  /** Bytes of whole lines in the open segment: a failed write is cut back to them. */
+  #segmentBytes = 0;
+  /** A failed write could not be cut back: nothing more goes into this segment (its torn line stays its last). */
+  #segmentBroken = false;
   #nextSeq: number;
   #closed = false;
   /** Lines appended and not yet written, and what waits for them. */
@@ -204,16 +208,38 @@ export class AuditJournal {
     this.#pending = [];
     try {
       if (this.#fd < 0) throw new Error('the journal has no open segment (its last could not be opened)');
-      writeAll(this.#fd, Buffer.from(pending.length === 1 ? pending[0]! : pending.join(''), 'utf8'));
+      if (this.#segmentBroken) throw new Error('the journal segment holds a torn line from a failed write; its batch is written from memory');
+      const data = Buffer.from(pending.length === 1 ? pending[0]! : pending.join(''), 'utf8');
+      writeAll(this.#fd, data);
+      this.#segmentBytes += data.length;
       this.stats.writes += 1;
     } catch (err) {
       this.stats.failures += 1;
+      this.onError?.(err);
+      this.#cutBack();
+    }
+  }
+
+  /**
+   * A write that failed part way (a full disk, EIO) left part of a line: cut back
+   * to the whole lines before it, or lines written after it (space freed) would
+   * follow the fragment, and the next start would read the two as one line.
+   * When the cut fails too, the segment takes no more lines.
+   */
+  #cutBack(): void {
+    if (this.#fd < 0 || this.#segmentBroken) return;
+    try {
+      if (fstatSync(this.#fd).size !== this.#segmentBytes) ftruncateSync(this.#fd, this.#segmentBytes);
+    } catch (err) {
+      this.#segmentBroken = true;
       this.onError?.(err);
     }
   }
 
   /** The next segment; one that cannot be opened is reported, and the writes until the next seal fail (reported) rather than throw. */
   #openSegment(): void {
+    this.#segmentBytes = 0;
+    this.#segmentBroken = false;
     this.#segment = `${String(this.#nextSeq++).padStart(12, '0')}.journal`;
     try {
       this.#fd = openSync(join(this.dir, this.#segment), 'a', 0o600);

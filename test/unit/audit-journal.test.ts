@@ -3,7 +3,8 @@
 // after it; seal closes a segment with
 // its token; a restart recovers sealed and unsealed segments; a torn last line
 // is dropped.
-import { appendFileSync, mkdtempSync, readdirSync, readFileSync, rmSync, symlinkSync } from 'node:fs';
+import { spawnSync } from 'node:child_process';
+import { appendFileSync, closeSync, mkdtempSync, openSync, readdirSync, readFileSync, rmSync, symlinkSync, unlinkSync, writeSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import t, { type Test } from 'tap';
@@ -182,4 +183,41 @@ t.test('an unsealed segment found at start is sealed with its fresh token (a tor
   again.journal.sealRecovered(again.recovered[0]!, ['#other\n']);
   t.notMatch(readFileSync(join(d, segment!), 'utf8'), /other/, 'a sealed segment is left as it is');
   again.journal.close();
+});
+
+// A small tmpfs of its own to fill (root and CAP_SYS_ADMIN, as on the CI machine; skipped with the reason otherwise).
+const mountPoint = mkdtempSync(join(tmpdir(), 'tcg-journal-full-'));
+const mounted = spawnSync('mount', ['-t', 'tmpfs', '-o', 'size=64k', 'tmpfs', mountPoint], { encoding: 'utf8' });
+const noSmallDisk = mounted.status !== 0 && `cannot mount a small tmpfs to fill (${(mounted.stderr || mounted.error?.message || '').trim()})`;
+t.teardown(() => {
+  if (noSmallDisk === false) spawnSync('umount', [mountPoint]);
+  rmSync(mountPoint, { recursive: true, force: true });
+});
+
+t.test('a write that fails part way on a full disk is cut back: lines written once space is freed do not follow a fragment', { skip: noSmallDisk }, async (t) => {
+  const d = join(mountPoint, 'journal');
+  const errors: unknown[] = [];
+  const { journal } = AuditJournal.open(d);
+  journal.onError = (err) => errors.push(err);
+  const whole = Array.from({ length: 3 }, (_, i) => `${'w'.repeat(100)}${i}\n`);
+  for (const line of whole) journal.append(line);
+  await turn();
+  // The disk fills up: a filler takes every free block.
+  const filler = openSync(join(mountPoint, 'filler'), 'w');
+  try {
+    for (;;) writeSync(filler, Buffer.alloc(4096, 'f'));
+  } catch {
+    // ENOSPC: full
+  }
+  closeSync(filler);
+  journal.append(`${'x'.repeat(16_384)}\n`); // part of it fits in the segment's last block
+  await turn();
+  t.equal(errors.length, 1, 'the failed write is reported');
+  unlinkSync(join(mountPoint, 'filler')); // space again
+  journal.append('after\n');
+  await turn();
+  journal.close();
+  const { recovered, journal: reopened } = AuditJournal.open(d);
+  reopened.close();
+  t.strictSame(recovered[0]?.lines, [...whole, 'after\n'], 'the lines written whole, and nothing of the one that failed');
 });
