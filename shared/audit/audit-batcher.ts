@@ -393,9 +393,13 @@ export class AuditBatcher {
     let spooled;
     while ((spooled = spool.batches[0]) !== undefined) {
       if (this.#sealed.length > 0 && !this.#closing) return; // fresh batches first; the loop comes back
+      // close() is over: the spool is let go, and the next start (another
+      // process, perhaps already running) replays what is left, its files too.
+      if (this.#stopped) return;
       try {
         const body = await spool.read(spooled);
         await this.#store.insertEncoded(body, spooled.token);
+        if (this.#stopped) return; // written; its file stays for the next start, whose copy the token makes a no-op
         this.#options.onBodyWritten?.(body);
         const rows = countEncodedRows(body);
         await spool.remove(spooled);

@@ -29,6 +29,8 @@ export interface AuditStoreOnDemand {
   loseNextAcknowledgement(): void;
   /** The next insert writes nothing and fails after `ms`, as with a server that hangs, then drops the connection. */
   failNextInsertAfter(ms: number): void;
+  /** The next insert lands after `ms`, as with a slow server. */
+  delayNextInsert(ms: number): void;
   /** Waits until the org holds `n` rows. */
   rowsLanded(orgId: string, n: number, ms?: number): Promise<true>;
   close(): Promise<void>;
@@ -49,6 +51,7 @@ export async function openAuditStoreOnDemand(): Promise<AuditStoreOnDemand> {
   const attempts: InsertAttempt[] = [];
   let loseAcknowledgement = false;
   let failAfterMs: number | null = null;
+  let delayMs = 0;
   const store: AuditStore = {
     insert: (rows, token) => real.insert(rows, token),
     encode: (record, batchId) => real.encode(record, batchId),
@@ -60,6 +63,11 @@ export async function openAuditStoreOnDemand(): Promise<AuditStoreOnDemand> {
         failAfterMs = null;
         await new Promise((resolve) => setTimeout(resolve, ms));
         throw new AcknowledgementLost();
+      }
+      if (delayMs > 0) {
+        const ms = delayMs;
+        delayMs = 0;
+        await new Promise((resolve) => setTimeout(resolve, ms));
       }
       await real.insertEncoded(body, token);
       if (loseAcknowledgement) {
@@ -97,6 +105,9 @@ export async function openAuditStoreOnDemand(): Promise<AuditStoreOnDemand> {
     },
     failNextInsertAfter: (ms) => {
       failAfterMs = ms;
+    },
+    delayNextInsert: (ms) => {
+      delayMs = ms;
     },
     // A count may fail just after up() (the client's first try on a connection
     // the outage closed); the next poll tries again.

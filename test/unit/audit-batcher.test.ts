@@ -381,6 +381,24 @@ t.test('close spools what the store does not take by the deadline, and reports n
   t.equal(rows, 7, 'every record is in the spool');
 });
 
+t.test('a replay whose insert outlasts close() stops there: the spool, let go, is the next start\'s', async (t) => {
+  const dir = spoolDir(t);
+  const org = randomUUID();
+  const before = AuditSpool.open(dir, 1 << 20);
+  for (let i = 0; i < 2; i++) await before.write([store.encode(auditRecord(org))], randomUUID());
+  before.close();
+  // The replay of the first batch takes 3 s: past close()'s 2 s wait for an insert in flight.
+  audit.delayNextInsert(3000);
+  const attempts = audit.attempts.length;
+  const { batcher, errors } = batcherFor(t, { maxRows: 1000, maxDelayMs: 60_000, maxQueued: 100, spool: AuditSpool.open(dir, 1 << 20) });
+  await eventually(async () => (audit.attempts.length > attempts ? true : undefined), 2000);
+  t.equal(await batcher.close(0), 0);
+  await sleep(1800); // the slow insert has landed by now
+  t.equal(audit.attempts.length, attempts + 1, 'the second batch was not replayed after close()');
+  t.equal(readdirSync(dir).filter((name) => parseSpoolFileName(name) !== null).length, 2, 'both files left for the next start (the first one\'s token makes its second copy a no-op)');
+  t.strictSame(errors, []);
+});
+
 t.test('an insert that fails after close() took its batch over touches nothing: one spooled copy of each batch, no spool error', async (t) => {
   const dir = spoolDir(t);
   const { batcher, errors } = batcherFor(t, { maxRows: 5, maxDelayMs: 60_000, maxQueued: 10_000, spool: AuditSpool.open(dir, 1 << 20) });
