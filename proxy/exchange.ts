@@ -405,7 +405,8 @@ export class ProxyExchange {
   toAuditRecord(): AuditRecord {
     const agent = this.agent!;
     let output: string | null = null;
-    if (this.capture !== null && !this.responseEncoded) {
+    // An encoded body is not stored; an empty one has nothing to hide: "", as for any empty body.
+    if (this.capture !== null && (!this.responseEncoded || this.captureLength === 0)) {
       let captured = this.capture.subarray(0, this.captureLength);
       if (this.credential !== null) captured = redactCapture(captured, this.credential.spellings, this.captureTruncated);
       output = captureToText(captured, this.captureTruncated);

@@ -270,6 +270,14 @@ t.test('no canary in the audit rows (every field, every mode, output included)',
   t.same(leaksIn(Buffer.concat(decoded)), [], 'nor in any output read as base64');
 });
 
+t.test('an answer with no body but a Content-Encoding (a HEAD of a compressed resource) stores output "" for a full agent', async (t) => {
+  const res = await proxied(agents.full.api_key, `${bearerHost.authority}/always-gzip?head=1`, { method: 'HEAD' });
+  t.equal(res.status, 200);
+  const rows = await auditRows(base, owner, agents.full.id, 40, 15_000);
+  const head = rows.find((r) => r.action === 'HEAD' && r.tool_url.endsWith('/always-gzip?head=1'));
+  t.equal(head?.output, '', 'no bytes, so nothing a credential could hide in: "" as for any empty body (it was null)');
+});
+
 t.test('no canary in the logs, the answers, /metrics or the PDF export', async (t) => {
   t.ok(service.logs.length > 50, `${service.logs.length} log lines`);
   t.same(leaks(service.logs.join('\n')), [], 'logs');
