@@ -34,8 +34,8 @@ export class DirLock {
     this.#holderFile = holderFile;
   }
 
-  /** Takes `dir`'s lock `name`, or throws (`what` names the directory in the error) while another process, or this one, holds it. */
-  static acquire(dir: string, name: string, what: string): DirLock {
+  /** Takes `dir`'s lock `name`, or throws (`what` names the directory in the error, `hint` ends it) while another process, or this one, holds it. */
+  static acquire(dir: string, name: string, what: string, hint = ''): DirLock {
     const holderFile = join(dir, `${name}.holder`);
     // A short busy wait: two processes starting at once may each hold a shared
     // lock on the way to the exclusive one; SQLite refuses one of them at once
@@ -56,7 +56,7 @@ export class DirLock {
       } catch {
         // written just after the lock is taken: not there yet
       }
-      throw new Error(`${what} ${dir} is in use by ${holder}; give each process its own`);
+      throw new Error(`${what} ${dir} is in use by ${holder}${hint}`);
     }
     const lock = new DirLock(db, holderFile);
     try {

@@ -4,11 +4,12 @@
 // replay after a partial failure writes nothing twice. A spool belongs to one
 // process at a time (a kernel-held lock, shared/dir-lock.ts); the next start of
 // the same process (same SPOOL_DIR) replays what the last one left.
-import { mkdirSync, readdirSync, statSync, unlinkSync } from 'node:fs';
+import { mkdirSync, readFileSync, readdirSync, rmSync, statSync, unlinkSync } from 'node:fs';
 import { open, readFile, rename, unlink } from 'node:fs/promises';
 import { join } from 'node:path';
 import { decodeSpoolFile, encodeSpoolFile, parseSpoolFileName, spoolFileName } from './audit-codec.js';
 import { DirLock } from '../dir-lock.js';
+import { isProcessAlive } from '../pid.js';
 
 export interface SpooledBatch {
   file: string;
@@ -18,6 +19,27 @@ export interface SpooledBatch {
 
 /** The lock's database file in the spool directory (spool.lock, a pid, before 2026-11-27). */
 const LOCK_FILE = 'spool.lockdb';
+const LEGACY_LOCK_FILE = 'spool.lock';
+
+/**
+ * A version before the kernel-held lock names itself in spool.lock and does not
+ * see spool.lockdb: while such a process runs on this directory (a rolling
+ * upgrade on a shared volume), this one does not start. Its lock left by a
+ * process that is gone is removed.
+ */
+function refuseLegacyHolder(dir: string): void {
+  const file = join(dir, LEGACY_LOCK_FILE);
+  let holder: number;
+  try {
+    holder = Number(readFileSync(file, 'utf8'));
+  } catch {
+    return; // none
+  }
+  if (Number.isInteger(holder) && holder > 0 && holder !== process.pid && isProcessAlive(holder)) {
+    throw new Error(`audit spool ${dir} is in use by process ${holder} (an earlier version's ${LEGACY_LOCK_FILE}); give each process its own SPOOL_DIR`);
+  }
+  rmSync(file, { force: true });
+}
 
 export class AuditSpool {
   readonly dir: string;
@@ -36,7 +58,13 @@ export class AuditSpool {
   /** Opens (and locks) the spool directory, finding the batches a previous run left. */
   static open(dir: string, maxBytes: number): AuditSpool {
     mkdirSync(dir, { recursive: true, mode: 0o700 });
-    const spool = new AuditSpool(dir, maxBytes, DirLock.acquire(dir, LOCK_FILE, 'audit spool'));
+    const spool = new AuditSpool(dir, maxBytes, DirLock.acquire(dir, LOCK_FILE, 'audit spool', '; give each process its own SPOOL_DIR'));
+    try {
+      refuseLegacyHolder(dir);
+    } catch (err) {
+      spool.close();
+      throw err;
+    }
     for (const name of readdirSync(dir).sort()) {
       if (name.endsWith('.tmp')) {
         unlinkSync(join(dir, name)); // a write that never completed was never acknowledged

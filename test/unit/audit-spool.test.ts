@@ -127,6 +127,18 @@ t.test('a full spool refuses a write; the batcher is saturated until the replay 
   t.equal(batcher.saturated, false);
 });
 
+t.test('an earlier version\'s spool.lock naming a live process refuses the start; a dead one\'s is removed', async (t) => {
+  const dir = spoolDir(t);
+  const live = spawn(process.execPath, ['-e', 'setInterval(() => {}, 1000)'], { stdio: 'ignore' });
+  t.teardown(() => live.kill('SIGKILL'));
+  writeFileSync(join(dir, 'spool.lock'), String(live.pid));
+  t.throws(() => AuditSpool.open(dir, 1 << 20), new RegExp(`in use by process ${live.pid} \\(an earlier version's spool.lock\\)`));
+  live.kill('SIGKILL');
+  await new Promise((resolve) => live.once('exit', resolve));
+  openSpool(t, dir);
+  t.notOk(existsSync(join(dir, 'spool.lock')), 'the dead process\'s lock is gone');
+});
+
 t.test('a spool held by a live process is refused, by this one too (two containers may both be pid 1); a killed holder\'s lock is let go', async (t) => {
   const dir = spoolDir(t);
   const mine = AuditSpool.open(dir, 1 << 20);
