@@ -185,9 +185,10 @@ export class ProxyExchange {
       } else if (name === 'content-encoding') {
         this.contentEncoding = value;
       } else if (name === 'mcp-method') {
-        this.mcpMethodHeader = value;
+        // Repeated, the field is its lines joined (RFC 9110 §5.3), which then matches no body: checked whole, not the last copy.
+        this.mcpMethodHeader = this.mcpMethodHeader === null ? value : `${this.mcpMethodHeader}, ${value}`;
       } else if (name === 'mcp-name') {
-        this.mcpNameHeader = value;
+        this.mcpNameHeader = this.mcpNameHeader === null ? value : `${this.mcpNameHeader}, ${value}`;
       }
       this.headers.push(name, value);
     } else if (name === 'x-agent-reasoning') {
@@ -221,7 +222,11 @@ export class ProxyExchange {
   /** uWS's onAborted: the client went away; nothing may touch `res` from now on. */
   clientAborted(): void {
     this.aborted = true;
-    this.holdRelease?.(false);
+    if (this.holdRelease !== null) {
+      // Held: nothing was forwarded and nobody approved it, so it is no allowed call.
+      this.auditDecision = 'denied';
+      this.holdRelease(false);
+    }
     this.body?.abort();
     this.abortUpstream?.(new Error('client aborted'));
     this.finish();

@@ -67,14 +67,13 @@ function decide(ex: ProxyExchange, policy: CompiledPolicy, bytes: Buffer | null,
   const tool = ex.target!.hostname;
   let decision: PolicyDecision | null = null;
   let chosen: McpCall | null = null;
-  // A batch is denied when any element is, else held when any element needs approval.
+  // A batch is denied when any element is, else held when any element needs
+  // approval; its audit names its first denied element, else its first (CONTRACT.md).
   for (let i = 0; i < calls.length; i++) {
     const call = calls[i]!;
     const element = evaluatePolicy(policy, tool, ex.method, ex.policyPath, call);
-    if (i === 0 || element.decision === 'deny' || (element.decision === 'approve' && decision!.decision === 'allow')) {
-      decision = element;
-      chosen = call;
-    }
+    if (i === 0 || element.decision === 'deny' || (element.decision === 'approve' && decision!.decision === 'allow')) decision = element;
+    if (i === 0 || element.decision === 'deny') chosen = call;
     if (element.decision === 'deny') break;
   }
   ex.mcpCall = chosen;

@@ -185,6 +185,31 @@ t.test('denied during the hold: 403 approval_denied with the note, audited denie
   t.equal(retry.json.error, 'approval_denied', 'a retry of a denied call is denied too');
 });
 
+t.test('a held MCP batch is audited by its first element (none denied), not by the element that needs approval', async (t) => {
+  const mcp = await createAgent(service.url, owner, 'mcp-payer', 'none');
+  const policy = 'version: "1"\nrules:\n  - {name: pay, tool: "*", action: POST, mcp_method: tools/call, mcp_tool: "pay_*", decision: approve}\n  - {name: rest, tool: "*", action: "*", decision: allow}\n';
+  t.equal((await api(service.url, owner, 'POST', `/agents/${mcp.id}/policy`, { rules_yaml: policy })).status, 200);
+  const rpc = (id: number, name: string) => ({ jsonrpc: '2.0', id, method: 'tools/call', params: { name } });
+  const pending = call(mcp.api_key, { body: JSON.stringify([rpc(1, 'read_x'), rpc(2, 'pay_y')]), headers: { 'content-type': 'application/json' } });
+  const approval = await pendingFor(mcp.id);
+  await api(service.url, owner, 'POST', `/approvals/${approval.id}/deny`, { note: 'no' });
+  t.equal((await pending).status, 403);
+  const [row] = await auditOf(approval.id);
+  t.match(row, { rule_matched: 'pay', mcp_method: 'tools/call', mcp_tool: 'read_x', decision: 'denied' }, 'CONTRACT: its first denied element, else its first');
+});
+
+t.test('a held call whose client goes away is audited denied with 499: nothing was forwarded, nobody approved it', async (t) => {
+  const seenBefore = upstream.seen.length;
+  const controller = new AbortController();
+  const pending = fetch(`${service.url}/proxy/${payer.api_key}/${upstream.authority}/echo`, { method: 'POST', body: '{"gone": true}', signal: controller.signal }).catch(() => null);
+  const approval = await pendingFor(payer.id);
+  controller.abort();
+  await pending;
+  const [row] = await auditOf(approval.id);
+  t.match(row, { status_code: 499, decision: 'denied', rule_matched: 'payments', approval_id: approval.id });
+  t.equal(upstream.seen.length, seenBefore, 'never forwarded');
+});
+
 t.test('no decision within the hold: 202 with its id, Retry-After and Location, no audit entry; the retry after approval is forwarded once', async (t) => {
   const body = '{"invoice": 7}';
   const held = await call(payer.api_key, { body, path: '/echo?currency=eur' });

@@ -17,6 +17,7 @@ import { SSEServerTransport } from '@modelcontextprotocol/sdk/server/sse.js';
 import { StreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/streamableHttp.js';
 import t from 'tap';
 import { eventually } from '../support/eventually.js';
+import { rawRequest } from '../support/raw-http.js';
 import { api, createAgent, signup, startTestService, TLS_DIR } from '../support/service.js';
 import { startUpstream } from '../support/upstream.js';
 import { gzipSync } from 'node:zlib';
@@ -263,6 +264,14 @@ t.test('MCP-aware rules on raw bodies: batches, fail-closed bodies, header check
     const res = await send(JSON.stringify(body), headers as Record<string, string>);
     t.match(res, { status: 400, json: { error: 'invalid_request' } }, what);
   }
+  // Two Mcp-Name lines (fetch would join them; uWS hands each over): the field is both, which is no tool.
+  const twice = JSON.stringify(rpc('tools/call', { name: 'list_repos' }));
+  const raw = await rawRequest(Number(new URL(service.url).port), [
+    `POST /proxy/${mcpAgent.api_key}/${echo.authority}/echo HTTP/1.1`, 'Host: 127.0.0.1', 'Content-Type: application/json',
+    'Mcp-Method: tools/call', 'Mcp-Name: delete_repo', 'Mcp-Name: list_repos', `Content-Length: ${Buffer.byteLength(twice)}`, 'Connection: close', '', twice,
+  ].join('\r\n'));
+  t.match(raw.text, /^HTTP\/1\.1 400 /, 'a repeated Mcp-Name is checked whole, not by its last line');
+  t.match(raw.text, /delete_repo, list_repos/);
   t.equal(echo.seen.length, seenBefore, 'none of the refused calls reached the upstream');
   t.equal((await send(JSON.stringify(rpc('tools/call', { name: 'list_repos' })), { 'mcp-method': 'tools/call', 'mcp-name': 'list_repos' })).status, 200, 'matching headers pass');
 
