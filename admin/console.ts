@@ -82,15 +82,16 @@ export function loadConsole(dir: string | null = findConsoleDir()): ConsoleFiles
       const { path } = req;
       if (path !== CONSOLE_PREFIX && !path.startsWith(`${CONSOLE_PREFIX}/`)) return null;
       if (req.method !== 'GET' && req.method !== 'HEAD') {
-        throw new GuardError('method_not_allowed', undefined, undefined, { allow: 'GET, HEAD' });
+        throw new GuardError('method_not_allowed', undefined, undefined, { ...CONSOLE_SECURITY_HEADERS, allow: 'GET, HEAD' });
       }
-      if (index === null) throw new GuardError('not_found', 'The console is not built: run `npm run build`.');
+      // Errors under /console carry the console's security headers too (docs/api.md: every answer).
+      if (index === null) throw new GuardError('not_found', 'The console is not built: run `npm run build`.', undefined, CONSOLE_SECURITY_HEADERS);
       const name = path.slice(CONSOLE_PREFIX.length + 1);
       const found = name.includes('/') ? undefined : files.get(name);
       // An asset that is not there (a stale page asking for an old build's file) is
       // 404, not the index served as script; any other path is the app's (hash
       // routing keeps real ones at /console/), so the index answers it.
-      if (found === undefined && /\.(js|css|map|png|svg|ico)$/.test(name)) throw new GuardError('not_found', 'No such console file.');
+      if (found === undefined && /\.(js|css|map|png|svg|ico)$/.test(name)) throw new GuardError('not_found', 'No such console file.', undefined, CONSOLE_SECURITY_HEADERS);
       const file = found ?? index;
       const headers: Record<string, string> = {
         ...CONSOLE_SECURITY_HEADERS,

@@ -42,7 +42,7 @@ export function credentialHandlers(ctx: AdminContext) {
     if (credType === 'header') {
       // Kept as written (`X-Api-Key` stays `X-Api-Key`); compared without case.
       headerName = stringField(body, 'header_name', { optional: true, min: 1, max: 128 }) ?? name;
-      const field = body.header_name === undefined ? 'name' : 'header_name';
+      const field = body.header_name === undefined || body.header_name === null ? 'name' : 'header_name'; // null is absent (docs/api.md)
       if (!HEADER_TOKEN.test(headerName) || CREDENTIAL_FORBIDDEN_HEADERS.has(headerName.toLowerCase())) {
         throw new GuardError('invalid_request', `Field '${field}' must be a valid HTTP header name the proxy does not own.`, { field });
       }

@@ -282,6 +282,9 @@ t.test('credentials', async (t) => {
       ['api.y.com:8443', 'api.y.com:8443'],
       ['127.0.0.1:9000', '127.0.0.1:9000'],
       ['  spaced.example.com ', 'spaced.example.com'],
+      // Written as the URL parser writes them, as the proxy reads a target (docs/api.md, decision 14).
+      ['127.1', '127.0.0.1'],
+      ['[0:0::1]:8443', '[::1]:8443'],
     ];
     for (const [hostname, stored] of cases) {
       const res = await api(base, org, 'POST', '/credentials', { name: 'c', hostname, cred_type: 'bearer', value: 'v' });
@@ -322,6 +325,9 @@ t.test('credentials', async (t) => {
       assertError(t, await api(base, org, 'POST', '/credentials', { name: 'n', hostname: 'h3.example.com', cred_type: 'header', header_name, value: 'v' }), 400, 'invalid_request', 'header_name');
     }
     assertError(t, await api(base, org, 'POST', '/credentials', { name: 'not a header', hostname: 'h3.example.com', cred_type: 'header', value: 'v' }), 400, 'invalid_request', 'name');
+    const nullName = await api(base, org, 'POST', '/credentials', { name: 'not a header', hostname: 'h3.example.com', cred_type: 'header', header_name: null, value: 'v' });
+    assertError(t, nullName, 400, 'invalid_request');
+    t.equal(nullName.json.field, 'name', 'header_name null is absent: the bad default is the name\'s');
     const listed = (await api(base, org, 'GET', '/credentials')).json;
     t.same(listed.map((c: { header_name?: string }) => c.header_name?.toLowerCase()), ['x-api-key', 'x-token'], 'list shows header_name');
   });

@@ -69,6 +69,11 @@ t.test('a bad email is 400 invalid_request naming the field', async (t) => {
   t.equal(longest.length, 254);
   const ok = await api(base, null, 'POST', '/auth/signup', { email: longest, password: PASSWORD });
   t.equal(ok.status, 201, '254 characters is allowed');
+  // Lengths are counted in code points: 254 of them, some outside the BMP (two UTF-16 units each).
+  const astral = `${'😀'.repeat(120)}${'a'.repeat(122)}@example.com`;
+  t.equal([...astral].length, 254);
+  t.equal((await api(base, null, 'POST', '/auth/signup', { email: astral, password: PASSWORD })).status, 201, '254 code points (374 UTF-16 units) is allowed');
+  assertError(t, await api(base, null, 'POST', '/auth/signup', { email: `a${astral}`, password: PASSWORD }), 400, 'invalid_request', 'email');
   for (const body of [{ password: PASSWORD }, { email: 42, password: PASSWORD }]) {
     assertError(t, await api(base, null, 'POST', '/auth/signup', body), 400, 'invalid_request', 'email');
   }

@@ -266,7 +266,15 @@ t.test('the console: a missing asset is 404, not the index; an app path is the i
   const missing = await fetch(`${base}/console/app-00000000.js`);
   t.equal(missing.status, 404);
   t.match(missing.headers.get('content-type') ?? '', /application\/json/);
+  t.ok(missing.headers.get('content-security-policy'), 'with the console\'s security headers');
+  t.equal(missing.headers.get('x-content-type-options'), 'nosniff');
   await missing.arrayBuffer();
+  const posted = await fetch(`${base}/console`, { method: 'POST' });
+  t.equal(posted.status, 405);
+  t.equal(posted.headers.get('allow'), 'GET, HEAD');
+  t.ok(posted.headers.get('content-security-policy'), 'a 405 under /console carries them too');
+  t.ok(posted.headers.get('x-frame-options'));
+  await posted.arrayBuffer();
   const app = await fetch(`${base}/console/agents`);
   t.equal(app.status, 200);
   t.match(await app.text(), /<html/i);

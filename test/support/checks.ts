@@ -14,7 +14,10 @@ export function assertError(t: Test, res: Reply, status: number, code: string, f
   t.equal(res.json?.error, code, `error code ${code}`);
   t.type(res.json?.message, 'string', 'a message');
   t.ok((res.json?.message ?? '').length > 0, 'message is not empty');
-  if (field !== undefined) t.match(res.json?.message, field, `message names ${field}`);
+  if (field !== undefined) {
+    t.match(res.json?.message, field, `message names ${field}`);
+    t.equal(res.json?.field, field, `field is ${field}`); // the message naming it is not enough: 'header_name' holds 'name'
+  }
 }
 
 /** A JSON request from a chosen loopback source address (Linux routes all of 127/8 to lo). */

@@ -434,6 +434,17 @@ t.test('tool and path globs of several wildcards match in bounded time (a backtr
   t.equal(evaluatePolicy(policy, 'h', 'GET', '/aaa/aab/x').ruleMatched, 'default', '* stays within a segment');
 });
 
+t.test('a check without a path (path \'\'): only rules whose path matches every path match (*, **, /**)', async (t) => {
+  const policy = parsePolicy(['version: "1"', 'rules:',
+    '  - {name: repos, tool: "*", action: "*", path: "/repos/**", decision: deny}',
+    '  - {name: root-only, tool: "*", action: "*", path: "/", decision: deny}',
+    '  - {name: every, tool: "*", action: "*", path: "/**", decision: deny}'].join('\n'));
+  t.equal(evaluatePolicy(policy, 'h', 'GET', '').ruleMatched, 'every');
+  for (const glob of ['*', '**']) {
+    t.equal(evaluatePolicy(parsePolicy(`version: "1"\nrules:\n  - {name: any, tool: "*", action: "*", path: "${glob}", decision: deny}\n`), 'h', 'GET', '').ruleMatched, 'any', glob);
+  }
+});
+
 t.test('path globs of several wildcards are bounded: 16 wildcards a glob, 16,384 characters of them a policy (aliases counted)', async (t) => {
   // One rule like this held the event loop ~11 s a check against an 8 KiB path.
   t.match(refusal(`version: "1"\nrules:\n  - {tool: "*", action: "*", decision: deny, path: "/${'*a'.repeat(120_000)}"}\n`).message,
