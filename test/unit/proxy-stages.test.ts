@@ -4,7 +4,7 @@
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import t from 'tap';
+import t, { type Test } from 'tap';
 import { createAdmit } from '../../proxy/admit.js';
 import { createAuthorize } from '../../proxy/authorize.js';
 import { createProxyCaches } from '../../proxy/caches.js';
@@ -218,23 +218,28 @@ t.test('the cache stages read through a real store', async (t) => {
     t.equal(made.ex.ruleMatched, 'default');
   });
 
-  t.test('a credential deleted while another port of its host is being read is not cached for that port', async (t) => {
-    // The real store, its credential reads answered 50 ms late, as over a network (MongoDB):
-    // the read of the :8443 key has found the credential when the delete commits and its change arrives.
+  /** Caches over the real store whose credential reads find their value at once and answer `delayMs()` later, as over a network. */
+  function lateCredentialReads(t: Test, delayMs: () => number) {
     const late = new Proxy(store, {
       get(target, name, receiver) {
         const value = Reflect.get(target, name, receiver) as unknown;
         if (name !== 'findCredentialForHost') return typeof value === 'function' ? value.bind(target) : value;
         return async (...args: [string, string]) => {
           const found = await target.findCredentialForHost(...args);
-          await new Promise((r) => setTimeout(r, 50));
+          await new Promise((r) => setTimeout(r, delayMs()));
           return found;
         };
       },
     });
     const lateCaches = createProxyCaches(late, encryptionKey, { maxEntries: 100, ttlMs: 60_000, stats: new Metrics({ agentLabel: false }).caches });
     t.teardown(() => lateCaches.close());
-    const lateInject = createInjectCredential(lateCaches);
+    return { lateCaches, lateInject: createInjectCredential(lateCaches) };
+  }
+
+  t.test('a credential deleted while another port of its host is being read is not cached for that port', async (t) => {
+    // The real store, its credential reads answered 50 ms late, as over a network (MongoDB):
+    // the read of the :8443 key has found the credential when the delete commits and its change arrives.
+    const { lateCaches, lateInject } = lateCredentialReads(t, () => 50);
     const [cred] = await store.listCredentials(user.orgId);
     const ported = call('api.example.com:8443/repos');
     await settle(resolve(ported.ex));
@@ -254,20 +259,7 @@ t.test('the cache stages read through a real store', async (t) => {
   t.test('a credential change reaches a read that replaced an aborted one, after the aborted one ended', async (t) => {
     // The real store, each credential read answered late (100 ms, then 300 ms), its value found at its start.
     const delays = [100, 300];
-    const late = new Proxy(store, {
-      get(target, name, receiver) {
-        const value = Reflect.get(target, name, receiver) as unknown;
-        if (name !== 'findCredentialForHost') return typeof value === 'function' ? value.bind(target) : value;
-        return async (...args: [string, string]) => {
-          const found = await target.findCredentialForHost(...args);
-          await new Promise((r) => setTimeout(r, delays.shift() ?? 0));
-          return found;
-        };
-      },
-    });
-    const lateCaches = createProxyCaches(late, encryptionKey, { maxEntries: 100, ttlMs: 60_000, stats: new Metrics({ agentLabel: false }).caches });
-    t.teardown(() => lateCaches.close());
-    const lateInject = createInjectCredential(lateCaches);
+    const { lateCaches, lateInject } = lateCredentialReads(t, () => delays.shift() ?? 0);
     const created = await store.createCredential({ orgId: user.orgId, name: 'overlap', hostname: 'overlap.example.com', credType: 'bearer', headerName: null, queryParam: null, sealedValue: sealValue(encryptionKey, 'overlap-token', credentialAssociatedData(user.orgId, 'overlap.example.com')) });
     const ported = call('overlap.example.com:8443/repos');
     await settle(resolve(ported.ex));
