@@ -8,7 +8,7 @@
 // when it can be (identity, a known length up to 1 MiB, JSON) so that those
 // rules can match. Any other policy decided in authorize.ts; nothing here.
 import { MCP_INSPECT_MAX_BYTES, readJsonRpc } from '../shared/mcp.js';
-import { evaluatePolicy, type CompiledPolicy, type McpCall, type PolicyDecision } from '../shared/policy/index.js';
+import { evaluatePolicy, evaluateShadow, type CompiledPolicy, type McpCall, type PolicyDecision } from '../shared/policy/index.js';
 import { applyDecision, decideOnHead } from './authorize.js';
 import type { ProxyExchange, Stage } from './exchange.js';
 
@@ -36,7 +36,23 @@ export function createInspectMcp(): Stage {
   };
 }
 
+/**
+ * A call refused for its body before the policy could decide still has its
+ * shadow rule recorded ("every shadow rule is tried"), on the head alone: one
+ * naming MCP fields cannot match a body that was not read.
+ */
+function shadowOnHead(ex: ProxyExchange): void {
+  const policy = ex.policy;
+  if (policy !== null && policy.shadowRules.length > 0) ex.shadowRule = evaluateShadow(policy, ex.target!.hostname, ex.method, ex.policyPath, null);
+}
+
+function refuseHeaders(ex: ProxyExchange, message: string): false {
+  shadowOnHead(ex);
+  return ex.answerError('invalid_request', message);
+}
+
 function uninspectable(ex: ProxyExchange, what: string): false {
+  shadowOnHead(ex);
   ex.ruleMatched = UNINSPECTABLE_RULE;
   return ex.answerError('policy_denied', `The policy decides on the JSON-RPC body, and ${what} cannot be inspected.`, { rule_matched: UNINSPECTABLE_RULE });
 }
@@ -52,13 +68,13 @@ function decide(ex: ProxyExchange, policy: CompiledPolicy, bytes: Buffer | null,
   const methodHeader = ex.mcpMethodHeader;
   const nameHeader = ex.mcpNameHeader;
   if (enforcing && (methodHeader !== null || nameHeader !== null)) {
-    if (batch) return ex.answerError('invalid_request', 'Mcp-Method and Mcp-Name describe one request; a batch body cannot carry them.');
+    if (batch) return refuseHeaders(ex, 'Mcp-Method and Mcp-Name describe one request; a batch body cannot carry them.');
     const call = calls[0] ?? null;
     if (methodHeader !== null && methodHeader !== call?.method) {
-      return ex.answerError('invalid_request', `The Mcp-Method header (${quoted(methodHeader)}) does not match the body's method (${quoted(call?.method ?? null)}).`);
+      return refuseHeaders(ex, `The Mcp-Method header (${quoted(methodHeader)}) does not match the body's method (${quoted(call?.method ?? null)}).`);
     }
     if (nameHeader !== null && nameHeader !== call?.tool) {
-      return ex.answerError('invalid_request', `The Mcp-Name header (${quoted(nameHeader)}) does not match the body's tool (${quoted(call?.tool ?? null)}).`);
+      return refuseHeaders(ex, `The Mcp-Name header (${quoted(nameHeader)}) does not match the body's tool (${quoted(call?.tool ?? null)}).`);
     }
   }
 

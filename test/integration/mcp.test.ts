@@ -329,3 +329,27 @@ t.test('shadow-only MCP fields never refuse a call for its body; a shadow rule i
   t.match(batch, { decision: 'allowed', shadow_rule: 'try-no-merges', shadow_decision: 'deny' }, 'the shadow rule matched the second element of the batch');
   t.ok(rows.every((r) => r.decision === 'allowed'), 'nothing was refused');
 });
+
+t.test('a call refused for its body (uninspectable, headers that disagree) still records the shadow rule its head matches', async (t) => {
+  const echo = await startUpstream();
+  t.teardown(() => echo.close());
+  const agent = await createAgent(service.url, owner, 'mcp-shadow-refused', 'none');
+  const set = await api(service.url, owner, 'POST', `/agents/${agent.id}/policy`, {
+    rules_yaml: 'version: "1"\nrules:\n  - {name: no-deletes, tool: "*", action: POST, mcp_tool: "delete_*", decision: deny}\n  - {name: try-posts, tool: "*", action: POST, decision: deny, mode: shadow}\n',
+  });
+  t.equal(set.status, 200);
+  const send = async (body: string | Buffer, headers: Record<string, string>) => {
+    const res = await fetch(`${service.url}/proxy/${agent.api_key}/${echo.authority}/echo`, {
+      method: 'POST', headers: { 'content-type': 'application/json', ...headers }, body: Buffer.isBuffer(body) ? new Uint8Array(body) : body,
+    });
+    await res.arrayBuffer();
+    return res.status;
+  };
+  t.equal(await send(gzipSync('{}'), { 'content-encoding': 'gzip' }), 403, 'an encoded body is refused');
+  t.equal(await send(JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'tools/call', params: { name: 'list_x' } }), { 'mcp-method': 'tools/list' }), 400, 'a header that disagrees is refused');
+  const rows = await eventually(async () => {
+    const page = (await api(service.url, owner, 'GET', `/audit?agent_id=${agent.id}`)).json as any[];
+    return page.length >= 2 ? page : undefined;
+  });
+  for (const row of rows) t.match(row, { decision: 'denied', shadow_rule: 'try-posts', shadow_decision: 'deny' }, `${row.status_code}: the shadow rule is recorded`);
+});
