@@ -150,7 +150,7 @@ const ESCAPED_BACKSLASH = /%5[Cc]/;
  * `/admin/**` the way an upstream that decodes them would, and runs of '/'
  * collapse (`//admin` is `/admin` to most servers). The upstream still
  * gets the path exactly as sent. Null when a segment is `.` or `..` (raw or
- * encoded), or the path holds a `#` or a backslash (raw or `%5C`): such paths
+ * encoded, or with `;` parameters after it), or the path holds a `#` or a backslash (raw or `%5C`): such paths
  * mean different things to different servers, so they are refused rather than
  * guessed at. A policy would see `/admin#x` or `/x\..\admin` as a path of its
  * own, while a server that reads URLs as browsers do (WHATWG URL: Node's
@@ -169,7 +169,9 @@ export function normalizePolicyPath(path: string): string | null {
   const collapsed = decoded.includes('//') ? decoded.replace(/\/{2,}/g, '/') : decoded;
   if (collapsed.includes('/.')) {
     for (const segment of collapsed.split('/')) {
-      if (segment === '.' || segment === '..') return null;
+      // `..;x` is `..` to a Java servlet container (Tomcat drops a segment's
+      // `;` parameters): `/public/..;/admin` would reach /admin past a rule on it.
+      if (segment === '.' || segment === '..' || segment.startsWith('.;') || segment.startsWith('..;')) return null;
     }
   }
   return collapsed;

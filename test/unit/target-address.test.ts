@@ -202,6 +202,9 @@ t.test('normalizePolicyPath', async (t) => {
   t.equal(normalizePolicyPath('/%61dmin//x%2Fy'), '/admin/x/y', 'unreserved and slash escapes decoded, slashes collapsed');
   t.equal(normalizePolicyPath('/a%23b%20c'), '/a%23b%20c', 'other escapes kept, upper-cased');
   for (const path of ['/x/../admin', '/x/%2E%2e/admin', '/./x', '/x/..']) t.equal(normalizePolicyPath(path), null, `dot segment: ${path}`);
+  // A dot segment with `;` parameters is one to a servlet container (Tomcat reads /public/..;/admin as /admin).
+  for (const path of ['/public/..;/admin', '/public/..;x=1/admin', '/a/.;/b', '/a/%2e%2e;/b']) t.equal(normalizePolicyPath(path), null, `dot segment with parameters: ${path}`);
+  for (const path of ['/a/..x/b', '/a;b/c', '/a/.well-known', '/a/x;..']) t.equal(normalizePolicyPath(path), path, `not a dot segment: ${path}`);
   // What a WHATWG-URL server routes as /admin (a fragment cut off, a backslash read as a slash), or some servers decode.
   for (const path of ['/admin#x', '/admin#', '/x\\..\\admin', '/admin\\x', '/x%5C..%5Cadmin', '/a%5cb']) t.equal(normalizePolicyPath(path), null, `refused: ${path}`);
   t.equal(new URL('/x\\..\\admin#y', 'https://h').pathname, '/admin', 'the reading it guards against');
