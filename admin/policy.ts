@@ -1,6 +1,6 @@
 // Policies: get and set an agent's YAML policy, and the policy check.
 import { GuardError } from '../shared/errors.js';
-import { evaluatePolicy, evaluateShadow, matchingLimits, parsePolicy } from '../shared/policy/index.js';
+import { evaluatePolicy, evaluateShadow, matchingLimits, parsePolicy, STORED_POLICY_LIMITS } from '../shared/policy/index.js';
 import { isoInstant } from './audit.js';
 import { replayPolicy } from './replay.js';
 import { policyInputs } from '../shared/target.js';
@@ -62,7 +62,7 @@ export function policyHandlers(ctx: AdminContext) {
     let compiled = candidatePolicy ?? null;
     if (candidatePolicy === undefined) {
       const policy = await ctx.store.getPolicy(agent.id);
-      compiled = policy ? parsePolicy(policy.rulesYaml) : null;
+      compiled = policy ? parsePolicy(policy.rulesYaml, STORED_POLICY_LIMITS) : null;
     }
     const method = action.toUpperCase();
     const result = evaluatePolicy(compiled, inputs.tool, method, inputs.path, mcp);

@@ -1,4 +1,4 @@
-export { parsePolicy, MAX_POLICY_BYTES, MAX_POLICY_LIMITS, MAX_POLICY_RULES, MAX_POLICY_ALIASES, POLICY_LIMITS } from './parse-policy.js';
+export { parsePolicy, MAX_POLICY_BYTES, MAX_POLICY_LIMITS, MAX_POLICY_RULES, MAX_POLICY_ALIASES, POLICY_LIMITS, STORED_POLICY_LIMITS } from './parse-policy.js';
 export type { PolicyLimits } from './parse-policy.js';
 export { evaluatePolicy, evaluateShadow, matchesAnyCall, matchesCall, matchingLimits, NO_POLICY_DECISION } from './evaluate-policy.js';
 export { APPROVAL_TIMEOUT, PathMatch, PENDING_APPROVALS_LIMIT, RATE_PERIODS, ToolMatch } from './types.js';

@@ -54,18 +54,6 @@ export const MAX_POLICY_ALIASES = 100;
  */
 const MAX_ALIAS_EXPANSION = 100;
 
-export interface PolicyLimits {
-  readonly maxBytes: number;
-  readonly maxRules: number;
-  readonly maxAliases: number;
-}
-
-export const POLICY_LIMITS: PolicyLimits = Object.freeze({
-  maxBytes: MAX_POLICY_BYTES,
-  maxRules: MAX_POLICY_RULES,
-  maxAliases: MAX_POLICY_ALIASES,
-});
-
 /**
  * Path globs of two or more wildcards are matched by pathGlobMatcher in time of
  * the path's length × the glob's: at most this many wildcards in one glob, and
@@ -76,8 +64,38 @@ export const POLICY_LIMITS: PolicyLimits = Object.freeze({
  */
 export const MAX_PATH_GLOB_WILDCARDS = 16;
 export const MAX_PATTERN_PATH_CHARS = 16_384;
-/** What is left of MAX_PATTERN_PATH_CHARS in the policy being compiled (parsing is synchronous: set at its start). */
+/** The policy being compiled: its wildcard bound, and what is left of its characters of such globs (parsing is synchronous: set at its start). */
+let pathGlobWildcards = MAX_PATH_GLOB_WILDCARDS;
 let patternPathBudget = MAX_PATTERN_PATH_CHARS;
+
+export interface PolicyLimits {
+  readonly maxBytes: number;
+  readonly maxRules: number;
+  readonly maxAliases: number;
+  readonly maxPathGlobWildcards: number;
+  readonly maxPatternPathChars: number;
+}
+
+/** What a policy being set, checked or replayed must keep to. */
+export const POLICY_LIMITS: PolicyLimits = Object.freeze({
+  maxBytes: MAX_POLICY_BYTES,
+  maxRules: MAX_POLICY_RULES,
+  maxAliases: MAX_POLICY_ALIASES,
+  maxPathGlobWildcards: MAX_PATH_GLOB_WILDCARDS,
+  maxPatternPathChars: MAX_PATTERN_PATH_CHARS,
+});
+
+/**
+ * A policy read back from the store: one saved before the path-glob bounds
+ * (2026-11-27) may exceed them, and it keeps deciding as it did (refusing it
+ * would fail every call of its agent with 500) until it is set again. Every
+ * other bound was checked when it was saved.
+ */
+export const STORED_POLICY_LIMITS: PolicyLimits = Object.freeze({
+  ...POLICY_LIMITS,
+  maxPathGlobWildcards: Infinity,
+  maxPatternPathChars: Infinity,
+});
 
 /** The most limits one policy may hold: every proxied call of the agent is tested against each. */
 export const MAX_POLICY_LIMITS = 100;
@@ -112,7 +130,8 @@ export function parsePolicy(yamlText: string, limits: PolicyLimits = POLICY_LIMI
   // of 20,000 keys took 1.7 s with it and 0.26 s without (yaml 2.9.1, Node 20). The
   // walk below refuses duplicate keys itself; every map it does not walk is refused
   // anyway (it sits under an unknown key or where a string belongs).
-  patternPathBudget = MAX_PATTERN_PATH_CHARS;
+  pathGlobWildcards = limits.maxPathGlobWildcards;
+  patternPathBudget = limits.maxPatternPathChars;
   const lines = new LineCounter();
   const doc = parseDocument(yamlText, { lineCounter: lines, prettyErrors: false, uniqueKeys: false, strict: true });
   const at = (node: { range?: readonly number[] | null | undefined } | null | undefined): number =>
@@ -530,7 +549,7 @@ function compilePathGlob(glob: string, where: string): PathMatcher {
   // One wildcard: a RegExp, whose backtracking is then bounded by the path's length. More: pathGlobMatcher.
   const wildcards = glob.match(/\*+/g)!.length;
   if (wildcards === 1) return { match: PathMatch.Pattern, text: '', prefix: '', regExp: pathGlobToRegExp(glob) };
-  if (wildcards > MAX_PATH_GLOB_WILDCARDS) fail(`${where}: 'path' may hold at most ${MAX_PATH_GLOB_WILDCARDS} wildcards (this one has ${formatCount(wildcards)})`);
+  if (wildcards > pathGlobWildcards) fail(`${where}: 'path' may hold at most ${pathGlobWildcards} wildcards (this one has ${formatCount(wildcards)})`);
   patternPathBudget -= glob.length;
   if (patternPathBudget < 0) {
     fail(`${where}: the policy's path globs of two or more wildcards come to more than ${formatCount(MAX_PATTERN_PATH_CHARS)} characters, the most allowed`);

@@ -190,6 +190,17 @@ t.test('the cache stages read through a real store', async (t) => {
     t.equal(allowed.ex.ruleMatched, 'default');
   });
 
+  t.test('authorize: a stored policy past the path-glob bounds of 2026-11-27 (saved before them) still decides, not 500', async (t) => {
+    const oldKey = generateApiKey();
+    const old = await store.createAgent({ orgId: user.orgId, name: 'saved-before', logOutputs: 'none', keyHash: hashApiKey(oldKey), apiKeyPrefix: oldKey.slice(0, 12) });
+    // Written to the store as an earlier version accepted it: 17 wildcards in one glob.
+    await store.setPolicy(old.id, `version: "1"\nrules:\n  - {name: deep, tool: "*", action: "*", path: "/${'*/'.repeat(16)}*", decision: deny}\n`);
+    const deep = call(`api.example.com/${'a/'.repeat(16)}b`, hashApiKey(oldKey));
+    await settle(resolve(deep.ex));
+    t.equal(await settle(authorize(deep.ex)), false, 'decided: denied by its rule');
+    t.match(json(deep.answer()), { error: 'policy_denied', rule_matched: 'deep' });
+  });
+
   t.test('inject-credential: replaces the agent\'s header of the same name', async (t) => {
     const made = call('api.example.com/repos');
     made.ex.headers.push('authorization', 'Bearer agent-own', 'accept', '*/*');
