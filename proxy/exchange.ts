@@ -411,7 +411,7 @@ export class ProxyExchange {
     const agent = this.agent!;
     let output: string | null = null;
     // An encoded body is not stored; an empty one has nothing to hide: "", as for any empty body.
-    if (this.capture !== null && (!this.responseEncoded || this.captureLength === 0)) {
+    if (this.capture !== null && (!this.responseEncoded || this.responseBytes === 0)) {
       let captured = this.capture.subarray(0, this.captureLength);
       if (this.credential !== null) captured = redactCapture(captured, this.credential.spellings, this.captureTruncated);
       output = captureToText(captured, this.captureTruncated);

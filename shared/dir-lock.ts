@@ -58,20 +58,25 @@ export class DirLock {
       }
       throw new Error(`${what} ${dir} is in use by ${holder}${hint}`);
     }
-    const lock = new DirLock(db, holderFile);
     try {
+      // Only for the error a second process gets: a holder file that cannot be
+      // replaced (a dead holder's, left read-only) stops no start.
+      rmSync(holderFile, { force: true });
       writeFileSync(holderFile, `process ${process.pid} on host ${hostname()}\n`, { mode: 0o600 });
-    } catch (err) {
-      lock.release(); // not held by a process that fails to start
-      throw err;
+    } catch {
+      // the next process is told "another process"
     }
-    return lock;
+    return new DirLock(db, holderFile);
   }
 
   /** Lets the lock go (the process's exit does too). */
   release(): void {
     if (!this.#db.open) return;
-    rmSync(this.#holderFile, { force: true });
+    try {
+      rmSync(this.#holderFile, { force: true });
+    } catch {
+      // not a file it could remove: it named no one
+    }
     this.#db.close();
   }
 }

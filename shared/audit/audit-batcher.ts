@@ -398,6 +398,7 @@ export class AuditBatcher {
       if (this.#stopped) return;
       try {
         const body = await spool.read(spooled);
+        if (this.#stopped) return;
         await this.#store.insertEncoded(body, spooled.token);
         if (this.#stopped) return; // written; its file stays for the next start, whose copy the token makes a no-op
         this.#options.onBodyWritten?.(body);

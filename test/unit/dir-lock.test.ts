@@ -1,6 +1,6 @@
 // shared/dir-lock.ts: one holder at a time, whoever starts at the same moment.
 import { spawn } from 'node:child_process';
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import t, { type Test } from 'tap';
@@ -48,4 +48,12 @@ t.test('release lets the next holder in; releasing twice is harmless', async (t)
   const second = DirLock.acquire(dir, 'test.lockdb', 'test dir');
   t.teardown(() => second.release());
   t.pass('taken again');
+});
+
+t.test('a holder file that cannot be replaced (a dead holder\'s, or anything else in its place) stops no start', async (t) => {
+  const dir = lockDir(t);
+  mkdirSync(join(dir, 'test.lockdb.holder')); // neither removable as a file nor writable
+  const lock = DirLock.acquire(dir, 'test.lockdb', 'test dir');
+  t.teardown(() => lock.release());
+  t.pass('taken');
 });
