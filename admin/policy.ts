@@ -3,7 +3,7 @@ import { GuardError } from '../shared/errors.js';
 import { evaluatePolicy, evaluateShadow, matchingLimits, parsePolicy, STORED_POLICY_LIMITS } from '../shared/policy/index.js';
 import { isoInstant } from './audit.js';
 import { replayPolicy } from './replay.js';
-import { policyInputs } from '../shared/target.js';
+import { policyInputs, REFUSED_PATH_PARTS } from '../shared/target.js';
 import type { AdminContext, Handler } from './context.js';
 import { json, readJsonObject, stringField } from './http.js';
 import { requireAgent } from './agents.js';
@@ -53,7 +53,7 @@ export function policyHandlers(ctx: AdminContext) {
       throw new GuardError('invalid_request', "Field 'tool' must be a host name with an optional :port, as in a proxy URL.", { field: 'tool' });
     }
     if (inputs === 'path') {
-      throw new GuardError('invalid_request', "Field 'path' has dot segments (. or ..), a '#' or a backslash, which the proxy does not forward.", { field: 'path' });
+      throw new GuardError('invalid_request', `Field 'path' has ${REFUSED_PATH_PARTS}, which the proxy does not forward.`, { field: 'path' });
     }
     // A candidate policy is checked instead of the stored one (it is validated, not stored).
     const candidate = stringField(body, 'rules_yaml', { optional: true });

@@ -30,10 +30,15 @@ export function decideOnHead(ex: ProxyExchange, policy: CompiledPolicy | null): 
  */
 export function applyDecision(ex: ProxyExchange, policy: CompiledPolicy | null, decision: PolicyDecision, mcp: readonly (McpCall | null)[] | null): undefined | false {
   ex.decision = decision;
-  if (policy !== null && policy.shadowRules.length > 0) ex.shadowRule = evaluateShadow(policy, ex.target!.hostname, ex.method, ex.policyPath, mcp);
+  recordShadow(ex, policy, mcp);
   ex.ruleMatched = decision.ruleMatched;
   if (decision.decision === 'deny') {
     return ex.answerError('policy_denied', decision.message, { rule_matched: decision.ruleMatched });
   }
   return undefined;
+}
+
+/** The first shadow rule that matches the call (on every request of an MCP batch; on the head alone when `mcp` is null), for the audit. */
+export function recordShadow(ex: ProxyExchange, policy: CompiledPolicy | null, mcp: readonly (McpCall | null)[] | null): void {
+  if (policy !== null && policy.shadowRules.length > 0) ex.shadowRule = evaluateShadow(policy, ex.target!.hostname, ex.method, ex.policyPath, mcp);
 }

@@ -8,8 +8,8 @@
 // when it can be (identity, a known length up to 1 MiB, JSON) so that those
 // rules can match. Any other policy decided in authorize.ts; nothing here.
 import { MCP_INSPECT_MAX_BYTES, readJsonRpc } from '../shared/mcp.js';
-import { evaluatePolicy, evaluateShadow, type CompiledPolicy, type McpCall, type PolicyDecision } from '../shared/policy/index.js';
-import { applyDecision, decideOnHead } from './authorize.js';
+import { evaluatePolicy, type CompiledPolicy, type McpCall, type PolicyDecision } from '../shared/policy/index.js';
+import { applyDecision, decideOnHead, recordShadow } from './authorize.js';
 import type { ProxyExchange, Stage } from './exchange.js';
 
 export const UNINSPECTABLE_RULE = 'uninspectable_body';
@@ -36,23 +36,16 @@ export function createInspectMcp(): Stage {
   };
 }
 
-/**
- * A call refused for its body before the policy could decide still has its
- * shadow rule recorded ("every shadow rule is tried"), on the head alone: one
- * naming MCP fields cannot match a body that was not read.
- */
-function shadowOnHead(ex: ProxyExchange): void {
-  const policy = ex.policy;
-  if (policy !== null && policy.shadowRules.length > 0) ex.shadowRule = evaluateShadow(policy, ex.target!.hostname, ex.method, ex.policyPath, null);
-}
-
+// The two refusals for the body, before the policy could decide, still record the
+// shadow rule ("every shadow rule is tried"), on the head alone: one naming MCP
+// fields cannot match a body that was not read.
 function refuseHeaders(ex: ProxyExchange, message: string): false {
-  shadowOnHead(ex);
+  recordShadow(ex, ex.policy, null);
   return ex.answerError('invalid_request', message);
 }
 
 function uninspectable(ex: ProxyExchange, what: string): false {
-  shadowOnHead(ex);
+  recordShadow(ex, ex.policy, null);
   ex.ruleMatched = UNINSPECTABLE_RULE;
   return ex.answerError('policy_denied', `The policy decides on the JSON-RPC body, and ${what} cannot be inspected.`, { rule_matched: UNINSPECTABLE_RULE });
 }

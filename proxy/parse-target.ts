@@ -1,6 +1,6 @@
 // Stage: the target the call names, `host[:port]/path`, parsed and normalised by
 // the same functions the policy check API uses (shared/target.ts).
-import { normalizePolicyPath, parseTarget } from '../shared/target.js';
+import { normalizePolicyPath, parseTarget, REFUSED_PATH_PARTS } from '../shared/target.js';
 import type { Stage } from './exchange.js';
 
 export function createParseTarget(): Stage {
@@ -9,7 +9,7 @@ export function createParseTarget(): Stage {
     if (target === null) return ex.answerError('invalid_target');
     ex.target = target;
     const policyPath = normalizePolicyPath(target.path);
-    if (policyPath === null) return ex.answerError('invalid_target', 'The target path has dot segments (. or ..), a \'#\' or a backslash, which the proxy does not forward.');
+    if (policyPath === null) return ex.answerError('invalid_target', `The target path has ${REFUSED_PATH_PARTS}, which the proxy does not forward.`);
     ex.policyPath = policyPath;
     return undefined;
   };

@@ -147,7 +147,10 @@ const ESCAPED_BACKSLASH = /%5[Cc]/;
 /**
  * The path the policy sees: percent-escapes of unreserved characters and of '/'
  * decoded (RFC 3986 §6.2.2.2), so `/%61dmin` and `/admin%2Fx` meet a rule on
- * `/admin/**` the way an upstream that decodes them would, and runs of '/'
+ * `/admin/** What normalizePolicyPath refuses, for the answers that say so (the proxy's, the policy check's). */
+export const REFUSED_PATH_PARTS = "dot segments (. or .., also with ';' parameters), a '#' or a backslash";
+
+/**` the way an upstream that decodes them would, and runs of '/'
  * collapse (`//admin` is `/admin` to most servers). The upstream still
  * gets the path exactly as sent. Null when a segment is `.` or `..` (raw or
  * encoded, or with `;` parameters after it), or the path holds a `#` or a backslash (raw or `%5C`): such paths

@@ -15,7 +15,7 @@ import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/
 import { McpServer } from '@modelcontextprotocol/sdk/server/mcp.js';
 import { SSEServerTransport } from '@modelcontextprotocol/sdk/server/sse.js';
 import { StreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/streamableHttp.js';
-import t from 'tap';
+import t, { type Test } from 'tap';
 import { eventually } from '../support/eventually.js';
 import { rawRequest } from '../support/raw-http.js';
 import { api, createAgent, signup, startTestService, TLS_DIR } from '../support/service.js';
@@ -301,21 +301,27 @@ t.test('MCP-aware rules on raw bodies: batches, fail-closed bodies, header check
   t.match(rows.find((r) => r.status_code === 429), { rule_matched: 'limit:ticks', mcp_tool: 'ticks' });
 });
 
+/** An agent of the owner with `rulesYaml` as its policy. */
+async function agentWithPolicy(t: Test, name: string, rulesYaml: string) {
+  const agent = await createAgent(service.url, owner, name, 'none');
+  t.equal((await api(service.url, owner, 'POST', `/agents/${agent.id}/policy`, { rules_yaml: rulesYaml })).status, 200);
+  return agent;
+}
+
+/** The status of a JSON POST through the proxy to the echo upstream at `authority`. */
+async function postStatus(key: string, authority: string, body: string | Buffer, headers: Record<string, string>): Promise<number> {
+  const res = await fetch(`${service.url}/proxy/${key}/${authority}/echo`, {
+    method: 'POST', headers: { 'content-type': 'application/json', ...headers }, body: Buffer.isBuffer(body) ? new Uint8Array(body) : body,
+  });
+  await res.arrayBuffer();
+  return res.status;
+}
+
 t.test('shadow-only MCP fields never refuse a call for its body; a shadow rule is tried on every element of a batch', async (t) => {
   const echo = await startUpstream();
   t.teardown(() => echo.close());
-  const shadowAgent = await createAgent(service.url, owner, 'mcp-shadow', 'none');
-  const set = await api(service.url, owner, 'POST', `/agents/${shadowAgent.id}/policy`, {
-    rules_yaml: 'version: "1"\nrules:\n  - name: try-no-merges\n    tool: "*"\n    action: POST\n    mcp_tool: merge_pull_request\n    decision: deny\n    mode: shadow\n',
-  });
-  t.equal(set.status, 200);
-  const send = async (body: string | Buffer, headers: Record<string, string> = {}) => {
-    const res = await fetch(`${service.url}/proxy/${shadowAgent.api_key}/${echo.authority}/echo`, {
-      method: 'POST', headers: { 'content-type': 'application/json', ...headers }, body: Buffer.isBuffer(body) ? new Uint8Array(body) : body,
-    });
-    await res.arrayBuffer();
-    return res.status;
-  };
+  const shadowAgent = await agentWithPolicy(t, 'mcp-shadow', 'version: "1"\nrules:\n  - name: try-no-merges\n    tool: "*"\n    action: POST\n    mcp_tool: merge_pull_request\n    decision: deny\n    mode: shadow\n');
+  const send = (body: string | Buffer, headers: Record<string, string> = {}) => postStatus(shadowAgent.api_key, echo.authority, body, headers);
   const call = (name: string, id = 1) => ({ jsonrpc: '2.0', id, method: 'tools/call', params: { name } });
   t.equal(await send(gzipSync('{}'), { 'content-encoding': 'gzip' }), 200, 'an encoded body passes');
   t.equal(await send('not json'), 200, 'a body that is not JSON passes');
@@ -333,18 +339,8 @@ t.test('shadow-only MCP fields never refuse a call for its body; a shadow rule i
 t.test('a call refused for its body (uninspectable, headers that disagree) still records the shadow rule its head matches', async (t) => {
   const echo = await startUpstream();
   t.teardown(() => echo.close());
-  const agent = await createAgent(service.url, owner, 'mcp-shadow-refused', 'none');
-  const set = await api(service.url, owner, 'POST', `/agents/${agent.id}/policy`, {
-    rules_yaml: 'version: "1"\nrules:\n  - {name: no-deletes, tool: "*", action: POST, mcp_tool: "delete_*", decision: deny}\n  - {name: try-posts, tool: "*", action: POST, decision: deny, mode: shadow}\n',
-  });
-  t.equal(set.status, 200);
-  const send = async (body: string | Buffer, headers: Record<string, string>) => {
-    const res = await fetch(`${service.url}/proxy/${agent.api_key}/${echo.authority}/echo`, {
-      method: 'POST', headers: { 'content-type': 'application/json', ...headers }, body: Buffer.isBuffer(body) ? new Uint8Array(body) : body,
-    });
-    await res.arrayBuffer();
-    return res.status;
-  };
+  const agent = await agentWithPolicy(t, 'mcp-shadow-refused', 'version: "1"\nrules:\n  - {name: no-deletes, tool: "*", action: POST, mcp_tool: "delete_*", decision: deny}\n  - {name: try-posts, tool: "*", action: POST, decision: deny, mode: shadow}\n');
+  const send = (body: string | Buffer, headers: Record<string, string>) => postStatus(agent.api_key, echo.authority, body, headers);
   t.equal(await send(gzipSync('{}'), { 'content-encoding': 'gzip' }), 403, 'an encoded body is refused');
   t.equal(await send(JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'tools/call', params: { name: 'list_x' } }), { 'mcp-method': 'tools/list' }), 400, 'a header that disagrees is refused');
   const rows = await eventually(async () => {

@@ -247,6 +247,14 @@ t.test('the cache stages read through a real store', async (t) => {
     return { lateCaches, lateInject: createInjectCredential(lateCaches) };
   }
 
+  /** The credential a new call to `rawTarget` gets injected. */
+  async function credentialOfNextCall(injectWith: ReturnType<typeof createInjectCredential>, rawTarget: string) {
+    const made = call(rawTarget);
+    await settle(resolve(made.ex));
+    await settle(injectWith(made.ex));
+    return made.ex.credential;
+  }
+
   t.test('a credential deleted while another port of its host is being read is not cached for that port', async (t) => {
     // The real store, its credential reads answered 50 ms late, as over a network (MongoDB):
     // the read of the :8443 key has found the credential when the delete commits and its change arrives.
@@ -261,10 +269,7 @@ t.test('the cache stages read through a real store', async (t) => {
     lateCaches.apply({ kind: 'credential', orgId: user.orgId, hostname: 'api.example.com' }); // as the change feed delivers it
     t.equal(await settle(read), undefined);
     t.equal(ported.ex.credential, null, 'the read done again after the change finds none');
-    const later = call('api.example.com:8443/repos');
-    await settle(resolve(later.ex));
-    await settle(lateInject(later.ex));
-    t.equal(later.ex.credential, null, 'and nothing stale was cached');
+    t.equal(await credentialOfNextCall(lateInject, 'api.example.com:8443/repos'), null, 'and nothing stale was cached');
   });
 
   t.test('a credential change reaches a read that replaced an aborted one, after the aborted one ended', async (t) => {
@@ -282,10 +287,7 @@ t.test('the cache stages read through a real store', async (t) => {
     lateCaches.apply({ kind: 'credential', orgId: user.orgId, hostname: 'overlap.example.com' });
     t.equal(await settle(read), undefined, 'the call goes on after its second read was aborted too (it was a 500)');
     t.equal(ported.ex.credential, null, 'its third read, after the delete, finds none');
-    const later = call('overlap.example.com:8443/repos');
-    await settle(resolve(later.ex));
-    await settle(lateInject(later.ex));
-    t.equal(later.ex.credential, null, 'the deleted credential is not cached from the read before its delete');
+    t.equal(await credentialOfNextCall(lateInject, 'overlap.example.com:8443/repos'), null, 'the deleted credential is not cached from the read before its delete');
   });
 
   t.test('a change evicts what it touches, so the next call sees it', async (t) => {
