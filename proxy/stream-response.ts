@@ -14,7 +14,7 @@
 // A response without a length (chunked, an event stream) is written in pieces
 // that fit uWS's cork buffer with their chunk framing, one cork and one send
 // each: a larger write can lose its bytes (shared/uws-write.ts says how).
-import { RESPONSE_DROP, statusLine } from '../shared/http.js';
+import { PROXIED_RESPONSE_HEADER_BYTES, PROXIED_RESPONSE_HEADERS, RESPONSE_DROP, statusLine } from '../shared/http.js';
 import { CORK_PIECE_BYTES } from '../shared/uws-write.js';
 import { redactCapture, type ProxyExchange } from './exchange.js';
 import type { UpstreamBudget } from './upstream-pools.js';
@@ -142,7 +142,7 @@ export class UpstreamResponse {
     }
     const extra = this.#ex.answerHeaders;
     if (extra !== null) for (let i = 0; i < extra.length; i++) headBytes += Buffer.byteLength(extra[i]!) + 2;
-    this.#headBytes = headBytes;
+    this.#headBytes = headBytes + PROXIED_RESPONSE_HEADER_BYTES;
     this.#resume = resume;
     this.#ex.statusCode = status;
     this.#ex.upstreamMs = performance.now() - this.#ex.forwardedAt;
@@ -403,6 +403,7 @@ export class UpstreamResponse {
       if (RESPONSE_DROP.has(name) || (connectionTokens !== null && connectionTokens.includes(name))) continue;
       res.writeHeader(raw[i]!, raw[i + 1]!);
     }
+    for (const [name, value] of PROXIED_RESPONSE_HEADERS) res.writeHeader(name, value);
     const extra = this.#ex.answerHeaders;
     if (extra !== null) for (let i = 0; i < extra.length; i += 2) res.writeHeader(extra[i]!, extra[i + 1]!);
   }

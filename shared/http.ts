@@ -32,8 +32,23 @@ export const APPROVAL_ID_HEADER = 'x-approval-id';
 /** Request fields the proxy does not forward upstream (CONTRACT.md "Proxy"). */
 export const REQUEST_DROP: ReadonlySet<string> = new Set([...HOP_BY_HOP, ...FRAMING, 'proxy-authorization', 'expect', ...AGENT_HEADERS, APPROVAL_ID_HEADER]);
 
-/** Upstream response fields not passed back: hop-by-hop, and what uWS writes itself (length, Date). */
-export const RESPONSE_DROP: ReadonlySet<string> = new Set([...HOP_BY_HOP, 'proxy-authenticate', 'content-length', 'date']);
+/**
+ * Upstream response fields not passed back: hop-by-hop, what uWS writes itself
+ * (length, Date), and `Service-Worker-Allowed`, which would let a tool's script
+ * claim a service worker over the whole origin, the console included.
+ */
+export const RESPONSE_DROP: ReadonlySet<string> = new Set([...HOP_BY_HOP, 'proxy-authenticate', 'content-length', 'date', 'service-worker-allowed']);
+
+/**
+ * Added to every upstream response the proxy passes back. A tool's answer is
+ * served from the console's origin: opened in a browser, its HTML would run as
+ * that origin (read the console's token, register a service worker). Sandboxed,
+ * it runs no script and has an opaque origin; agents are not browsers and do
+ * not notice. An upstream's own CSP still applies (browsers enforce both).
+ */
+export const PROXIED_RESPONSE_HEADERS = [['content-security-policy', 'sandbox'], ['x-content-type-options', 'nosniff']] as const;
+/** Their bytes in a head, as `name: value\r\n` each. */
+export const PROXIED_RESPONSE_HEADER_BYTES = PROXIED_RESPONSE_HEADERS.reduce((n, [k, v]) => n + k.length + v.length + 4, 0);
 
 /** Split mode: fields the admin pass-through neither forwards nor passes back (it sets X-Forwarded-For itself). */
 export const PASS_THROUGH_DROP: ReadonlySet<string> = new Set([...HOP_BY_HOP, ...FRAMING, 'x-forwarded-for', 'expect']);

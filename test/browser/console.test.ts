@@ -28,7 +28,20 @@ async function runBrowserTests(executablePath: string): Promise<void> {
   const { chromium } = await import('playwright-core');
   await buildConsole(); // the service reads dist/console at start
   mkdirSync(ARTIFACTS, { recursive: true });
-  const upstream = await startUpstream();
+  const upstream = await startUpstream({
+    // A tool's answer that tries to act as the console's origin: read the
+    // console's token, and claim a service worker over the whole origin.
+    '/steal.html': (_req, res) => {
+      res.setHeader('content-type', 'text/html');
+      res.end('<script>document.title = "stolen:" + sessionStorage.getItem("tcg.token");'
+        + 'navigator.serviceWorker.register("sw.js", { scope: "/" }).then(() => { document.title += " worker"; });</script>');
+    },
+    '/sw.js': (_req, res) => {
+      res.setHeader('content-type', 'text/javascript');
+      res.setHeader('service-worker-allowed', '/');
+      res.end('self.addEventListener("fetch", () => {});');
+    },
+  });
   const service = await startTestService({ APPROVAL_HOLD_S: '20' });
   const base = service.url;
   const browser = await chromium.launch({ executablePath, args: ['--no-sandbox'] });
@@ -196,5 +209,17 @@ async function runBrowserTests(executablePath: string): Promise<void> {
   t.test('no script error and no CSP violation on any page', async (t) => {
     t.same(pageErrors, []);
     t.same(cspViolations, []);
+  });
+
+  // Last: the sandboxed page's blocked script is reported on the console.
+  t.test('a tool\'s page opened in the console\'s tab gets neither its token nor a service worker', async (t) => {
+    t.ok(await page.evaluate(() => sessionStorage.getItem('tcg.token')?.startsWith('eyJ')), 'the tab holds a console token');
+    const res = await page.goto(`${base}/proxy/${apiKey}/${upstream.authority}/steal.html`);
+    t.equal(res?.status(), 200, 'the tool\'s page is served');
+    await page.waitForTimeout(500);
+    t.notMatch(await page.title(), /eyJ|worker/, 'its script did not run as the console\'s origin');
+    await page.goto(`${base}/console`);
+    t.equal(await page.evaluate(() => navigator.serviceWorker.getRegistrations().then((r) => r.length)), 0, 'no service worker was registered');
+    t.equal(context.serviceWorkers().length, 0);
   });
 }

@@ -11,7 +11,15 @@ import { rawRequest } from '../support/raw-http.js';
 import { rawExchange } from '../support/raw-socket.js';
 import { patternBytes, startUpstream } from '../support/upstream.js';
 
-const upstream = await startUpstream();
+/** A tool's answer that would act as the guard's origin in a browser: HTML with a script, a service worker allowed the whole origin. */
+const HOSTILE_PAGE = '<script>navigator.serviceWorker.register("sw.js", { scope: "/" })</script>';
+const upstream = await startUpstream({
+  '/page.html': (_req, res) => {
+    res.setHeader('content-type', 'text/html');
+    res.setHeader('service-worker-allowed', '/');
+    res.end(HOSTILE_PAGE);
+  },
+});
 const service = await startTestService({ UPSTREAM_HEADERS_TIMEOUT_MS: '1500', UPSTREAM_BODY_TIMEOUT_MS: '1500', OUTPUT_CAPTURE_BYTES: '1000' });
 const base = service.url;
 t.teardown(async () => {
@@ -260,6 +268,19 @@ t.test('hop-by-hop and X-Agent-* headers are removed both ways', async (t) => {
   t.equal(hop.headers.get('x-secret-hop'), null, 'response header named in Connection removed');
   t.equal(hop.headers.get('keep-alive'), null);
   t.equal(await hop.text(), 'hop');
+});
+
+t.test('a tool\'s answer is sandboxed: served from the console\'s origin, it runs no script there and claims no service worker', async (t) => {
+  const agent = await createAgent(base, owner, 'same-origin');
+  const res = await proxied(agent.api_key, `${upstream.authority}/page.html`);
+  t.equal(res.status, 200);
+  t.equal(res.headers.get('content-security-policy'), 'sandbox', 'a browser runs it with no script, in an opaque origin');
+  t.equal(res.headers.get('x-content-type-options'), 'nosniff');
+  t.equal(res.headers.get('service-worker-allowed'), null, 'no service worker scope wider than the tool\'s own path');
+  t.equal(res.headers.get('content-type'), 'text/html', 'the rest of the head passes');
+  t.equal(await res.text(), HOSTILE_PAGE, 'the body is untouched');
+  const head = await proxied(agent.api_key, `${upstream.authority}/json`, { method: 'HEAD' });
+  t.equal(head.headers.get('content-security-policy'), 'sandbox', 'on a bodiless answer too');
 });
 
 t.test('byte-identical 1 MiB bodies both ways (streamed)', async (t) => {
