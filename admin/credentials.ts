@@ -24,6 +24,9 @@ export function credentialJson(c: Credential) {
   };
 }
 
+/** What a bearer or header credential's value may hold. */
+const HEADER_VALUE = /^[\t\x20-\x7e]*$/;
+
 export function credentialHandlers(ctx: AdminContext) {
   const create: Handler = async (req, caller) => {
     const body = readJsonObject(req);
@@ -34,8 +37,12 @@ export function credentialHandlers(ctx: AdminContext) {
     }
     const credType = enumField(body, 'cred_type', CRED_TYPES);
     const value = stringField(body, 'value', { min: 1, max: CREDENTIAL_VALUE_MAX });
-    if (credType !== 'query' && /[\0\r\n]/.test(value)) {
-      throw new GuardError('invalid_request', "Field 'value' must not contain CR, LF or NUL characters.", { field: 'value' });
+    // A header value goes out as bytes: undici refuses control characters (every
+    // call to the host would fail, blamed on the agent) and writes U+0080-U+00FF
+    // as one Latin-1 byte each (the tool would get another secret than the one
+    // typed). So a bearer or header value is printable ASCII, space and tab.
+    if (credType !== 'query' && !HEADER_VALUE.test(value)) {
+      throw new GuardError('invalid_request', "Field 'value' must be printable ASCII (spaces and tabs allowed): no control or non-ASCII characters for a header credential.", { field: 'value' });
     }
     let headerName: string | null = null;
     let queryParam: string | null = null;

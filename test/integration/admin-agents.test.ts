@@ -310,6 +310,15 @@ t.test('credentials', async (t) => {
     assertError(t, await api(base, owner, 'POST', '/credentials', { name: 'c', hostname: 'ct.example.com', cred_type: 'bearer' }), 400, 'invalid_request', 'value');
     assertError(t, await api(base, owner, 'POST', '/credentials', { name: 'c', hostname: 'ct.example.com', cred_type: 'bearer', value: '' }), 400, 'invalid_request', 'value');
     assertError(t, await api(base, owner, 'POST', '/credentials', { name: 'c', hostname: 'ct.example.com', cred_type: 'bearer', value: 'a\r\nX-Evil: 1' }), 400, 'invalid_request', 'value');
+    // undici refuses control characters in a header and sends U+0080-U+00FF as Latin-1 bytes: not what was typed.
+    for (const [credType, value] of [['bearer', 'tok\u0001en'], ['header', 'tok€n'], ['bearer', 'päss'], ['header', 'a\u007f']]) {
+      assertError(t, await api(base, owner, 'POST', '/credentials', { name: 'c', hostname: 'ct.example.com', cred_type: credType, value }), 400, 'invalid_request', 'value');
+    }
+    const other = await signup(base); // the owner's credential list is checked below
+    const spaced = await api(base, other, 'POST', '/credentials', { name: 'c', hostname: 'spaced.example.com', cred_type: 'header', value: 'key\twith spaces ~!' });
+    t.equal(spaced.status, 201, 'printable ASCII, spaces and tabs are a header value');
+    const queried = await api(base, other, 'POST', '/credentials', { name: 'c', hostname: 'query.example.com', cred_type: 'query', value: 'päss€' });
+    t.equal(queried.status, 201, 'a query value is percent-encoded: anything goes');
   });
 
   t.test('header credentials: header_name defaults to the name and must be a valid header name', async (t) => {
