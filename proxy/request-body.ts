@@ -11,6 +11,8 @@ import type { HttpResponse } from 'uWebSockets.js';
 export const SMALL_BODY_BYTES = 64 * 1024;
 const STREAM_HIGH_WATER_MARK = 64 * 1024;
 
+function ignoreError(): void {}
+
 export class RequestBody {
   readonly #res: HttpResponse;
   /** Bytes received so far. */
@@ -40,6 +42,10 @@ export class RequestBody {
           }
         },
       });
+      // abort() destroys it with an error, which undici hears once it reads the
+      // body; before that (a lookup, a cache miss, a wait for a connection)
+      // nobody listens, and an unheard 'error' would end the process.
+      this.stream.on('error', ignoreError);
     }
     res.onData((chunk, isLast) => this.#onData(chunk, isLast));
   }

@@ -10,6 +10,7 @@
 // allowed one exactly the 127.0.0.3 listener. Other ranges are tested as pure
 // functions (here, for the issue's list, and in full in test/unit/target-address.test.ts).
 import { createHash } from 'node:crypto';
+import { connect } from 'node:net';
 import t from 'tap';
 import { DNS_CACHE_TTL_MS } from '../../proxy/guard-target.js';
 import { classifyAddress } from '../../proxy/ssrf-rules.js';
@@ -33,6 +34,8 @@ const dns = await startDnsStub({
   // The first answer is the allowed address, every later one the refused address.
   // Nothing listens on 127.0.0.5: the first checked address refuses the connection.
   'refusing-first.upstream.test': { A: ['127.0.0.5', ALLOWED] },
+  // Never answered: a call waits on its lookup (the proxy's resolver timeout).
+  'silent.upstream.test': 'silent',
   'rebind.upstream.test': (askedBefore, type) => (type === 'A' ? { A: [askedBefore === 0 ? ALLOWED : '127.0.0.2'] } : {}),
 });
 // GUARD_DNS_CACHE_TTL_MS is the knob proposed for shared/config.ts (createTargetGuard
@@ -91,6 +94,23 @@ t.test('literal spellings of refused addresses are 403 target_forbidden, audited
     t.equal(row.rule_matched, 'target_forbidden');
   }
   t.same(rows.map((r) => r.tool_name).sort(), forms.map(([, name]) => name).sort(), 'each audited under its normalised address');
+});
+
+t.test('a client that leaves while its streamed body waits on the DNS lookup is audited 499, and the process lives on', async (t) => {
+  const agent = await createAgent(base, owner, 'leaves-during-lookup');
+  // Over 64 KiB: the body streams (a Readable), which nothing reads until the
+  // upstream request is made, after the lookup.
+  const socket = connect(service.port, '127.0.0.1');
+  await new Promise((resolve) => socket.once('connect', resolve));
+  socket.write(`POST /proxy/${agent.api_key}/silent.upstream.test:${upstream.port}/echo HTTP/1.1\r\nHost: x\r\nContent-Length: 1000000\r\n\r\n${'a'.repeat(1024)}`);
+  for (let i = 0; i < 100 && dns.asked('silent.upstream.test').length === 0; i++) await sleep(20);
+  t.ok(dns.asked('silent.upstream.test').length > 0, 'the call waits on its lookup');
+  socket.destroy();
+  await sleep(300);
+  const health = await api(base, null, 'GET', '/health');
+  t.equal(health.status, 200, 'the service still answers');
+  const rows = await auditRows(base, owner, agent.id, 1);
+  t.equal(rows[0]?.status_code, 499, 'the call is audited as the client\'s leaving');
 });
 
 t.test('the allowed address is reached, on its own listener (the control for the refusals above)', async (t) => {

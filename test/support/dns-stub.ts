@@ -16,8 +16,8 @@ export interface DnsRecords {
   AAAA?: string[];
 }
 
-/** Fixed records, or a function of how many times this name was asked before (0 for the first). */
-export type DnsAnswer = DnsRecords | ((askedBefore: number, type: 'A' | 'AAAA') => DnsRecords);
+/** Fixed records, a function of how many times this name was asked before (0 for the first), or 'silent': never answered. */
+export type DnsAnswer = DnsRecords | ((askedBefore: number, type: 'A' | 'AAAA') => DnsRecords) | 'silent';
 
 export interface DnsQuestion {
   name: string;
@@ -71,6 +71,7 @@ export async function startDnsStub(table: Record<string, DnsAnswer> = {}): Promi
     questions.push({ name, type, at: Date.now() });
 
     const entry = answers.get(name);
+    if (entry === 'silent') return null;
     const records = entry === undefined || typeof type === 'number' ? undefined : typeof entry === 'function' ? entry(before, type) : entry;
     const addresses = records === undefined || typeof type === 'number' ? [] : (records[type] ?? []);
     const rdatas = addresses.map((a) => (type === 'A' ? ipv4Bytes(a) : ipv6Bytes(a)));
