@@ -2,6 +2,7 @@
 // with a head whose framing or size we refuse, not with a method we do not
 // proxy, and not while the audit pipeline is saturated (a call we could not
 // audit is a call we do not make).
+import type { ErrorCode } from '../shared/errors.js';
 import { isProxyMethod } from '../shared/http.js';
 import type { ProxyExchange, Stage, StageResult } from './exchange.js';
 
@@ -15,7 +16,7 @@ export function createAdmit(deps: {
     if (!deps.admitting()) return ex.answerError('unavailable', 'The service is shutting down; retry.', undefined, 'denied', true);
     if (ex.headError !== null) {
       const { code, message } = ex.headError;
-      return code === 'invalid_request' ? refuseFraming(ex, message) : ex.answerError(code, message);
+      return hasUntrustedFraming(ex) ? refuseFraming(ex, message) : ex.answerError(code, message);
     }
     if (!isProxyMethod(ex.method)) return ex.answerError('method_not_allowed', `Method ${ex.method} is not proxied.`);
     if (deps.saturated()) return ex.answerError('unavailable', 'The audit pipeline is saturated; retry later.', undefined, 'denied');
@@ -35,9 +36,14 @@ export function createAdmit(deps: {
  * makes uWS drop the connection. Either way no byte after the refused head is
  * served.
  */
-function refuseFraming(ex: ProxyExchange, message: string): StageResult {
+export function refuseFraming(ex: ProxyExchange, message: string, code: ErrorCode = 'invalid_request'): StageResult {
   ex.auditDecision = 'denied';
   return new Promise((resolve) => {
-    setImmediate(() => resolve(ex.answerError('invalid_request', message, undefined, 'denied', true)));
+    setImmediate(() => resolve(ex.answerError(code, message, undefined, 'denied', true)));
   });
+}
+
+/** A head with framing refuseFraming refuses: it must close its connection, whatever else refuses it first. */
+export function hasUntrustedFraming(ex: ProxyExchange): boolean {
+  return ex.headError !== null && ex.headError.code === 'invalid_request';
 }

@@ -47,7 +47,7 @@ export function lookupCached<V extends object>(
   lookup: CachedLookup<V>,
   key: string,
   ex: ProxyExchange,
-  use: (ex: ProxyExchange, value: V | typeof NONE) => undefined | false,
+  use: (ex: ProxyExchange, value: V | typeof NONE) => StageResult,
 ): StageResult {
   const hit = lookup.entries.get(key);
   if (hit !== undefined) {
@@ -65,7 +65,7 @@ export function lookupCached<V extends object>(
 /** Reads of one key a call makes at most, when changes keep evicting it while it is read. */
 const FETCH_ATTEMPTS = 8;
 
-function fetchAgain<V extends object>(lookup: CachedLookup<V>, key: string, ex: ProxyExchange, use: (ex: ProxyExchange, value: V | typeof NONE) => undefined | false, attempts: number): Promise<undefined | false> {
+function fetchAgain<V extends object>(lookup: CachedLookup<V>, key: string, ex: ProxyExchange, use: (ex: ProxyExchange, value: V | typeof NONE) => StageResult, attempts: number): Promise<undefined | false> {
   return lookup.entries.fetch(key).then(
     (value) => use(ex, value === undefined || value === NONE ? absent(lookup, key) : value),
     (err: unknown) => {

@@ -2,14 +2,21 @@
 // runs first, so that every later refusal is audited under the agent's name.
 import type { Agent } from '../shared/types.js';
 import { NONE, lookupCached, type ProxyCaches } from './caches.js';
-import type { ProxyExchange, Stage } from './exchange.js';
+import { hasUntrustedFraming, refuseFraming } from './admit.js';
+import type { ProxyExchange, Stage, StageResult } from './exchange.js';
 
 export function createResolveAgent(caches: ProxyCaches): Stage {
   return (ex) => lookupCached(caches.agents, ex.keyHash, ex, useAgent);
 }
 
-function useAgent(ex: ProxyExchange, agent: Agent | typeof NONE): undefined | false {
-  if (agent === NONE) return ex.answerError('invalid_api_key');
+function useAgent(ex: ProxyExchange, agent: Agent | typeof NONE): StageResult {
+  if (agent === NONE) {
+    // Framing the admit stage would refuse: the answer closes the connection, a
+    // turn later, or the bytes after the first Content-Length are served as a
+    // next request (an unknown key is refused inside the request handler).
+    if (hasUntrustedFraming(ex)) return refuseFraming(ex, 'No agent has this API key.', 'invalid_api_key');
+    return ex.answerError('invalid_api_key');
+  }
   ex.agent = agent;
   return undefined;
 }

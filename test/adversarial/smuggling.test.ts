@@ -151,6 +151,13 @@ t.test('a framing error on an admin path or with a malformed key closes before a
     const marker = `adm-${Object.keys(cases).indexOf(what) + 1}`;
     assertRefusedAndClosed(t, what, res, marker);
   }
+  // A well-formed key no agent has: refused from the store's answer (cold), then
+  // from the cache of unknown keys, inside the request handler (warm).
+  const unknown = `agk_${'A'.repeat(40)}`;
+  for (const round of ['cold', 'cached']) {
+    const res = await rawExchange(service.port, `POST /proxy/${unknown}/${upstream.authority}/x HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nContent-Length: ${5 + smuggled(`unk-${round}`).length}\r\n\r\nhello${smuggled(`unk-${round}`)}`);
+    assertRefusedAndClosed(t, `unknown key (${round}), two lengths`, res, `unk-${round}`);
+  }
   await stillServes(t);
 });
 
