@@ -150,7 +150,7 @@ export class UpstreamResponse {
     if (mode === 'hash') this.#ex.hashing = true;
     else if (mode === 'full') this.#ex.capture = EMPTY; // '' unless a body arrives
     this.#ex.upstream = this;
-    if (eventStream && !this.#headOnly && this.#length < 0 && !this.#ex.aborted) {
+    if (eventStream && !this.#headOnly && status !== 204 && status !== 304 && this.#length < 0 && !this.#ex.aborted) {
       this.#endpoint = new SseEndpointRewriter(this.#ex.proxyPrefix());
       // An event stream's head goes out now, not with its first event (which may
       // be seconds away). uWS sends a head only together with body bytes, so it

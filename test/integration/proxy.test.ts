@@ -19,6 +19,11 @@ const upstream = await startUpstream({
     res.setHeader('service-worker-allowed', '/');
     res.end(HOSTILE_PAGE);
   },
+  // How an event-stream server tells EventSource to stop reconnecting.
+  '/events-done': (_req, res) => {
+    res.writeHead(204, { 'content-type': 'text/event-stream' });
+    res.end();
+  },
 });
 const service = await startTestService({ UPSTREAM_HEADERS_TIMEOUT_MS: '1500', UPSTREAM_BODY_TIMEOUT_MS: '1500', OUTPUT_CAPTURE_BYTES: '1000' });
 const base = service.url;
@@ -491,6 +496,14 @@ t.test('redirects are passed back, never followed; 204 and 304 have no body', as
     const body = await r.text();
     t.equal(body, code === 204 || code === 304 ? '' : `status ${code}`);
   }
+  // A 204 with an event-stream type: no body (not the stream's opening line,
+  // chunked), and the kept-alive connection serves the next request.
+  const target = `/proxy/${agent.api_key}/${upstream.authority}`;
+  const raw = await rawExchange(service.port, [`GET ${target}/events-done HTTP/1.1\r\nHost: x\r\n\r\n`, `GET ${target}/json HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n`], { gapMs: 300 });
+  t.same(raw.statuses, [204, 200], 'the 204, then the next answer');
+  const first = raw.text.slice(0, raw.text.indexOf('HTTP/1.1 200'));
+  t.notMatch(first, /transfer-encoding/i, 'the 204 has no framing of a body');
+  t.ok(first.endsWith('\r\n\r\n'), 'and nothing after its head');
 });
 
 t.test('upstream failures: 502 upstream_unreachable (refused, TLS), 504 upstream_timeout; all audited', async (t) => {
