@@ -7,7 +7,7 @@
 // only shadow rules name MCP fields, nothing is refused for the body: it is read
 // when it can be (identity, a known length up to 1 MiB, JSON) so that those
 // rules can match. Any other policy decided in authorize.ts; nothing here.
-import { MCP_INSPECT_MAX_BYTES, readJsonRpc } from '../shared/mcp.js';
+import { MCP_BATCH_MAX, MCP_INSPECT_MAX_BYTES, readJsonRpc } from '../shared/mcp.js';
 import { evaluatePolicy, type CompiledPolicy, type McpCall, type PolicyDecision } from '../shared/policy/index.js';
 import { applyDecision, decideOnHead, recordShadow } from './authorize.js';
 import type { ProxyExchange, Stage } from './exchange.js';
@@ -53,6 +53,7 @@ function uninspectable(ex: ProxyExchange, what: string): false {
 function decide(ex: ProxyExchange, policy: CompiledPolicy, bytes: Buffer | null, enforcing: boolean): undefined | false {
   const read = readJsonRpc(bytes);
   if (read === 'not_json') return enforcing ? uninspectable(ex, 'a body that is not JSON') : decideOnHead(ex, policy);
+  if (read === 'too_many') return enforcing ? uninspectable(ex, `a batch of more than ${MCP_BATCH_MAX} requests`) : decideOnHead(ex, policy);
   if (read === 'ambiguous') {
     return enforcing ? uninspectable(ex, 'a body that servers could read differently (a key repeated or spelled another way, an empty method or tool name)') : decideOnHead(ex, policy);
   }
@@ -71,22 +72,39 @@ function decide(ex: ProxyExchange, policy: CompiledPolicy, bytes: Buffer | null,
     }
   }
 
-  ex.mcpCalls = calls;
-  if (calls.length === 0) return decideOnHead(ex, policy);
+  // Equal elements decide alike: each distinct request is decided once (and
+  // the limits and shadow rules, which ask whether any element matches, see
+  // each once), in the order it first appears.
+  const distinct = batch && calls.length > 1 ? distinctCalls(calls) : calls;
+  ex.mcpCalls = distinct;
+  if (distinct.length === 0) return decideOnHead(ex, policy);
   const tool = ex.target!.hostname;
   let decision: PolicyDecision | null = null;
   let chosen: McpCall | null = null;
   // A batch is denied when any element is, else held when any element needs
   // approval; its audit names its first denied element, else its first (CONTRACT.md).
-  for (let i = 0; i < calls.length; i++) {
-    const call = calls[i]!;
+  for (let i = 0; i < distinct.length; i++) {
+    const call = distinct[i]!;
     const element = evaluatePolicy(policy, tool, ex.method, ex.policyPath, call);
     if (i === 0 || element.decision === 'deny' || (element.decision === 'approve' && decision!.decision === 'allow')) decision = element;
     if (i === 0 || element.decision === 'deny') chosen = call;
     if (element.decision === 'deny') break;
   }
   ex.mcpCall = chosen;
-  return applyDecision(ex, policy, decision!, calls);
+  return applyDecision(ex, policy, decision!, distinct);
+}
+
+function distinctCalls(calls: readonly (McpCall | null)[]): (McpCall | null)[] {
+  const seen = new Set<string>();
+  const out: (McpCall | null)[] = [];
+  for (const call of calls) {
+    // Length-prefixed: no method and tool can spell another pair's key (both may hold any character).
+    const key = call === null ? '' : call.tool === null ? `m${call.method}` : `t${call.method.length}:${call.method}${call.tool}`;
+    if (seen.has(key)) continue;
+    seen.add(key);
+    out.push(call);
+  }
+  return out;
 }
 
 function quoted(text: string | null): string {

@@ -7,6 +7,14 @@ import type { McpCall } from './policy/index.js';
 /** The most body the proxy reads to decide an MCP-aware policy (1 MiB); a larger one cannot be inspected. */
 export const MCP_INSPECT_MAX_BYTES = 1024 * 1024;
 
+/**
+ * The most elements a batch the proxy inspects may have. A 1 MiB body holds
+ * ~350,000 (`{}`), each decided by the policy: one call held a process's event
+ * loop for a third of a second, longer under a large policy. MCP clients batch
+ * a handful at most (the 2025-06-18 revision of the protocol dropped batches).
+ */
+export const MCP_BATCH_MAX = 1000;
+
 export interface JsonRpcBody {
   /** The body is a JSON array (a batch), even of one element. */
   batch: boolean;
@@ -19,7 +27,7 @@ export interface JsonRpcBody {
  * 'ambiguous' when servers could read it otherwise than this does (below):
  * either way the policy cannot inspect it.
  */
-export function readJsonRpc(body: Buffer | null): JsonRpcBody | 'not_json' | 'ambiguous' {
+export function readJsonRpc(body: Buffer | null): JsonRpcBody | 'not_json' | 'ambiguous' | 'too_many' {
   if (body === null || body.length === 0) return { batch: false, calls: [] };
   // isUtf8 is native and toString then cannot substitute U+FFFD: cheaper than a fatal TextDecoder.
   if (!isUtf8(body)) return 'not_json';
@@ -30,6 +38,7 @@ export function readJsonRpc(body: Buffer | null): JsonRpcBody | 'not_json' | 'am
   } catch {
     return 'not_json';
   }
+  if (Array.isArray(value) && value.length > MCP_BATCH_MAX) return 'too_many';
   if (ambiguousKeys(text)) return 'ambiguous';
   const calls = Array.isArray(value) ? value.map(requestOf) : [requestOf(value)];
   if (calls.some((call) => call === 'ambiguous')) return 'ambiguous';

@@ -227,6 +227,15 @@ t.test('MCP-aware rules on raw bodies: batches, fail-closed bodies, header check
   t.equal(batchOk.status, 200, 'a batch of allowed requests is forwarded');
   const batchDenied = await send(JSON.stringify([rpc('tools/list'), rpc('tools/call', { name: 'delete_repo' }, 2), rpc('tools/call', { name: 'delete_all' }, 3)]));
   t.match(batchDenied, { status: 403, json: { error: 'policy_denied', rule_matched: 'no-destructive' } }, 'one denied element denies the batch');
+  // Equal elements are decided once: the one denied element after 999 repeats still denies.
+  const repeated = await send(JSON.stringify([...Array.from({ length: 999 }, () => rpc('tools/call', { name: 'list_repos' })), rpc('tools/call', { name: 'delete_repo' }, 2)]));
+  t.match(repeated, { status: 403, json: { error: 'policy_denied', rule_matched: 'no-destructive' } }, 'a batch of 1,000: its last, denied element denies it');
+  // One body may not make the policy decide a third of a million elements.
+  const started = performance.now();
+  const flood = await send(`[${Array.from({ length: 300_000 }, () => '{}').join(',')}]`);
+  t.match(flood, { status: 403, json: { error: 'policy_denied', rule_matched: 'uninspectable_body' } }, 'a batch of more than 1,000 requests is not inspected: refused');
+  t.match(flood.json.message, /more than 1000 requests/);
+  t.ok(performance.now() - started < 2000, 'and answered without deciding each element');
   const nested = await send(JSON.stringify(rpc('tools/call', { name: 'list_repos', arguments: { name: 'a', Name: 'b' } })));
   t.equal(nested.status, 200, 'keys that differ in case inside the arguments are the tool\'s business: forwarded');
   const notRpc = await send(JSON.stringify({ hello: 'world' }));
