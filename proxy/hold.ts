@@ -156,9 +156,10 @@ export function createHeldCalls(deps: {
 
   /**
    * Holds the call until a decision, the hold's end or the approval's expiry,
-   * whichever comes first. Once registered, the approval is read again: a
-   * decision committed between the read that found it pending and the
-   * registration (whose change the feed delivered to nobody) is not missed.
+   * whichever comes first. Once registered, the approval and the agent are read
+   * again: a decision committed, or the agent deleted, between the read that
+   * found them and the registration (a change the feed delivered to nobody) is
+   * not missed.
    */
   function wait(ex: ProxyExchange, approval: Approval, bytes: number): undefined | false | Promise<undefined | false> {
     const untilExpiry = Date.parse(approval.expiresAt) - Date.now();
@@ -180,6 +181,9 @@ export function createHeldCalls(deps: {
         resolve(answer ? answerPending(ex, approval) : false);
       };
       void reread(approval.orgId, approval.id);
+      // And the agent: deleted while the body was read or the approval made,
+      // its change reached no waiting call.
+      void recheckAgents(new Set([ex.agent!.id]));
     });
   }
 

@@ -7,7 +7,7 @@
 import { createHmac, randomBytes } from 'node:crypto';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { createServer, type IncomingHttpHeaders } from 'node:http';
-import type { AddressInfo } from 'node:net';
+import { connect, type AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import t from 'tap';
@@ -309,6 +309,31 @@ t.test('a held call whose agent is deleted is answered 401 at once, and an appro
   t.equal(answer.status, 401, `answered as an unknown key (${answer.status} after ${answer.ms} ms)`);
   t.equal(answer.json.error, 'invalid_api_key');
   t.ok(answer.ms < HOLD_S * 1000, 'before its hold ended');
+  await new Promise((r) => setTimeout(r, 300));
+  t.equal(upstream.seen.length, seenBefore, 'the upstream saw nothing');
+});
+
+t.test('an agent deleted while its call that needs approval still sends its body: the approval given then forwards nothing', async (t) => {
+  const doomed = await createAgent(service.url, owner, 'doomed-early');
+  t.equal((await api(service.url, owner, 'POST', `/agents/${doomed.id}/policy`, { rules_yaml: POLICY })).status, 200);
+  const seenBefore = upstream.seen.length;
+  const socket = connect(Number(new URL(service.url).port), '127.0.0.1');
+  await new Promise((resolve) => socket.once('connect', resolve));
+  let answer = '';
+  socket.on('data', (chunk: Buffer) => { answer += chunk.toString('latin1'); });
+  const body = 'x'.repeat(100);
+  socket.write(`POST /proxy/${doomed.api_key}/${upstream.authority}/echo HTTP/1.1\r\nHost: x\r\nContent-Length: ${body.length}\r\n\r\n${body.slice(0, 50)}`);
+  await new Promise((r) => setTimeout(r, 300)); // the call reads its body (the hold collects it)
+  t.equal((await api(service.url, owner, 'DELETE', `/agents/${doomed.id}`)).status, 204);
+  socket.write(body.slice(50));
+  const approval = await eventually(async () => {
+    const res = await api(service.url, owner, 'GET', '/approvals?status=pending&limit=1000');
+    return (res.json as any[]).find((a) => a.agent_id === doomed.id);
+  }, 5000).catch(() => undefined);
+  if (approval !== undefined) await api(service.url, owner, 'POST', `/approvals/${approval.id}/approve`);
+  await eventually(async () => (answer.includes('\r\n\r\n') ? true : undefined), 5000);
+  socket.destroy();
+  t.match(answer, /^HTTP\/1\.1 401 /, `answered as an unknown key: ${answer.split('\r\n')[0]}`);
   await new Promise((r) => setTimeout(r, 300));
   t.equal(upstream.seen.length, seenBefore, 'the upstream saw nothing');
 });
