@@ -287,6 +287,16 @@ export class ProxyExchange {
     this.onDone?.(this);
   }
 
+  /**
+   * The call ended (its client left, shutdown answered it) while its agent was
+   * still being looked up: finish() had no agent to record it under. Now that
+   * the agent is known, its record is queued.
+   */
+  recordLate(): void {
+    if (!this.finished || this.#recordQueued || this.agent === null) return;
+    this.#recordQueued = this.onFinish?.(this) ?? false;
+  }
+
   /** The audit record is queued (by finish or sendLast), and whether there was one to queue (a known agent, not a pending hold). */
   #recorded = false;
   #recordQueued = false;

@@ -18,5 +18,10 @@ function useAgent(ex: ProxyExchange, agent: Agent | typeof NONE): StageResult {
     return ex.answerError('invalid_api_key');
   }
   ex.agent = agent;
+  if (ex.finished) {
+    // Ended during a lookup from the store (a client that left is audited 499).
+    ex.recordLate();
+    return false;
+  }
   return undefined;
 }

@@ -168,6 +168,24 @@ t.test('the cache stages read through a real store', async (t) => {
     t.equal(metrics.caches.agents.misses, 1);
   });
 
+  t.test('resolve-agent: a client that leaves during a lookup from the store is recorded 499 under its agent', async (t) => {
+    const cold = createProxyCaches(store, encryptionKey, { maxEntries: 100, ttlMs: 60_000, stats: new Metrics({ agentLabel: false }).caches });
+    t.teardown(() => cold.close());
+    const made = call('api.example.com/x');
+    const recorded: Array<{ agentId: string; status: number }> = [];
+    made.ex.onFinish = (ex) => {
+      if (ex.agent === null) return false; // as record-audit.ts: no agent, no record
+      recorded.push({ agentId: ex.agent.id, status: ex.statusCode });
+      return true;
+    };
+    const result = createResolveAgent(cold)(made.ex);
+    t.type(result, Promise, 'the key is read from the store');
+    made.ex.clientAborted(); // uWS's onAborted, before the read's answer
+    t.same(recorded, [], 'no agent known yet');
+    t.equal(await settle(result), false, 'the pipeline goes no further');
+    t.same(recorded, [{ agentId: agent.id, status: 499 }], 'recorded once the agent is known');
+  });
+
   t.test('resolve-agent: an unknown key is 401, remembered apart from known agents', async (t) => {
     const unknown = hashApiKey(generateApiKey());
     const first = call('api.example.com/x', unknown);
