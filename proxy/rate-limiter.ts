@@ -258,10 +258,12 @@ export class RateLimiter {
   /**
    * A syncing proxy admits limited calls once two syncs succeeded and two sync
    * intervals passed (the others have seen its heartbeat); or, when the store
-   * never answered, after a grace period, counting alone.
+   * did not answer twice, after a grace period: alone when it never answered,
+   * by the share its one answer gave otherwise (a store that went down after
+   * the first sync left every limited call refused while it stayed down).
    */
   #active(now: number): boolean {
-    return (this.#syncsDone >= 2 && now >= this.#activeAt) || (this.#syncsDone === 0 && now >= this.#aloneAt);
+    return (this.#syncsDone >= 2 && now >= this.#activeAt) || (this.#syncsDone < 2 && now >= this.#aloneAt);
   }
 
   #addPending(counter: number, slot: number, count: number): void {

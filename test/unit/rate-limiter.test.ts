@@ -201,6 +201,18 @@ t.test('a proxy whose store never answered counts alone after the grace period; 
   t.strictSame(verdicts, [true, true, true, false], 'past the grace period: the whole quota, alone');
 });
 
+t.test('a proxy whose store answered once, then never again, counts by its share after the grace period: it does not refuse every call', async (t) => {
+  const clock = { now: 1_900_000_100_000 };
+  const limiter = limiterAt(clock);
+  limiter.startSyncing(250, 2000);
+  limiter.applySync(['a-proxy', 'n'], 'n', []); // the one sync that succeeded: two proxies live
+  const limits = limitsOf('  - name: m\n    tool: "*"\n    rate: 4/minute\n');
+  t.not(limiter.decide('a', limits, 'h', 'GET', '/')!.refused, null, 'not yet, as before the second sync');
+  clock.now += 60_000; // the store has been down since
+  const verdicts = Array.from({ length: 3 }, () => limiter.decide('a', limits, 'h', 'GET', '/')!.refused === null);
+  t.strictSame(verdicts, [true, true, false], 'its half of the quota, as the sync left it');
+});
+
 t.test('when the store cannot be reached, the proxy goes on deciding and /metrics shows it; the counts wait for the store', async (t) => {
   const dir = mkdtempSync(join(tmpdir(), 'tcg-rate-sync-'));
   t.teardown(() => rmSync(dir, { recursive: true, force: true }));
