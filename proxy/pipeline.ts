@@ -86,10 +86,17 @@ export function createProxyPipeline(deps: {
   function claimOrRefund(ex: ProxyExchange): StageResult {
     const claimed = claim(ex);
     if (ex.rateCharge === null || claimed === undefined) return claimed;
-    return Promise.resolve(claimed).then((result) => {
-      if (result === false) limiter.refund(ex.rateCharge!);
-      return result;
-    });
+    return Promise.resolve(claimed).then(
+      (result) => {
+        if (result === false) limiter.refund(ex.rateCharge!);
+        return result;
+      },
+      (err: unknown) => {
+        // The claim failed on the store (answered 503 by the pipeline): nothing went upstream either.
+        limiter.refund(ex.rateCharge!);
+        throw err;
+      },
+    );
   }
 
   // The agent is resolved first, so that every refusal after it is audited.

@@ -10,6 +10,7 @@ import { createServer, type IncomingHttpHeaders } from 'node:http';
 import { connect, type AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import Database from 'better-sqlite3';
 import t from 'tap';
 import { api, createAgent, eventually, login, signup, TLS_DIR, type Session } from '../support/service.js';
 import { spawnService, type SpawnedService } from '../support/spawn-service.js';
@@ -336,6 +337,29 @@ t.test('an agent deleted while its call that needs approval still sends its body
   t.match(answer, /^HTTP\/1\.1 401 /, `answered as an unknown key: ${answer.split('\r\n')[0]}`);
   await new Promise((r) => setTimeout(r, 300));
   t.equal(upstream.seen.length, seenBefore, 'the upstream saw nothing');
+});
+
+t.test('an approved retry whose claim cannot be written (the store busy) gives its count of a rate limit back', async (t) => {
+  const limited = await createAgent(service.url, owner, 'claim-fails');
+  const policy = `${POLICY}limits:\n  - name: once\n    tool: "*"\n    rate: 1/minute\n`;
+  t.equal((await api(service.url, owner, 'POST', `/agents/${limited.id}/policy`, { rules_yaml: policy })).status, 200);
+  t.equal((await call(limited.api_key, { body: 'pay once' })).status, 202, 'held, then pending');
+  const approval = await pendingFor(limited.id);
+  t.equal((await api(service.url, owner, 'POST', `/approvals/${approval.id}/approve`)).status, 200);
+  // Another connection holds the database's write lock past the store's 5 s
+  // busy wait: reads go on (WAL), the claim's write fails.
+  const db = new Database(join(env.DATA_DIR, 'metadata.sqlite'));
+  db.exec('BEGIN IMMEDIATE');
+  let failed: Answer;
+  try {
+    failed = await call(limited.api_key, { body: 'pay once', approvalId: approval.id });
+  } finally {
+    db.exec('ROLLBACK');
+    db.close();
+  }
+  t.equal(failed.status, 503, 'the claim could not be written');
+  const retry = await call(limited.api_key, { body: 'pay once', approvalId: approval.id });
+  t.equal(retry.status, 200, `the limit's count was given back: the retry is forwarded (${JSON.stringify(retry.json).slice(0, 120)})`);
 });
 
 t.test('a body over 1 MiB on a call that needs approval is 413 at once, and no approval is made', async (t) => {
