@@ -396,7 +396,8 @@ export class ProxyExchange {
       this.upstream.endEarly();
       return;
     }
-    this.answerError('unavailable', 'The service is shutting down; retry.', undefined, 'allowed', true);
+    // Allowed by the policy, unless it needs an approval it does not have (hold.ts).
+    this.answerError('unavailable', 'The service is shutting down; retry.', undefined, this.auditDecision, true);
     this.abortUpstream?.(new Error('shutting down'));
   }
 

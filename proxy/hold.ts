@@ -264,7 +264,13 @@ export function createHeldCalls(deps: {
   }
 
   return {
-    hold: (ex) => (ex.decision?.decision === 'approve' ? hold(ex) : undefined),
+    hold: (ex) => {
+      if (ex.decision?.decision !== 'approve') return undefined;
+      // Not an allowed call until approved: one that ends before (its client
+      // leaves while its body arrives, shutdown) is audited denied.
+      ex.auditDecision = 'denied';
+      return hold(ex);
+    },
     claim: (ex) => (ex.approved ? claim(ex) : undefined),
     held: {
       get size() {
@@ -305,6 +311,7 @@ function settle(ex: ProxyExchange, approval: Approval): undefined | false {
   switch (approval.status) {
     case 'approved':
       ex.approved = true;
+      ex.auditDecision = 'allowed';
       // Whatever answers the call now (the upstream, or a limit), the agent learns which approval let it through.
       ex.addAnswerHeader(APPROVAL_ID_HEADER, approval.id);
       return undefined;

@@ -362,6 +362,21 @@ t.test('an approved retry whose claim cannot be written (the store busy) gives i
   t.equal(retry.status, 200, `the limit's count was given back: the retry is forwarded (${JSON.stringify(retry.json).slice(0, 120)})`);
 });
 
+t.test('a call that needs approval whose client leaves while its body arrives is audited denied (499), not allowed', async (t) => {
+  const leaver = await createAgent(service.url, owner, 'leaves-mid-body');
+  t.equal((await api(service.url, owner, 'POST', `/agents/${leaver.id}/policy`, { rules_yaml: POLICY })).status, 200);
+  const socket = connect(Number(new URL(service.url).port), '127.0.0.1');
+  await new Promise((resolve) => socket.once('connect', resolve));
+  socket.write(`POST /proxy/${leaver.api_key}/${upstream.authority}/echo HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n${'x'.repeat(10)}`);
+  await new Promise((r) => setTimeout(r, 300));
+  socket.destroy();
+  const row = await eventually(async () => {
+    const rows = (await api(service.url, owner, 'GET', `/audit?agent_id=${leaver.id}`)).json as any[];
+    return rows[0];
+  }, 5000);
+  t.match(row, { status_code: 499, decision: 'denied', rule_matched: 'payments' });
+});
+
 t.test('a body over 1 MiB on a call that needs approval is 413 at once, and no approval is made', async (t) => {
   const before = ((await api(service.url, owner, 'GET', `/approvals?agent_id=${payer.id}&limit=1000`)).json as any[]).length;
   const res = await call(payer.api_key, { body: patternBytes(1024 * 1024 + 1) });
