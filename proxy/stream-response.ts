@@ -365,6 +365,9 @@ export class UpstreamResponse {
     }
     if (!this.#headWritten && this.#retry !== null && REFUSED_CODES.has((err as NodeJS.ErrnoException).code ?? '') && this.#retry()) return;
     if (!this.#headWritten) {
+      // The agent gets the proxy's answer, not the upstream's head: no output of it is recorded.
+      ex.hashing = false;
+      ex.capture = null;
       ex.answerError(
         timeout ? 'upstream_timeout' : 'upstream_unreachable',
         timeout ? 'The target did not answer in time.' : `The target could not be reached (${describe(err)}).`,

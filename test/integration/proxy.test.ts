@@ -576,6 +576,25 @@ t.test('an upstream that sends part of its body and closes in one write: the cli
   t.equal(rows[0].output, 'short');
 });
 
+t.test('an upstream that sends its head and closes before any body: the proxy\'s 502 is audited with no output of the upstream\'s', async (t) => {
+  const server = createTlsServer({ cert: readFileSync(`${TLS_DIR}server.crt`), key: readFileSync(`${TLS_DIR}server.key`) }, (socket) => {
+    socket.once('data', () => socket.end('HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\ncontent-length: 100\r\n\r\n'));
+  });
+  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+  t.teardown(() => server.close());
+  const port = (server.address() as AddressInfo).port;
+  for (const mode of ['hash', 'full'] as const) {
+    const agent = await createAgent(base, owner, `head-only-${mode}`, mode);
+    const res = await proxied(agent.api_key, `127.0.0.1:${port}/x`);
+    t.equal(res.status, 502, `${mode}: the proxy answers itself`);
+    await res.arrayBuffer();
+    const [row] = await auditFor(owner, agent.id, 1);
+    t.equal(row.status_code, 502);
+    t.equal(row.output_hash, null, `${mode}: no hash of a body the agent never got (not the empty body's)`);
+    t.equal(row.output, null, `${mode}: no output`);
+  }
+});
+
 t.test('a client that goes away is audited with 499 and the upstream request is aborted', async (t) => {
   const agent = await createAgent(base, owner, 'quitter', 'full');
   const socket = netConnect(service.port, '127.0.0.1');
