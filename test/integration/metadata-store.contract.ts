@@ -541,6 +541,24 @@ export function metadataStoreContract(t: TapTest, name: string, stores: Contract
     t.same(await store.listApprovals(orgA, { status: 'pending', limit: 10 }), []);
   });
 
+  t.test(`${name}: the held body of an approval that expired unused is dropped when another approval is made`, async (t) => {
+    const store = await storeFor(t);
+    const { orgA, orgB } = await twoOrgs(store);
+    const agent = await store.createAgent(newAgent(orgA, 'forgotten'));
+    const held = (timeoutS: number, orgId = orgA, agentId = agent.id) => store.createApproval(
+      { orgId, agentId, agentName: 'forgotten', toolName: 't', action: 'POST', host: 't', path: '/', query: '', reasoning: '', taskId: '', ruleMatched: 'r', bodySha256: '0'.repeat(64), bodyBytes: 4, timeoutS },
+      Buffer.from('body'),
+    );
+    const expired = (await held(0))!; // expired at once
+    const live = (await held(3600))!;
+    t.same(await store.approvalBody(orgA, live.id), Buffer.from('body'), 'a live approval keeps its body');
+    const otherAgent = await store.createAgent(newAgent(orgB, 'elsewhere'));
+    await held(3600, orgB, otherAgent.id); // any approval's creation drops them, whoever makes it
+    t.equal(await store.approvalBody(orgA, expired.id), null, 'the expired one\'s body is gone: no call can use it');
+    t.same(await store.approvalBody(orgA, live.id), Buffer.from('body'), 'the live one keeps it');
+    t.equal((await store.getApproval(orgA, expired.id))!.status, 'expired', 'the approval itself stays listed');
+  });
+
   t.test(`${name}: audit chain heads move only forward, one per (org, writer), and are read per org`, async (t) => {
     const store = await storeFor(t);
     const { orgA, orgB } = await twoOrgs(store);

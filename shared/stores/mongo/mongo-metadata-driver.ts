@@ -469,6 +469,8 @@ export class MongoMetadataDriver implements MetadataDriver {
       { limit: maxPending },
     );
     if (pending >= maxPending) return 'too_many';
+    // Bodies of approvals that expired unused (as the SQLite driver; the partial index finds them).
+    await this.#approvals.updateMany({ body: { $type: 'binData' }, expires_at: { $lte: row.created_at } }, { $set: { body: null } });
     await this.#approvals.insertOne({ ...docOf(row), body: body === null ? null : new Binary(body), used_at: null, insert_order: new ObjectId() });
     return 'written';
   }
@@ -745,6 +747,7 @@ async function createIndexes(db: Db): Promise<void> {
   await db.collection('approvals').createIndexes([
     { key: { org_id: 1, created_at: -1, insert_order: -1 }, name: 'approvals_by_org_created' },
     { key: { agent_id: 1, status: 1, expires_at: 1 }, name: 'approvals_by_agent_status' },
+    { key: { expires_at: 1 }, name: 'approvals_holding_body', partialFilterExpression: { body: { $type: 'binData' } } },
   ]);
   // Rate-limit counts go when their slot leaves every window; readers skip expired ones meanwhile.
   await db.collection('rate_counts').createIndexes([

@@ -191,6 +191,11 @@ const MIGRATIONS: readonly string[] = [
   ) STRICT;
   INSERT INTO audit_meta (key, value) VALUES ('sealing_started_at', strftime('%Y-%m-%dT%H:%M:%fZ', 'now'));
   `,
+  // v5: the held bodies of expired approvals are dropped (no call can use them
+  // any more); this index finds them without a scan.
+  `
+  CREATE INDEX approvals_holding_body ON approvals (expires_at) WHERE body IS NOT NULL;
+  `,
 ];
 
 /** The schema version this code writes; a file with a higher one is refused. */
@@ -299,6 +304,7 @@ function prepareStatements(db: Database.Database) {
        WHERE (SELECT count(*) FROM approvals
               WHERE org_id = @org_id AND agent_id = @agent_id AND status = 'pending' AND expires_at > @created_at) < @max_pending`,
     ),
+    dropExpiredBodies: db.prepare<[now: string]>('UPDATE approvals SET body = NULL WHERE body IS NOT NULL AND expires_at <= ?'),
     approvalInOrg: db.prepare<[orgId: string, id: string], ApprovalRow>(`SELECT ${APPROVAL_COLUMNS} FROM approvals WHERE org_id = ? AND id = ?`),
     approvalBody: db.prepare<[orgId: string, id: string], { body: Buffer | null }>('SELECT body FROM approvals WHERE org_id = ? AND id = ?'),
     approvals: db.prepare<[ApprovalQuery & { status_1: string | null; status_2: string | null }], ApprovalRow>(
@@ -545,6 +551,10 @@ export class SqliteMetadataDriver implements MetadataDriver {
   }
 
   insertApproval(row: ApprovalRow, body: Buffer | null, maxPending: number): 'written' | 'too_many' {
+    // Bodies of approvals that expired unused: kept, they grew the file without
+    // bound (an agent making calls nobody decides). The partial index makes this
+    // a probe that finds nothing, but for the rows that expired since.
+    this.#sql.dropExpiredBodies.run(row.created_at);
     return this.#sql.insertApproval.run({ ...row, body, max_pending: maxPending }).changes === 1 ? 'written' : 'too_many';
   }
 
