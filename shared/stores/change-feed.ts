@@ -103,7 +103,16 @@ export class MetadataChangeFeed implements ChangeFeed {
         for (;;) {
           const entries = await this.#log.changesSince(position, BATCH);
           if (entries.length === 0) break;
-          if (entries[0]!.seq > position + 1) this.#clear();
+          // A seq missing anywhere (pruned, or read past: a writer that died
+          // between taking its seq and writing its row) is a change nobody
+          // heard: every cache forgets what it holds.
+          let expected = position + 1;
+          let gap = false;
+          for (const entry of entries) {
+            if (entry.seq !== expected) gap = true;
+            expected = entry.seq + 1;
+          }
+          if (gap) this.#clear();
           for (const entry of entries) this.publish(entry.change);
           position = entries[entries.length - 1]!.seq;
           if (entries.length < BATCH) break;

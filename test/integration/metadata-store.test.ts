@@ -557,6 +557,27 @@ t.test('sqlite: a follower whose place in the log was pruned clears everything, 
   t.same(errors, []);
 });
 
+t.test('sqlite: a follower that reads a batch with a seq missing inside it clears everything, then applies the rest', async (t) => {
+  const file = freshFile();
+  const follower = openSqlite(file);
+  const writer = openSqlite(file);
+  t.teardown(async () => {
+    await follower.close();
+    await writer.close();
+  });
+  const events: (MetadataChange | 'clear')[] = [];
+  follower.changes.subscribe({ apply: (change) => events.push(change), clear: () => events.push('clear') });
+  await follower.changes.follow({ pollMs: 300, onError: () => {} });
+  const user = await writer.createUserWithOrg('gap@example.test', 'hash');
+  for (const host of ['a.example.com', 'b.example.com', 'c.example.com']) await writer.createCredential(newCredential(user.orgId, host));
+  // The middle change is lost (as one read past after its writer died is) before the first poll.
+  inspect(file, (db) => db.prepare("DELETE FROM changes WHERE hostname = 'b.example.com'").run());
+  for (const deadline = Date.now() + 5000; events.length < 3 && Date.now() < deadline; ) {
+    await new Promise((resolve) => setTimeout(resolve, 20));
+  }
+  t.same(events, ['clear', ...['a.example.com', 'c.example.com'].map((hostname) => ({ kind: 'credential', orgId: user.orgId, hostname }))]);
+});
+
 t.test('sqlite: a path that cannot be opened as a database fails the open with StoreUnavailableError', async (t) => {
   const file = path.join(dir, 'a-directory.db');
   fs.mkdirSync(file);
