@@ -77,7 +77,12 @@ export function createAdminPassThrough(adminUrl: string): AdminPassThrough {
           };
         }
         return { status: res.statusCode, headers: out, body: Buffer.from(await res.body.arrayBuffer()) };
-      } catch {
+      } catch (err) {
+        // undici refuses what it cannot put on the wire (a method such as CONNECT,
+        // a control character): the request is at fault, not the admin process.
+        if ((err as { code?: string }).code === 'UND_ERR_INVALID_ARG' || (err as Error).name === 'NotSupportedError') {
+          return { status: 400, headers: { 'content-type': 'application/json' }, body: errorBody('invalid_request', `The request cannot be passed to the admin service: ${(err as Error).message}.`) };
+        }
         return { status: 503, headers: { 'content-type': 'application/json' }, body: errorBody('unavailable', 'The admin service cannot be reached; retry later.') };
       }
     },

@@ -3,7 +3,7 @@
 // over the embedded engine). The audit pipeline's fault tests (ClickHouse down,
 // a proxy killed) are in split-mode-faults.test.ts.
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
-import { createServer, type AddressInfo } from 'node:net';
+import { createConnection, createServer, type AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { fileURLToPath } from 'node:url';
 import { join } from 'node:path';
@@ -93,6 +93,26 @@ t.test('HEAD through a proxy answers the head the admin process gives, its Conte
     t.equal(viaProxy.headers.get('content-length'), direct.headers.get('content-length'), `HEAD ${path} through the proxy: the admin's length, not 0`);
     t.equal(viaProxy.headers.get('content-type'), get.headers.get('content-type'));
   }
+});
+
+t.test('a request undici would not send as it came is not answered as an unreachable admin (503)', async (t) => {
+  const port = Number(new URL(proxyA.url).port);
+  const auth = `Authorization: ${owner.auth.authorization}\r\n`;
+  const send = (head: string) => new Promise<string>((resolve) => {
+    const socket = createConnection(port, '127.0.0.1');
+    let text = '';
+    socket.on('data', (c: Buffer) => { text += c.toString('latin1'); });
+    socket.on('close', () => resolve(text));
+    socket.on('error', () => resolve(text));
+    socket.write(Buffer.from(head, 'latin1'));
+    setTimeout(() => socket.destroy(), 3000);
+  });
+  // A header with bytes beyond ASCII (those of '€'): passed on as they came.
+  const euro = Buffer.from('€', 'utf8').toString('latin1');
+  const noted = await send(`GET /agents HTTP/1.1\r\nHost: x\r\n${auth}X-Note: ${euro}\r\nConnection: close\r\n\r\n`);
+  t.match(noted, /^HTTP\/1\.1 200 /, `the admin answers it, as all-in-one does: ${noted.split('\r\n')[0]}`);
+  const connect = await send(`CONNECT /agents HTTP/1.1\r\nHost: x\r\n${auth}Connection: close\r\n\r\n`);
+  t.notMatch(connect, /^HTTP\/1\.1 503 /, `a method undici cannot send is not 'admin unreachable': ${connect.split('\r\n')[0]}`);
 });
 
 t.test('entries written by two proxies are sealed in one chain each and verify through the admin process', async (t) => {
