@@ -42,10 +42,13 @@ export function isoInstant(raw: string, name: string, what = 'Field'): string {
     if (month < 1 || month > 12 || day < 1 || day > new Date(Date.UTC(Number(m[1]), month, 0)).getUTCDate()) time = NaN;
     else if (m[6] !== undefined && /[1-9]/.test(m[6].slice(4))) time += 1;
   }
-  if (Number.isNaN(time)) {
-    throw new GuardError('invalid_request', `${what} '${name}' must be an ISO 8601 date or date-time.`, { field: name });
+  // A zone offset can carry a 4-digit year out of them (9999-12-31T23:59:59-01:00
+  // is in year 10000), which the stores' instants cannot hold.
+  const iso = Number.isNaN(time) ? '' : new Date(time).toISOString();
+  if (iso.length !== 24) {
+    throw new GuardError('invalid_request', `${what} '${name}' must be an ISO 8601 date or date-time, in years 0000 to 9999 (UTC).`, { field: name });
   }
-  return new Date(time).toISOString();
+  return iso;
 }
 
 /**

@@ -199,10 +199,17 @@ t.test('GET /audit: a bad query value is 400 naming the parameter', async (t) =>
     ['?until=2026-06-31T10:00:00Z', 'until'],
     ['?since=2026-02-29', 'since'],
     ['?until=12345', 'until'],
+    // A zone offset that carries the instant out of years 0000-9999 (the stores' form): was a 500.
+    ['?until=9999-12-31T23:59:59-01:00', 'until'],
+    ['?since=0000-01-01T00:00:00%2B00:01', 'since'],
   ];
   for (const [query, field] of cases) {
     const res = await api(base, owner, 'GET', `/audit${query}`);
     t.test(query, async (t) => assertError(t, res, 400, 'invalid_request', field));
+  }
+  for (const path of ['/audit/seals', '/audit/verify', '/audit/stream']) {
+    const res = await api(base, owner, 'GET', `${path}?until=9999-12-31T23:59:59-01:00`);
+    t.test(`${path}: an until past year 9999`, async (t) => assertError(t, res, 400, 'invalid_request', 'until'));
   }
   t.equal((await api(base, owner, 'GET', '/audit?offset=1000000')).status, 200, 'offset 1,000,000 is allowed');
 });
