@@ -5,7 +5,7 @@
 import { GuardError } from '../shared/errors.js';
 import { isUuid } from '../shared/http.js';
 import { AUDIT_EXACT_FILTERS, type AuditDecision, type AuditFilter, type AuditRecord } from '../shared/types.js';
-import { isoInstant } from './audit.js';
+import { isoInstant } from '../shared/iso-instant.js';
 
 const DECISIONS: readonly AuditDecision[] = ['allowed', 'denied'];
 

@@ -4,7 +4,7 @@
 import { GuardError } from '../shared/errors.js';
 import { verifyAudit, verifyJson } from '../shared/audit/audit-verify.js';
 import { sealJson } from '../shared/audit/seal.js';
-import { isoInstant } from './audit.js';
+import { isoInstant } from '../shared/iso-instant.js';
 import type { AdminContext, Handler } from './context.js';
 import { json, queryInteger } from './http.js';
 

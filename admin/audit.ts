@@ -25,33 +25,6 @@ const INT32_MAX = 2_147_483_647;
 
 
 /**
- * An ISO 8601 date or date-time (a time without a zone is UTC) as toISOString();
- * 400 naming `name` otherwise, also for a day its month does not have
- * (Date.parse would roll 2026-02-30 over to March 2). A time finer than a
- * millisecond is rounded up to the next one: the instants stored are whole
- * milliseconds, so an inclusive `since` and an exclusive `until` then take
- * exactly the entries at or after, and before, the instant given.
- */
-export function isoInstant(raw: string, name: string, what = 'Field'): string {
-  // ISO 8601 date or date-time; a time without a zone is read as UTC.
-  const m = /^(\d{4})-(\d{2})-(\d{2})(T\d{2}:\d{2}(:\d{2}(\.\d{1,9})?)?(Z|[+-]\d{2}:\d{2})?)?$/.exec(raw);
-  let time = m ? Date.parse(m[4] === undefined ? `${raw}T00:00:00Z` : m[7] === undefined ? `${raw}Z` : raw) : NaN;
-  if (m && !Number.isNaN(time)) {
-    const month = Number(m[2]);
-    const day = Number(m[3]);
-    if (month < 1 || month > 12 || day < 1 || day > new Date(Date.UTC(Number(m[1]), month, 0)).getUTCDate()) time = NaN;
-    else if (m[6] !== undefined && /[1-9]/.test(m[6].slice(4))) time += 1;
-  }
-  // A zone offset can carry a 4-digit year out of them (9999-12-31T23:59:59-01:00
-  // is in year 10000), which the stores' instants cannot hold.
-  const iso = Number.isNaN(time) ? '' : new Date(time).toISOString();
-  if (iso.length !== 24) {
-    throw new GuardError('invalid_request', `${what} '${name}' must be an ISO 8601 date or date-time, in years 0000 to 9999 (UTC).`, { field: name });
-  }
-  return iso;
-}
-
-/**
  * At most `max` seals, oldest first: the last of each chain (it commits to the
  * chain's earlier seals), then the newest others.
  */

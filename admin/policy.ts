@@ -1,7 +1,7 @@
 // Policies: get and set an agent's YAML policy, and the policy check.
 import { GuardError } from '../shared/errors.js';
 import { evaluatePolicy, evaluateShadow, matchingLimits, parsePolicy, STORED_POLICY_LIMITS } from '../shared/policy/index.js';
-import { isoInstant } from './audit.js';
+import { isoInstant } from '../shared/iso-instant.js';
 import { replayPolicy } from './replay.js';
 import { policyInputs, REFUSED_PATH_PARTS } from '../shared/target.js';
 import type { AdminContext, Handler } from './context.js';

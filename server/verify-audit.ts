@@ -18,6 +18,7 @@ import { publicKeyInfo } from '../shared/audit/seal.js';
 import { loadConfig } from '../shared/config.js';
 import { readAuditSigningKey } from '../shared/secrets.js';
 import { isUuid } from '../shared/http.js';
+import { isoInstant } from '../shared/iso-instant.js';
 import { openAuditStore, openMetadataStore } from '../shared/stores/open-stores.js';
 import type { MetadataStore } from '../shared/stores/metadata-store.js';
 
@@ -40,12 +41,17 @@ function trustedKey(file: string | undefined, config: ReturnType<typeof loadConf
   fail('no public key: pass --public-key FILE (GET /audit/public-key gives it), or set AUDIT_SIGNING_KEY or DATA_DIR');
 }
 
+/** As the API reads since/until (a time without a zone is UTC). */
 function instant(raw: string | undefined, name: string, fallback: Date): Date {
   if (raw === undefined) return fallback;
-  const d = new Date(raw);
-  if (Number.isNaN(d.getTime())) fail(`--${name} must be an ISO 8601 instant`);
-  return d;
+  try {
+    return new Date(isoInstant(raw, name, 'Option'));
+  } catch (err) {
+    fail(`--${name}: ${(err as Error).message}`);
+  }
 }
+
+const DAY_MS = 24 * 60 * 60 * 1000;
 
 async function main(): Promise<void> {
   const { values } = parseArgs({
@@ -65,10 +71,14 @@ async function main(): Promise<void> {
   }
   const key = trustedKey(values['public-key'], config);
   const keys = new Map([[publicKeyInfo(key).fingerprint, key]]);
-  // DateTime64's range starts in 1900: an entry dated before 1970 is read too.
-  const since = instant(values.since, 'since', new Date('1900-01-01T00:00:00Z'));
-  if (values.org !== undefined && !isUuid(values.org)) fail('--org must be an org id (a UUID)');
+  // By default the retention period less a day: the TTL deletes older entries
+  // but keeps their seals, which would then read as entries removed.
+  const since = instant(values.since, 'since', new Date(Date.now() - Math.max(0, config.auditRetentionDays - 1) * DAY_MS));
+  // Ids are stored lower-case; the metadata store compares them exactly.
+  const org = values.org?.toLowerCase();
+  if (org !== undefined && !isUuid(org)) fail('--org must be an org id (a UUID)');
   const until = instant(values.until, 'until', new Date(Date.now() + 60_000));
+  if (since.getTime() >= until.getTime()) fail('--since must be before --until');
   const audit = await openAuditStore(config).catch((err: unknown) => fail(`cannot open the audit store: ${(err as Error).message}`));
   let metadata: MetadataStore | null = null;
   if (config.mongodbUrl !== null || existsSync(join(config.dataDir, 'metadata.sqlite'))) {
@@ -84,7 +94,7 @@ async function main(): Promise<void> {
   try {
     // Every org of the audit store, and every org with a recorded chain head: one
     // whose rows and seals were all deleted is still checked (and found truncated).
-    const orgs = values.org !== undefined ? [values.org] : [...new Set([...(await audit.orgIds()), ...(metadata === null ? [] : await metadata.sealHeadOrgs())])].sort();
+    const orgs = org !== undefined ? [org] : [...new Set([...(await audit.orgIds()), ...(metadata === null ? [] : await metadata.sealHeadOrgs())])].sort();
     for (const orgId of orgs) {
       const heads: ChainHead[] = metadata === null ? [] : await metadata.listSealHeads(orgId);
       const sealingSince = metadata === null ? null : await metadata.sealingSince();

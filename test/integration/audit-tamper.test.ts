@@ -186,6 +186,12 @@ t.test('npm run verify-audit agrees, offline, and exits 1 on a problem', async (
     const line = all.lines.find((l) => l.org_id === orgId) as { first_problem: { reason: string } } | undefined;
     t.equal(line?.first_problem.reason, problem.reason, `${kind} offline`);
   }
+  const upper = await offline(['--org', orgs.get('truncated')!.orgId.toUpperCase()]);
+  t.match(upper.lines[0], { first_problem: { reason: 'tail_truncated' } }, 'an org id in capitals is the same org: its chain heads are read');
+  for (const args of [['--since', 'yesterday'], ['--until', '2026-02-30'], ['--since', '2026-01-02', '--until', '2026-01-01']]) {
+    const refused = await offline(args);
+    t.equal(refused.code, 2, `${args.join(' ')}: bad usage (${refused.stderr.trim()})`);
+  }
   const clean = await offline(['--org', orgs.get('clean')!.orgId]);
   t.equal(clean.code, 0, 'a clean org exits 0');
   t.match(clean.lines[0], { ok: true, entries: 9 });
