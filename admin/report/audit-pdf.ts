@@ -403,9 +403,10 @@ function drawSeals(c: Cursor, input: AuditPdfInput): void {
     '--public-key key.pem. Each seal_hash is the SHA-256, and each signature the Ed25519 signature, of the seal\'s RFC 8785',
     'canonical JSON (docs/api.md, "Tamper-evident audit"); root is the RFC 6962 Merkle root of its entries\' entry_hash values.',
   ];
-  for (const line of lines) {
+  c.doc.font(FONT).fontSize(BODY_SIZE);
+  for (const line of lines.flatMap((l) => wrapWords(c.doc, toWinAnsi(l), c.width))) {
     ensureSpace(c, 12);
-    text(c.doc, toWinAnsi(line), c.left, c.y, { size: BODY_SIZE, color: COLOR.muted });
+    text(c.doc, line, c.left, c.y, { size: BODY_SIZE, color: COLOR.muted });
     c.y += 11;
   }
   c.y += 6;
@@ -564,6 +565,23 @@ const ELLIPSIS = '…';
  * The longest prefix of `value` that fits `maxWidth` in the current font, with
  * an ellipsis when cut. `value` must already be WinAnsi-safe.
  */
+/** `value` in lines of at most `maxWidth` in the document's current font, broken at spaces (a longer word keeps its own line). */
+function wrapWords(doc: PDFKit.PDFDocument, value: string, maxWidth: number): string[] {
+  const lines: string[] = [];
+  let line = '';
+  for (const word of value.split(' ')) {
+    const candidate = line === '' ? word : `${line} ${word}`;
+    if (line !== '' && doc.widthOfString(candidate) > maxWidth) {
+      lines.push(line);
+      line = word;
+    } else {
+      line = candidate;
+    }
+  }
+  lines.push(line);
+  return lines;
+}
+
 function fit(doc: PDFKit.PDFDocument, value: string, maxWidth: number): string {
   if (maxWidth <= 0) return '';
   // The quote is the narrowest Helvetica glyph (0.191 em; 0.8 leaves room for

@@ -5,6 +5,8 @@ declare module 'pdf-parse/lib/pdf-parse.js' {
     str: string;
     /** [a, b, c, d, x, y]; y is the baseline, from the bottom of the page. */
     transform: number[];
+    /** The run's advance, in page units. */
+    width: number;
   }
   interface PdfPageData {
     getTextContent(options?: { normalizeWhitespace?: boolean; disableCombineTextItems?: boolean }): Promise<{

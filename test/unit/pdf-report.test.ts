@@ -14,6 +14,7 @@ const FOOTER_LEFT = `Tool-Call Guard audit report · ${ORG_NAME}`;
 // A4 in points and the report's margin: nothing but the footer may sit below
 // the bottom margin.
 const PAGE_HEIGHT = 841.89;
+const PAGE_WIDTH = 595.28;
 const MARGIN = 48;
 /**
  * Entry rows on a page the entries table continues onto: the page's 745.89 pt
@@ -134,6 +135,7 @@ interface TextItem {
   str: string;
   x: number;
   y: number;
+  width: number;
 }
 
 interface ParsedPdf {
@@ -154,7 +156,7 @@ async function parsePdf(pdf: Buffer): Promise<ParsedPdf> {
     // pdf-parse renders pages one after another, so pages arrive in order.
     pagerender: async (page) => {
       const content = await page.getTextContent({ normalizeWhitespace: false, disableCombineTextItems: false });
-      items.push(content.items.map((it) => ({ str: it.str, x: it.transform[4]!, y: it.transform[5]! })));
+      items.push(content.items.map((it) => ({ str: it.str, x: it.transform[4]!, y: it.transform[5]!, width: it.width })));
       return '';
     },
   });
@@ -360,6 +362,18 @@ t.test('a window without calls renders one page of zero totals and empty section
   t.ok(hasLine(parsed, ['No call was denied in this window.']));
   t.ok(hasLine(parsed, ['Showing 0 of 0 entries (cap: 500).']));
   t.ok(hasLine(parsed, ['No entries in this window.']));
+  checkPages(t, parsed);
+});
+
+t.test('the seals section keeps its text inside the margins, however many seals cover the window', async (t) => {
+  const pdf = await renderAuditPdf(input({ data: emptyData(), seals: [], sealCount: 12_345, keyFingerprint: 'f'.repeat(64) }));
+  const parsed = await parsePdf(pdf);
+  const past = parsed.items.flat().filter((it) => it.str.trim() !== '' && it.x + it.width > PAGE_WIDTH - MARGIN + 0.5);
+  t.same(past.map((it) => it.str), [], 'no text runs past the right margin');
+  const text = allLines(parsed).map((line) => line.join(' ')).join(' ');
+  t.match(text, /12,345 seals cover this window/);
+  t.match(text, /GET \/audit\/seals lists all\)/, 'the whole sentence is on the page');
+  t.match(text, new RegExp('f'.repeat(64)), 'and the whole fingerprint');
   checkPages(t, parsed);
 });
 
