@@ -150,8 +150,9 @@ const ESCAPED_BACKSLASH = /%5[Cc]/;
  * `/admin/** What normalizePolicyPath refuses, for the answers that say so (the proxy's, the policy check's). */
 export const REFUSED_PATH_PARTS = "dot segments (. or .., also with ';' parameters), a '#' or a backslash";
 
-/**` the way an upstream that decodes them would, and runs of '/'
- * collapse (`//admin` is `/admin` to most servers). The upstream still
+/**` the way an upstream that decodes them would, characters a client can
+ * send only escaped (a space, non-ASCII) escaped as it would (encodePathChars),
+ * and runs of '/' collapse (`//admin` is `/admin` to most servers). The upstream still
  * gets the path exactly as sent. Null when a segment is `.` or `..` (raw or
  * encoded, or with `;` parameters after it), or the path holds a `#` or a backslash (raw or `%5C`): such paths
  * mean different things to different servers, so they are refused rather than
@@ -163,6 +164,7 @@ export const REFUSED_PATH_PARTS = "dot segments (. or .., also with ';' paramete
 export function normalizePolicyPath(path: string): string | null {
   // includes() first: a regular expression on every call cost ~30 ns more.
   if (path.includes('#') || path.includes('\\') || (path.includes('%') && ESCAPED_BACKSLASH.test(path))) return null;
+  path = encodePathChars(path);
   const decoded = path.includes('%')
     ? path.replace(ESCAPE, (escape, hex: string) => {
       const char = String.fromCharCode(parseInt(hex, 16));
@@ -178,6 +180,28 @@ export function normalizePolicyPath(path: string): string | null {
     }
   }
   return collapsed;
+}
+
+/** A character a request line carries only percent-encoded: outside RFC 3986's pchar, '/', and '%' itself. */
+const NOT_PATH_CHAR = /[^A-Za-z0-9\-._~!$&'()*+,;=:@/%]/u;
+const NOT_PATH_CHARS = new RegExp(NOT_PATH_CHAR.source, 'gu');
+
+/**
+ * A path as an HTTP client puts it on the wire: each character it cannot send
+ * raw (a space, a non-ASCII letter) percent-encoded as UTF-8 (upper-case hex).
+ * So a policy rule or a policy check written with `my report.pdf` speaks of
+ * the call the proxy sees as `my%20report.pdf`.
+ */
+export function encodePathChars(path: string): string {
+  // One RegExp test: ~22 ns on a short path (a table scan in JS measured slower; bench/micro/parse-target.ts).
+  return NOT_PATH_CHAR.test(path) ? path.replace(NOT_PATH_CHARS, percentEncode) : path;
+}
+
+/** Each UTF-8 byte of `char` as %XX (a lone surrogate as U+FFFD's, where encodeURIComponent throws). */
+function percentEncode(char: string): string {
+  let out = '';
+  for (const byte of Buffer.from(char, 'utf8')) out += `%${byte < 16 ? '0' : ''}${byte.toString(16).toUpperCase()}`;
+  return out;
 }
 
 /** What a policy is evaluated on: the tool (hostname, no port) and the normalised path. */

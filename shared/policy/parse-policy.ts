@@ -28,7 +28,10 @@
 
 import { isAlias, isMap, isPair, isScalar, isSeq, LineCounter, parseDocument, visit } from 'yaml';
 import type { Alias, Document, Node, Pair, YAMLMap } from 'yaml';
+import { isIPv6 } from 'node:net';
+import { domainToASCII } from 'node:url';
 import { GuardError } from '../errors.js';
+import { normalizePolicyPath, parseTarget, REFUSED_PATH_PARTS } from '../target.js';
 import { PathMatch, ToolMatch } from './types.js';
 import { APPROVAL_TIMEOUT, PENDING_APPROVALS_LIMIT, RATE_PERIODS } from './types.js';
 import type { CallMatcher, CompiledLimit, CompiledPolicy, CompiledRule, PolicyDecision, PolicyVerdict, RatePeriod, RuleVerdict, TextTest } from './types.js';
@@ -67,6 +70,7 @@ export const MAX_PATTERN_PATH_CHARS = 16_384;
 /** The policy being compiled: its wildcard bound, and what is left of its characters of such globs (parsing is synchronous: set at its start). */
 let pathGlobWildcards = MAX_PATH_GLOB_WILDCARDS;
 let patternPathBudget = MAX_PATTERN_PATH_CHARS;
+let refuseUnmatchable = true;
 
 export interface PolicyLimits {
   readonly maxBytes: number;
@@ -74,6 +78,8 @@ export interface PolicyLimits {
   readonly maxAliases: number;
   readonly maxPathGlobWildcards: number;
   readonly maxPatternPathChars: number;
+  /** Refuse a tool or path that can never match a call (a port, dot segments); off for stored policies. */
+  readonly refuseUnmatchable: boolean;
 }
 
 /** What a policy being set, checked or replayed must keep to. */
@@ -83,6 +89,7 @@ export const POLICY_LIMITS: PolicyLimits = Object.freeze({
   maxAliases: MAX_POLICY_ALIASES,
   maxPathGlobWildcards: MAX_PATH_GLOB_WILDCARDS,
   maxPatternPathChars: MAX_PATTERN_PATH_CHARS,
+  refuseUnmatchable: true,
 });
 
 /**
@@ -95,6 +102,7 @@ export const STORED_POLICY_LIMITS: PolicyLimits = Object.freeze({
   ...POLICY_LIMITS,
   maxPathGlobWildcards: Infinity,
   maxPatternPathChars: Infinity,
+  refuseUnmatchable: false,
 });
 
 /** The most limits one policy may hold: every proxied call of the agent is tested against each. */
@@ -132,6 +140,7 @@ export function parsePolicy(yamlText: string, limits: PolicyLimits = POLICY_LIMI
   // anyway (it sits under an unknown key or where a string belongs).
   pathGlobWildcards = limits.maxPathGlobWildcards;
   patternPathBudget = limits.maxPatternPathChars;
+  refuseUnmatchable = limits.refuseUnmatchable;
   const lines = new LineCounter();
   const doc = parseDocument(yamlText, { lineCounter: lines, prettyErrors: false, uniqueKeys: false, strict: true });
   const at = (node: { range?: readonly number[] | null | undefined } | null | undefined): number =>
@@ -513,7 +522,7 @@ function compileToolGlob(glob: string, where: string): ToolMatcher {
   if (glob.includes('://')) {
     fail(`${where}: 'tool' is a hostname glob such as api.github.com or "*.github.com", not a URL (${quoted(glob)})`);
   }
-  const lower = glob.toLowerCase();
+  const lower = toolText(glob, where);
   const firstStar = lower.indexOf('*');
   if (firstStar === -1) return { match: ToolMatch.Exact, text: lower, regExp: null };
   if (/^\*+$/.test(lower)) return { match: ToolMatch.Any, text: '', regExp: null };
@@ -525,6 +534,36 @@ function compileToolGlob(glob: string, where: string): ToolMatcher {
   const parts = lower.split(/\*+/);
   // Tools reach here lower-cased (canonicalHostname): the fold is done only for one that is not.
   return { match: ToolMatch.Pattern, text: '', regExp: { test: (tool) => matchGlob(parts, NOT_LOWER.test(tool) ? tool.toLowerCase() : tool) } };
+}
+
+/**
+ * A tool as the proxy names a call's: the hostname, canonical (lower case, no
+ * trailing dot, IPv4 shorthand and IPv6 written out as the proxy writes them,
+ * an IDN as its A-label). Without that, `api.github.com.`, `[::1]` or `127.1`
+ * was a rule that never matched (a deny failing open). A port, a path or a
+ * bracket cannot match a hostname: refused, as is an exact tool that is no
+ * host name; a stored policy keeps such a rule as written (it never matched).
+ */
+function toolText(glob: string, where: string): string {
+  if (!glob.includes('*')) {
+    const namesPort = glob.startsWith('[') ? glob.includes(']:') : !isIPv6(glob) && glob.includes(':');
+    const target = namesPort || glob.includes('/')
+      ? null
+      : (parseTarget(`${isIPv6(glob) ? `[${glob}]` : glob}/`) ?? parseTarget(`${domainToASCII(glob) || glob}/`));
+    if (target !== null) return target.hostname;
+    if (refuseUnmatchable) {
+      fail(namesPort
+        ? `${where}: 'tool' is matched against the hostname alone: it cannot name a port (${quoted(glob)})`
+        : `${where}: 'tool' must be a hostname, an IP address or a glob such as "*.github.com", not ${quoted(glob)}`);
+    }
+    return glob.toLowerCase();
+  }
+  if (/[/[\]]/.test(glob)) {
+    if (refuseUnmatchable) fail(`${where}: 'tool' is matched against the hostname alone: no path or brackets (${quoted(glob)})`);
+    return glob.toLowerCase();
+  }
+  // A trailing dot names the same host, and the proxy's tools have none.
+  return glob.toLowerCase().replace(/\.+$/, '');
 }
 
 // Path globs are case-sensitive (RFC 3986 §6.2.2.1) and match the path without its
@@ -540,6 +579,16 @@ function compilePathGlob(glob: string, where: string): PathMatcher {
     fail(`${where}: 'path' is matched against the path only, without a query string or fragment (${quoted(glob)})`);
   }
   if (/^\*+$/.test(glob)) return ANY_PATH;
+  // As the proxy reads a call's path (normalizePolicyPath): escapes of
+  // unreserved characters and '/' decoded, others upper-cased, characters a
+  // client must escape escaped, runs of '/' collapsed. `/projects/acme%2Fapp/**`
+  // or `/docs/my report.pdf` was a rule no call met.
+  const normalized = normalizePolicyPath(glob);
+  if (normalized === null) {
+    if (refuseUnmatchable) fail(`${where}: 'path' never matches a call: the proxy refuses paths with ${REFUSED_PATH_PARTS} (${quoted(glob)})`);
+  } else {
+    glob = normalized;
+  }
   const firstStar = glob.indexOf('*');
   if (firstStar === -1) return { match: PathMatch.Exact, text: glob, prefix: '', regExp: null };
   if (glob.endsWith('/**') && firstStar === glob.length - 2) {

@@ -28,13 +28,25 @@ rules:
     tool: "127.0.0.1"
     action: DELETE
     decision: deny
+  # Written as people write them: the shorthand host, a raw space, an escaped slash.
+  - name: no-report
+    tool: "127.1"
+    action: "*"
+    path: /docs/my report.pdf
+    decision: deny
+  - name: no-project
+    tool: "127.0.0.1"
+    action: "*"
+    path: /projects/acme%2fapp/**
+    decision: deny
 `;
 t.equal((await api(base, owner, 'POST', `/agents/${agent.id}/policy`, { rules_yaml: policy })).status, 200);
 
 const port = upstream.port;
 // Spellings of one host (case, IPv4 shorthand, hex, default-less port) and of paths.
 const hosts = [`127.0.0.1:${port}`, `127.1:${port}`, `0x7f.0.0.1:${port}`, `0177.0.0.1:${port}`];
-const paths = ['/admin/users', '//admin/users', '/%61dmin/users', '/admin%2Fusers', '/ADMIN/users', '/echo', '/echo?x=/admin/1', '/x/admin'];
+const paths = ['/admin/users', '//admin/users', '/%61dmin/users', '/admin%2Fusers', '/ADMIN/users', '/echo', '/echo?x=/admin/1', '/x/admin',
+  '/docs/my report.pdf', '/docs/my%20report.pdf', '/projects/acme%2Fapp/issues', '/projects/acme/app', '/projects/acme%2fapp'];
 const methods = ['GET', 'DELETE'];
 
 t.test('the check API and the proxy decide every spelling alike', async (t) => {
@@ -48,6 +60,7 @@ t.test('the check API and the proxy decide every spelling alike', async (t) => {
         await proxied.arrayBuffer();
         const proxyDenied = proxied.status === 403;
         t.equal(check.json.decision, proxyDenied ? 'deny' : 'allow', `${label}: check says ${check.json.decision}, proxy answered ${proxied.status}`);
+        if (/report|project/.test(path)) t.equal(check.json.decision, 'deny', `${label}: the rule written as people write it meets the call`);
       }
     }
   }

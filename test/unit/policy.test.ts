@@ -15,7 +15,9 @@ import {
   NO_POLICY_DECISION,
   parsePolicy,
   POLICY_LIMITS,
+  STORED_POLICY_LIMITS,
 } from '../../shared/policy/index.js';
+import { normalizePolicyPath, parseTarget } from '../../shared/target.js';
 import type { CompiledPolicy } from '../../shared/policy/index.js';
 import { pathGlobMatcher, pathGlobToRegExp } from '../../shared/policy/parse-policy.js';
 
@@ -149,6 +151,44 @@ t.test('an exact tool matches only that tool', async (t) => {
   t.equal(decide(policy, 'api.github.co', 'GET'), 'allow default');
   t.equal(decide(policy, 'xapi.github.com', 'GET'), 'allow default');
   t.equal(decide(policy, 'api.github.com.', 'GET'), 'allow default');
+});
+
+t.test('a rule\'s tool is read as the proxy names a call\'s: canonical hostname, so no spelling of it fails open', async (t) => {
+  // Each exact tool, as the proxy names a call to it (parseTarget's hostname).
+  for (const [written, target] of <Array<[string, string]>>[
+    ['api.github.com.', 'api.github.com'], ['API.GitHub.com', 'api.github.com'], ['[::1]', '[::1]'],
+    ['2001:db8:0:0::1', '[2001:db8::1]'], ['127.1', '127.1'], ['bücher.example', 'xn--bcher-kva.example'],
+  ]) {
+    const policy = policyOf([`{tool: "${written}", action: "*", decision: deny}`]);
+    const tool = parseTarget(`${target}/`)!.hostname;
+    t.equal(decide(policy, tool, 'GET'), 'deny rule-1', `${written} meets a call to ${target} (tool ${tool})`);
+  }
+  t.equal(decide(policyOf(['{tool: "*.github.com.", action: "*", decision: deny}']), 'api.github.com', 'GET'), 'deny rule-1', 'a glob\'s trailing dot too');
+  for (const tool of ['api.example.com:8443', '[::1]:8443', 'api.example.com/v1', 'foo bar', '*.example.com/x', '[*]']) {
+    const err = refusal(`version: "1"\nrules:\n  - {tool: "${tool}", action: "*", decision: deny}\n`);
+    t.match(err.message, /'tool'/, `${tool}: refused, naming the field (${err.message})`);
+  }
+  // Saved before: kept as written (it never matched), not a policy that fails every call.
+  const stored = parsePolicy('version: "1"\nrules:\n  - {tool: "api.example.com:8443", action: "*", decision: deny}\n', STORED_POLICY_LIMITS);
+  t.equal(decide(stored, 'api.example.com', 'GET'), 'allow default', 'a stored policy with a port in a tool still compiles');
+});
+
+t.test('a rule\'s path is read as the proxy reads a call\'s: escapes, raw characters and slashes alike', async (t) => {
+  for (const [glob, sent] of <Array<[string, string]>>[
+    ['/api/v4/projects/acme%2Fapp/**', '/api/v4/projects/acme%2Fapp/repository'],
+    ['/files/a%3ab', '/files/a%3Ab'], ['/files/a%3Ab', '/files/a%3ab'],
+    ['/%7Euser/**', '/~user/x'], ['/~user/**', '/%7Euser/x'],
+    ['/a//b', '/a/b'], ['/a/b', '/a//b'],
+    ['/docs/my report.pdf', '/docs/my%20report.pdf'], ['/docs/my%20report.pdf', '/docs/my report.pdf'],
+    ['/wiki/Zürich/*', '/wiki/Z%C3%BCrich/edit'],
+  ]) {
+    const policy = policyOf([`{tool: "*", action: "*", path: "${glob}", decision: deny}`]);
+    t.equal(decide(policy, 'h', 'GET', normalizePolicyPath(sent)!), 'deny rule-1', `${glob} meets ${sent}`);
+  }
+  for (const glob of ['/a/../admin', '/a/./b', '/x/..;/y', '/a\\\\b']) {
+    const err = refusal(`version: "1"\nrules:\n  - {tool: "*", action: "*", path: "${glob}", decision: deny}\n`);
+    t.match(err.message, /'path' never matches/, `${glob}: refused (${err.message})`);
+  }
 });
 
 t.test('a tool glob with * inside matches any run of characters there', async (t) => {
