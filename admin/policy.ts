@@ -2,6 +2,7 @@
 import { GuardError } from '../shared/errors.js';
 import { evaluatePolicy, evaluateShadow, matchingLimits, parsePolicy, STORED_POLICY_LIMITS } from '../shared/policy/index.js';
 import { isoInstant } from '../shared/iso-instant.js';
+import { MCP_TOOL_METHODS } from '../shared/mcp.js';
 import { replayPolicy } from './replay.js';
 import { policyInputs, REFUSED_PATH_PARTS } from '../shared/target.js';
 import type { AdminContext, Handler } from './context.js';
@@ -43,6 +44,9 @@ export function policyHandlers(ctx: AdminContext) {
     const mcpTool = stringField(body, 'mcp_tool', { optional: true, min: 1, max: 8192 });
     if (mcpTool !== undefined && mcpMethod === undefined) {
       throw new GuardError('invalid_request', "Field 'mcp_tool' needs 'mcp_method' (the request that names the tool).", { field: 'mcp_tool' });
+    }
+    if (mcpTool !== undefined && !MCP_TOOL_METHODS.has(mcpMethod!)) {
+      throw new GuardError('invalid_request', "Field 'mcp_tool' is read only for tools/call, prompts/get and resources/read: the proxy finds no tool in another method's request.", { field: 'mcp_tool' });
     }
     const mcp = mcpMethod === undefined ? null : { method: mcpMethod, tool: mcpTool ?? null };
     if (path !== undefined && !path.startsWith('/')) {

@@ -15,6 +15,9 @@ export const MCP_INSPECT_MAX_BYTES = 1024 * 1024;
  */
 export const MCP_BATCH_MAX = 1000;
 
+/** The methods whose request names a tool (a prompt's or tool's name, a resource's URI); any other has none. */
+export const MCP_TOOL_METHODS: ReadonlySet<string> = new Set(['tools/call', 'prompts/get', 'resources/read']);
+
 export interface JsonRpcBody {
   /** The body is a JSON array (a batch), even of one element. */
   batch: boolean;
@@ -53,6 +56,7 @@ function requestOf(value: unknown): McpCall | null | 'ambiguous' {
   let tool: unknown = null;
   if (message.method === 'tools/call' || message.method === 'prompts/get') tool = params.name;
   else if (message.method === 'resources/read') tool = params.uri;
+  // (MCP_TOOL_METHODS: the same three.)
   // An empty method or tool name is kept by the audit as none (null), so a replay
   // could not decide it as the live call was: such a call is not inspected.
   if (message.method === '' || tool === '') return 'ambiguous';

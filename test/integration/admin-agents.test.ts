@@ -236,6 +236,12 @@ t.test('policy', async (t) => {
     assertError(t, await api(base, owner, 'POST', '/policy/check', { ...full, agent_id: theirs.id }), 404, 'not_found');
     assertError(t, await api(base, owner, 'POST', '/policy/check', { ...full, agent_id: 'nope' }), 404, 'not_found');
     t.equal((await api(base, stranger, 'POST', '/policy/check', { ...full, agent_id: theirs.id })).status, 200, 'the owner may');
+    // The proxy reads a tool only from tools/call, prompts/get and resources/read: a check
+    // naming one for another method would decide a call the proxy never sees.
+    assertError(t, await api(base, owner, 'POST', '/policy/check', { ...full, mcp_method: 'tools/list', mcp_tool: 'x' }), 400, 'invalid_request', 'mcp_tool');
+    for (const method of ['tools/call', 'prompts/get', 'resources/read']) {
+      t.equal((await api(base, owner, 'POST', '/policy/check', { ...full, mcp_method: method, mcp_tool: 'x' })).status, 200, `${method} names a tool`);
+    }
   });
 });
 
