@@ -110,6 +110,9 @@ export const MAX_POLICY_LIMITS = 100;
 /** The largest N of a rate and the largest burst: counts stay exact in 32-bit slots. */
 const MAX_RATE_COUNT = 1_000_000_000;
 
+/** rule_matched values the proxy writes itself (guard-target.ts, inspect-mcp.ts; limit.ts writes limit:<name>). */
+const PROXY_RULE_NAMES: ReadonlySet<string> = new Set(['target_forbidden', 'uninspectable_body']);
+
 const TOP_LEVEL_KEYS = ['version', 'default', 'rules', 'limits'] as const;
 const LIMIT_KEYS = ['name', 'tool', 'action', 'path', 'mcp_method', 'mcp_tool', 'rate', 'burst'] as const;
 type LimitKey = (typeof LIMIT_KEYS)[number];
@@ -405,6 +408,10 @@ function compileRule(
   const name = fields.name ?? `rule-${n}`;
   if (name === 'default') {
     fail(`${fieldWhere.name ?? where}: the rule name 'default' is reserved for "no rule matched"; choose another`);
+  }
+  // The proxy's own refusals are audited under these: a rule of that name would read as one.
+  if (refuseUnmatchable && (PROXY_RULE_NAMES.has(name) || name.startsWith('limit:'))) {
+    fail(`${fieldWhere.name ?? where}: the rule name ${quoted(name)} is reserved for the proxy's own refusals (${[...PROXY_RULE_NAMES].join(', ')}, limit:<name>); choose another`);
   }
   claimName(positionByName, name, n, 'rule', fieldWhere.name ?? where);
   const verb = decision === 'allow' ? 'Allowed' : decision === 'deny' ? 'Denied' : 'Held for approval';

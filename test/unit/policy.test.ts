@@ -546,6 +546,15 @@ t.test('decision: approve holds the call, with approval_timeout (10 to 86400 s, 
   t.match(refusal('version: "1"\ndefault: approve\nrules: []\n').message, /^line 2: 'default' must be allow or deny, not 'approve' \(approve is a rule's decision/);
 });
 
+t.test('rule names the proxy writes for its own refusals are reserved (an audit row could not be told from one)', async (t) => {
+  for (const name of ['target_forbidden', 'uninspectable_body', 'limit:per-minute', 'limit:pending_approvals']) {
+    const err = refusal(`version: "1"\nrules:\n  - {name: "${name}", tool: "*", action: "*", decision: deny}\n`);
+    t.match(err.message, /is reserved for the proxy's own refusals/, `${name}: refused`);
+  }
+  t.ok(parsePolicy('version: "1"\nrules:\n  - {name: "target_forbidden", tool: "*", action: "*", decision: deny}\n', STORED_POLICY_LIMITS), 'a stored policy keeps compiling');
+  t.ok(parsePolicy('version: "1"\nrules:\n  - {name: "limits-apply", tool: "*", action: "*", decision: deny}\n'), 'other names are free');
+});
+
 t.test("the limit name 'pending_approvals' is reserved for the bound on pending approvals", async (t) => {
   const err = refusal('version: "1"\nrules: []\nlimits:\n  - {name: pending_approvals, tool: "*", rate: 1/minute}\n');
   t.match(err.message, /^limit 1 \(line 4\): the limit name 'pending_approvals' is reserved/);
