@@ -317,7 +317,7 @@ function settle(ex: ProxyExchange, approval: Approval): undefined | false {
       return undefined;
     case 'denied':
       // The approver's note when given; who denied it is for operators, not for the agent.
-      return ex.answerError('approval_denied', approval.note ?? undefined);
+      return ex.answerError('approval_denied', approval.note || undefined); // an empty note is none
     case 'expired':
       return ex.answerError('approval_expired', `Approval ${approval.id} expired at ${approval.expiresAt}.`);
     case 'used':

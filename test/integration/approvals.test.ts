@@ -186,6 +186,15 @@ t.test('denied during the hold: 403 approval_denied with the note, audited denie
   t.equal(retry.json.error, 'approval_denied', 'a retry of a denied call is denied too');
 });
 
+t.test('denied with an empty note: the agent gets the standard message, not an empty one', async (t) => {
+  const pending = call(payer.api_key, { body: '{"amount": 7}' });
+  const approval = await pendingFor(payer.id);
+  t.equal((await api(service.url, owner, 'POST', `/approvals/${approval.id}/deny`, { note: '' })).status, 200);
+  const answer = await pending;
+  t.equal(answer.json.error, 'approval_denied');
+  t.ok(typeof answer.json.message === 'string' && answer.json.message.length > 0, `a message: ${JSON.stringify(answer.json.message)}`);
+});
+
 t.test('a held MCP batch is audited by its first element (none denied), not by the element that needs approval', async (t) => {
   const mcp = await createAgent(service.url, owner, 'mcp-payer', 'none');
   const policy = 'version: "1"\nrules:\n  - {name: pay, tool: "*", action: POST, mcp_method: tools/call, mcp_tool: "pay_*", decision: approve}\n  - {name: rest, tool: "*", action: "*", decision: allow}\n';
