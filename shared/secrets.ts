@@ -118,7 +118,9 @@ export function openValue(key: Buffer, sealed: string, associated: string): stri
   const [version, payload] = sealed.split(':', 2);
   if (version !== SEALED_VERSION || payload === undefined) throw new Error('unknown sealed value format');
   const raw = Buffer.from(payload, 'base64');
-  const decipher = createDecipheriv('aes-256-gcm', key, raw.subarray(0, 12));
+  // IV and a whole tag: GCM would check a shorter tag (down to 4 bytes) as given.
+  if (raw.length < 28) throw new Error('sealed value too short');
+  const decipher = createDecipheriv('aes-256-gcm', key, raw.subarray(0, 12), { authTagLength: 16 });
   decipher.setAAD(Buffer.from(associated, 'utf8'));
   decipher.setAuthTag(raw.subarray(12, 28));
   return Buffer.concat([decipher.update(raw.subarray(28)), decipher.final()]).toString('utf8');
