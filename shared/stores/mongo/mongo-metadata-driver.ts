@@ -20,6 +20,7 @@
 // Documents are the core's rows with `_id` = the record's UUID string; timestamps are
 // ISO 8601 strings, except `changes.at`, which is a BSON Date because a TTL index only
 // expires Date values.
+import { isDeepStrictEqual } from 'node:util';
 import {
   Binary,
   type ChangeStream,
@@ -95,6 +96,8 @@ const TRANSACTION_OPTIONS: TransactionOptions = {
 
 const DUPLICATE_KEY = 11000;
 const NAMESPACE_EXISTS = 48;
+/** The user may not run the command (collMod needs dbAdmin, not readWrite). */
+const UNAUTHORIZED = 13;
 
 const COLLECTIONS = ['orgs', 'users', 'agents', 'credentials', 'policies', 'changes', 'counters', 'approvals'] as const;
 type CollectionName = (typeof COLLECTIONS)[number];
@@ -699,9 +702,9 @@ async function isReplicated(db: Db): Promise<boolean> {
  * to create one (MongoDB allows that only from 4.4, and not under every read concern).
  */
 async function createCollections(db: Db): Promise<void> {
-  const existing = new Set(
-    (await db.listCollections({}, { nameOnly: true }).toArray()).map((collection) => collection.name),
-  );
+  const listed = await db.listCollections({}, { nameOnly: false }).toArray();
+  const existing = new Set(listed.map((collection) => collection.name));
+  const validatorOf = new Map(listed.map((collection) => [collection.name, (collection as { options?: { validator?: unknown } }).options?.validator]));
   for (const name of COLLECTIONS) {
     if (existing.has(name)) continue;
     const validator = VALIDATORS[name];
@@ -713,7 +716,15 @@ async function createCollections(db: Db): Promise<void> {
     }
   }
   for (const name of UPDATED_VALIDATORS) {
-    if (existing.has(name)) await db.command({ collMod: name, validator: VALIDATORS[name] });
+    // Only when it differs: collMod needs a privilege the readWrite role lacks, and
+    // running it at every start stopped a least-privileged user's every restart.
+    if (!existing.has(name) || isDeepStrictEqual(validatorOf.get(name), VALIDATORS[name])) continue;
+    try {
+      await db.command({ collMod: name, validator: VALIDATORS[name] });
+    } catch (err) {
+      // Not allowed to: the older validator stays (a check on writes, not a need of this code).
+      if (!(err instanceof MongoServerError && err.code === UNAUTHORIZED)) throw err;
+    }
   }
 }
 
