@@ -29,14 +29,11 @@
 // limits" says so, and why (a split that follows the load needs a store round
 // trip per grant, or admits more than the quota while views are stale).
 import { matchesAnyCall, type CompiledLimit, type McpCall } from '../shared/policy/index.js';
-import { RATE_PERIODS } from '../shared/policy/types.js';
 import type { RateCountRow } from '../shared/stores/metadata-driver.js';
 
 /** Sub-windows per window: a refusal comes at most W/SLOTS early. */
 export const SLOTS = 16;
 const RING = SLOTS + 1;
-/** The longest a call stays counted: the longest window, and the slot it began in. */
-const MAX_WINDOW_MS = (RATE_PERIODS.day * RING) / SLOTS;
 const INITIAL_CAPACITY = 1024;
 
 /** Counts per (limit, agent, slot) as the store adds them up across proxies; slot = floor(epoch ms / slot length). */
@@ -95,15 +92,6 @@ export class RateLimiter {
   #pending = new Map<number, Map<number, number>>();
   #nodes = 1;
   #rank = 0;
-  /** The live proxies of the last sync (sorted ids), to see one leave. */
-  #liveIds: readonly string[] = [];
-  /**
-   * Proxies that left (stopped, or lost the store), by id: when, and how many
-   * were live then. The calls one admitted stay in the window after it is no
-   * longer live; until they leave it, its part is held back from the others'
-   * (a rolling restart let the live parts grow over them: N + its part).
-   */
-  readonly #departed = new Map<string, { at: number; nodes: number }>();
   #syncMs = 0;
   /** Before this (epoch ms) a syncing proxy admits no limited call (startSyncing). */
   #activeAt = 0;
@@ -169,7 +157,7 @@ export class RateLimiter {
       if (counted + 1 > table.quota) freeAt = this.#roomAt(counter, table, slot, counted);
       else if (this.#syncing && !this.#active(now)) freeAt = Math.max(this.#activeAt, now + this.#syncMs);
       else if (this.#nodes > 1) {
-        const part = this.#partOf(table.quota, table.windowMs, now);
+        const part = this.#partOf(table.quota);
         const own = this.#ownCounted(counter);
         if (own + 1 > part) freeAt = part === 0 ? now + table.windowMs : this.#ownRoomAt(counter, table, slot, own, part);
       }
@@ -263,7 +251,7 @@ export class RateLimiter {
   #remaining(counter: number, quota: number, now: number): number {
     let left = quota - this.#counted(counter);
     if (this.#syncing && !this.#active(now)) return 0;
-    if (this.#nodes > 1) left = Math.min(left, this.#partOf(quota, this.#tableOf[counter]!.windowMs, now) - this.#ownCounted(counter));
+    if (this.#nodes > 1) left = Math.min(left, this.#partOf(quota) - this.#ownCounted(counter));
     return Math.max(0, left);
   }
 
@@ -337,16 +325,12 @@ export class RateLimiter {
    * takeAdmitted, for a store answered asynchronously) are told apart.
    */
   applySync(nodes: readonly string[], self: string, totals: readonly RateCount[]): void {
-    const now = this.#now();
-    for (const id of this.#liveIds) if (!nodes.includes(id)) this.#departed.set(id, { at: now, nodes: this.#liveIds.length });
-    for (const id of nodes) this.#departed.delete(id); // back (a store hiccup): live again, its calls its own part's
-    for (const [id, gone] of this.#departed) if (now - gone.at > MAX_WINDOW_MS) this.#departed.delete(id);
-    this.#liveIds = nodes;
     this.#nodes = Math.max(1, nodes.length);
     this.#rank = Math.max(0, nodes.indexOf(self));
     this.#syncsDone++;
     const remote = this.#remote!;
     const unsent = this.#pending;
+    const now = this.#now();
     for (const total of totals) {
       const table = this.#tableFromKey(total.limit_key);
       if (table === null) continue;
@@ -485,17 +469,9 @@ export class RateLimiter {
     return (slot + RING) * table.slotMs;
   }
 
-  /**
-   * This proxy's part of `quota` while P proxies are live: an even split, the
-   * remainder to the lowest ranks, of what the proxies that left within the
-   * window (`windowMs`) do not hold: each the part it had when it left.
-   */
-  #partOf(quota: number, windowMs: number, now: number): number {
-    let held = 0;
-    // Its last calls stay counted up to a window and a slot after it left.
-    for (const gone of this.#departed.values()) if (now - gone.at < (windowMs * RING) / SLOTS) held += Math.ceil(quota / gone.nodes);
-    const free = Math.max(0, quota - held);
-    return Math.floor(free / this.#nodes) + (this.#rank < free % this.#nodes ? 1 : 0);
+  /** This proxy's part of `quota` while P proxies are live: an even split, the remainder to the lowest ranks. */
+  #partOf(quota: number): number {
+    return Math.floor(quota / this.#nodes) + (this.#rank < quota % this.#nodes ? 1 : 0);
   }
 
   /** As #roomAt, for this proxy's own calls against its part. */
