@@ -248,8 +248,10 @@ export function createHeldCalls(deps: {
   /** The claim is the last await before the forward: nothing that can fail comes between using the approval and sending the call. */
   async function claim(ex: ProxyExchange): Promise<undefined | false> {
     const approval = ex.approval!;
-    // A retry forwards the body that was held (its own matched its SHA-256), read first.
-    const stored = ex.approvalId !== null && ex.body !== null ? (await store.approvalBody(approval.orgId, approval.id)) ?? EMPTY : null;
+    // A retry forwards the body that was held (its own matched its SHA-256), read
+    // first; one dropped meanwhile (expired by another process's clock) leaves the
+    // retry's own, the same bytes: never an empty body under the call's length.
+    const stored = ex.approvalId !== null && ex.body !== null ? await store.approvalBody(approval.orgId, approval.id) : null;
     if (ex.finished) return false;
     const won = await store.useApproval(approval.orgId, approval.id);
     if (ex.finished) return false;

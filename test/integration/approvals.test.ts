@@ -348,6 +348,20 @@ t.test('an agent deleted while its call that needs approval still sends its body
   t.equal(upstream.seen.length, seenBefore, 'the upstream saw nothing');
 });
 
+t.test('an approved retry whose held body is gone from the store forwards its own body (the same bytes by hash), never an empty one', async (t) => {
+  const body = 'the approved body, 32 bytes long';
+  t.equal((await call(payer.api_key, { body })).status, 202);
+  const approval = await pendingFor(payer.id);
+  t.equal((await api(service.url, owner, 'POST', `/approvals/${approval.id}/approve`)).status, 200);
+  // As a drop of expired bodies by a process whose clock runs ahead would leave it.
+  const db = new Database(join(env.DATA_DIR, 'metadata.sqlite'));
+  db.prepare('UPDATE approvals SET body = NULL WHERE id = ?').run(approval.id);
+  db.close();
+  const retry = await call(payer.api_key, { body, approvalId: approval.id });
+  t.equal(retry.status, 200, `forwarded (${JSON.stringify(retry.json).slice(0, 100)})`);
+  t.equal(retry.json.body_bytes, Buffer.byteLength(body), 'with the whole body');
+});
+
 t.test('an approved retry whose claim cannot be written (the store busy) gives its count of a rate limit back', async (t) => {
   const limited = await createAgent(service.url, owner, 'claim-fails');
   const policy = `${POLICY}limits:\n  - name: once\n    tool: "*"\n    rate: 1/minute\n`;
