@@ -565,12 +565,21 @@ function toolText(glob: string, where: string): string {
     }
     return glob.toLowerCase();
   }
-  if (/[/[\]]/.test(glob)) {
-    if (refuseUnmatchable) fail(`${where}: 'tool' is matched against the hostname alone: no path or brackets (${quoted(glob)})`);
+  // One ':' is a port (an IPv6 pattern has two or more).
+  if (/[/[\]]/.test(glob) || glob.split(':').length === 2) {
+    if (refuseUnmatchable) fail(`${where}: 'tool' is matched against the hostname alone: no port, path or brackets (${quoted(glob)})`);
     return glob.toLowerCase();
   }
-  // A trailing dot names the same host, and the proxy's tools have none.
-  return glob.toLowerCase().replace(/\.+$/, '');
+  // A trailing dot names the same host, and the proxy's tools have none; a
+  // non-ASCII label is matched as its punycode A-label, as the proxy names it.
+  const labels = glob.toLowerCase().replace(/\.+$/, '').split('.');
+  for (let i = 0; i < labels.length; i++) {
+    if (!/[^\x00-\x7f]/.test(labels[i]!)) continue;
+    const ascii = labels[i]!.includes('*') ? '' : domainToASCII(labels[i]!);
+    if (ascii !== '') labels[i] = ascii;
+    else if (refuseUnmatchable) fail(`${where}: 'tool' may not hold a non-ASCII label with a wildcard: write its punycode (xn--) form (${quoted(glob)})`);
+  }
+  return labels.join('.');
 }
 
 // Path globs are case-sensitive (RFC 3986 §6.2.2.1) and match the path without its

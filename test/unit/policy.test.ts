@@ -164,7 +164,9 @@ t.test('a rule\'s tool is read as the proxy names a call\'s: canonical hostname,
     t.equal(decide(policy, tool, 'GET'), 'deny rule-1', `${written} meets a call to ${target} (tool ${tool})`);
   }
   t.equal(decide(policyOf(['{tool: "*.github.com.", action: "*", decision: deny}']), 'api.github.com', 'GET'), 'deny rule-1', 'a glob\'s trailing dot too');
-  for (const tool of ['api.example.com:8443', '[::1]:8443', 'api.example.com/v1', 'foo bar', '*.example.com/x', '[*]']) {
+  t.equal(decide(policyOf(['{tool: "*.bücher.example", action: "*", decision: deny}']), 'a.xn--bcher-kva.example', 'GET'), 'deny rule-1', 'a glob\'s IDN label as punycode');
+  t.equal(decide(policyOf(['{tool: "2001:db8::*", action: "*", decision: deny}']), '2001:db8::1', 'GET'), 'deny rule-1', 'an IPv6 pattern keeps its colons');
+  for (const tool of ['api.example.com:8443', '[::1]:8443', 'api.example.com/v1', 'foo bar', '*.example.com/x', '[*]', '*.example.com:8443', 'bü*.example']) {
     const err = refusal(`version: "1"\nrules:\n  - {tool: "${tool}", action: "*", decision: deny}\n`);
     t.match(err.message, /'tool'/, `${tool}: refused, naming the field (${err.message})`);
   }
