@@ -717,13 +717,18 @@ async function createCollections(db: Db): Promise<void> {
   }
   for (const name of UPDATED_VALIDATORS) {
     // Only when it differs: collMod needs a privilege the readWrite role lacks, and
-    // running it at every start stopped a least-privileged user's every restart.
+    // running it at every start stopped a least-privileged user's every restart
+    // (now only the one start that brings the new validator needs it).
     if (!existing.has(name) || isDeepStrictEqual(validatorOf.get(name), VALIDATORS[name])) continue;
     try {
       await db.command({ collMod: name, validator: VALIDATORS[name] });
     } catch (err) {
-      // Not allowed to: the older validator stays (a check on writes, not a need of this code).
-      if (!(err instanceof MongoServerError && err.code === UNAUTHORIZED)) throw err;
+      // The older validator would refuse this version's writes (the changes of
+      // approval decisions): a start that cannot update it says so and stops.
+      if (err instanceof MongoServerError && err.code === UNAUTHORIZED) {
+        throw new Error(`the '${name}' collection's validator needs this version's update (collMod), which this MongoDB user may not run: start once as a user with the dbAdmin role on the database, then the readWrite user starts as before`);
+      }
+      throw err;
     }
   }
 }
