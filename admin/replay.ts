@@ -47,7 +47,10 @@ export async function replayPolicy(store: AuditStore, orgId: string, agentId: st
     tool.calls += group.calls;
     // Calls another stage decided (SSRF guard, limits, a bad target) keep their decision.
     if (!group.policyDecided) continue;
-    const path = group.normalised ? group.path : normalizePolicyPath(group.path) ?? group.path;
+    // Normalised again even when stored so (idempotent): a row from before raw
+    // characters were escaped (2026-11-27) meets a candidate's escaped globs as
+    // the proxy would now read its path.
+    const path = normalizePolicyPath(group.path) ?? group.path;
     const mcp = group.mcpMethod === '' ? null : { method: group.mcpMethod, tool: group.mcpTool === '' ? null : group.mcpTool };
     const would = evaluatePolicy(candidate, group.toolName, group.action, path, mcp);
     const forwards = would.decision === 'allow';

@@ -235,6 +235,21 @@ t.test('rows written by an earlier version (no shadow, path or decided columns) 
   t.match(samples, [{ action: 'DELETE', path: '/items/7', would_rule: 'no-item-deletes' }, { action: 'PUT', path: '/', would_rule: 'no-root-puts' }], 'the path taken from the URL, normalised as the proxy does (a bare host is /)');
 });
 
+t.test('a path recorded with raw characters (before they were escaped) replays as the proxy now reads it', async (t) => {
+  const agent = await createAgent(service.url, owner, 'raw-path', 'none');
+  const line = service.auditStore.encode(auditRecord(ownerOrg, {
+    agentId: agent.id, agentName: 'raw-path', action: 'GET', toolName: 'wiki.example', toolUrl: 'https://wiki.example/wiki/Zürich/edit',
+    ruleMatched: 'default', decision: 'allowed', policyPath: '/wiki/Zürich/edit', policyDecided: true,
+  }));
+  await service.auditStore.insertEncoded(line, 'raw-path');
+  await auditOf(agent.id, 1);
+  const replay = await api(service.url, owner, 'POST', '/policy/replay', {
+    agent_id: agent.id,
+    rules_yaml: 'version: "1"\nrules:\n  - {name: no-zurich-edits, tool: "*", action: GET, path: "/wiki/Zürich/*", decision: deny}\n',
+  });
+  t.match(replay.json, { total: 1, allow_to_deny: 1 }, 'the rule (escaped as the proxy escapes the path) meets the old row');
+});
+
 t.test('a million audit rows replay in under 10 s', async (t) => {
   const agent = await createAgent(service.url, owner, 'million', 'none');
   const ROWS = 1_000_000;
