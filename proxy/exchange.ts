@@ -294,8 +294,12 @@ export class ProxyExchange {
    */
   recordLate(): void {
     if (!this.finished || this.#recordQueued || this.agent === null) return;
+    this.recordingLate = true; // its metrics were counted at finish()
     this.#recordQueued = this.onFinish?.(this) ?? false;
   }
+
+  /** Set while recordLate queues the record: the record stage counts no metrics again. */
+  recordingLate = false;
 
   /** The audit record is queued (by finish or sendLast), and whether there was one to queue (a known agent, not a pending hold). */
   #recorded = false;

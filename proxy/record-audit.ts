@@ -19,7 +19,7 @@ export function createRecordAudit(deps: {
 }): (ex: ProxyExchange) => boolean {
   const { batcher, log, metrics, logSample } = deps;
   return (ex) => {
-    if (metrics !== null) {
+    if (metrics !== null && !ex.recordingLate) {
       metrics.totalLatency.observe((performance.now() - ex.startedAt) / 1000);
       if (ex.upstreamMs >= 0) metrics.upstreamLatency.observe(ex.upstreamMs / 1000);
       metrics.bytesOut += ex.responseBytes;

@@ -78,7 +78,9 @@ async function main(): Promise<void> {
   const org = values.org?.toLowerCase();
   if (org !== undefined && !isUuid(org)) fail('--org must be an org id (a UUID)');
   const until = instant(values.until, 'until', new Date(Date.now() + 60_000));
-  if (since.getTime() >= until.getTime()) fail('--since must be before --until');
+  if (since.getTime() >= until.getTime()) {
+    fail(values.since === undefined ? `--until is before the default --since (${since.toISOString()}, the retention period): give --since too` : '--since must be before --until');
+  }
   const audit = await openAuditStore(config).catch((err: unknown) => fail(`cannot open the audit store: ${(err as Error).message}`));
   let metadata: MetadataStore | null = null;
   if (config.mongodbUrl !== null || existsSync(join(config.dataDir, 'metadata.sqlite'))) {

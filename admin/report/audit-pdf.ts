@@ -561,10 +561,6 @@ function text(
 
 const ELLIPSIS = '…';
 
-/**
- * The longest prefix of `value` that fits `maxWidth` in the current font, with
- * an ellipsis when cut. `value` must already be WinAnsi-safe.
- */
 /** `value` in lines of at most `maxWidth` in the document's current font, broken at spaces (a longer word keeps its own line). */
 function wrapWords(doc: PDFKit.PDFDocument, value: string, maxWidth: number): string[] {
   const lines: string[] = [];
@@ -582,6 +578,10 @@ function wrapWords(doc: PDFKit.PDFDocument, value: string, maxWidth: number): st
   return lines;
 }
 
+/**
+ * The longest prefix of `value` that fits `maxWidth` in the current font, with
+ * an ellipsis when cut. `value` must already be WinAnsi-safe.
+ */
 function fit(doc: PDFKit.PDFDocument, value: string, maxWidth: number): string {
   if (maxWidth <= 0) return '';
   // The quote is the narrowest Helvetica glyph (0.191 em; 0.8 leaves room for

@@ -173,8 +173,10 @@ t.test('the cache stages read through a real store', async (t) => {
     t.teardown(() => cold.close());
     const made = call('api.example.com/x');
     const recorded: Array<{ agentId: string; status: number }> = [];
+    let metricsCounted = 0;
     made.ex.onFinish = (ex) => {
-      if (ex.agent === null) return false; // as record-audit.ts: no agent, no record
+      if (!ex.recordingLate) metricsCounted++; // as record-audit.ts: metrics once a call
+      if (ex.agent === null) return false; // and no agent, no record
       recorded.push({ agentId: ex.agent.id, status: ex.statusCode });
       return true;
     };
@@ -184,6 +186,7 @@ t.test('the cache stages read through a real store', async (t) => {
     t.same(recorded, [], 'no agent known yet');
     t.equal(await settle(result), false, 'the pipeline goes no further');
     t.same(recorded, [{ agentId: agent.id, status: 499 }], 'recorded once the agent is known');
+    t.equal(metricsCounted, 1, 'and counted in the metrics once');
   });
 
   t.test('resolve-agent: an unknown key is 401, remembered apart from known agents', async (t) => {
