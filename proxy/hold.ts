@@ -109,15 +109,16 @@ export function createHeldCalls(deps: {
         log.warn('a held call\'s agent could not be read again; its calls wait on', { agent_id: agentId, err });
         continue;
       }
-      if (agent !== undefined) continue;
-      for (const waiter of held) {
-        // Released while the agent was read (its approval came first, on a store
-        // whose reads take a round-trip): that call is on its way, not answered here.
-        if (waiting.get(waiter.approval.id)?.has(waiter) !== true) continue;
-        stopWaiting(waiter);
-        waiter.resolve(waiter.ex.answerError('invalid_api_key'));
-      }
+      if (agent === undefined) for (const waiter of held) answerAgentGone(waiter);
     }
+  }
+
+  function answerAgentGone(waiter: Waiter): void {
+    // Released while the agent was read (its approval came first, on a store
+    // whose reads take a round-trip): that call is on its way, not answered here.
+    if (waiting.get(waiter.approval.id)?.has(waiter) !== true) return;
+    stopWaiting(waiter);
+    waiter.resolve(waiter.ex.answerError('invalid_api_key'));
   }
 
   async function reread(orgId: string, id: string): Promise<void> {
@@ -183,8 +184,21 @@ export function createHeldCalls(deps: {
       void reread(approval.orgId, approval.id);
       // And the agent: deleted while the body was read or the approval made,
       // its change reached no waiting call.
-      void recheckAgents(new Set([ex.agent!.id]));
+      void recheckAgent(waiter);
     });
+  }
+
+  /** recheckAgents for one waiter just registered (no walk of every held call). */
+  async function recheckAgent(waiter: Waiter): Promise<void> {
+    const agent = waiter.ex.agent!;
+    let found: Agent | undefined;
+    try {
+      found = await store.getAgent(agent.orgId, agent.id);
+    } catch (err) {
+      log.warn('a held call\'s agent could not be read again; its call waits on', { agent_id: agent.id, err });
+      return;
+    }
+    if (found === undefined) answerAgentGone(waiter);
   }
 
   async function hold(ex: ProxyExchange): Promise<undefined | false> {
