@@ -563,3 +563,20 @@ t.test('the report ranks latencies in memory bounded by distinct values, not by 
   t.strictSame(report.totals, { calls, allowed: calls, denied: 0, p50LatencyMs: 48, p95LatencyMs: 92 });
   t.equal(report.perAgent[0]?.p50LatencyMs, 48);
 });
+
+// A ClickHouse user whose profile sets another date format (`iso`): the store
+// reads its instants as it wrote them. The URL's ch_ setting stands in for the
+// profile, and is harder to beat (the client sends it with every query).
+t.test('over HTTP, a date_time_output_format other than simple does not change the instants read back', async (t) => {
+  const dir = mkdtempSync(join(tmpdir(), 'audit-store-date-format-'));
+  t.teardown(() => rmSync(dir, { recursive: true, force: true }));
+  const server = await spawnClickHouseHttpServer({ dataDir: join(dir, 'clickhouse') });
+  t.teardown(() => server.kill('SIGTERM'));
+  const store = await ClickHouseAuditStore.open({ url: `${server.url}/audit?ch_date_time_output_format=iso`, dataDir: dir, retentionDays: RETENTION_DAYS });
+  t.teardown(() => store.close());
+  const org = randomUUID();
+  const written = record(org, { timestamp: '2026-11-20T10:11:12.345Z' });
+  await store.insertEncoded(store.encode(written), `date-format-${org}`);
+  const { rows } = await store.list(org, {}, 10, 0);
+  t.equal(rows[0]?.timestamp, '2026-11-20T10:11:12.345Z', 'the instant as written');
+});

@@ -530,7 +530,12 @@ export class ClickHouseAuditStore implements AuditStore {
   }
 
   async #query<T>(query: string, query_params?: QueryParams): Promise<T[]> {
-    const result = await this.#client.query({ query, format: 'JSONEachRow', ...(query_params ? { query_params } : {}) });
+    const result = await this.#client.query({
+      query,
+      format: 'JSONEachRow',
+      ...(query_params ? { query_params } : {}),
+      ...(this.backend === 'http' ? { clickhouse_settings: HTTP_READ_SETTINGS } : {}),
+    });
     return throwIfExceptionRow(await result.json<T>());
   }
 }
@@ -664,6 +669,14 @@ type ClientConnection = NonNullable<NonNullable<Parameters<typeof createClient>[
 
 /** HTTP settings; chDB already returns 64-bit integers unquoted. */
 const HTTP_SETTINGS: ClickHouseSettings = { output_format_json_quote_64bit_integers: 0 };
+
+/**
+ * Sent with every read over HTTP, where they win over the user's profile and
+ * the URL's ch_ settings: the instants are read as 'YYYY-MM-DD hh:mm:ss.sss'
+ * (isoFromCh), and a profile with `iso` or `unix_timestamp` gave every GET /audit
+ * a malformed time and every verify a false entry_added.
+ */
+const HTTP_READ_SETTINGS: ClickHouseSettings = { date_time_output_format: 'simple' };
 
 /** Every failure is thrown to the caller, which logs it once through the service's
  *  log; the client's own console logging would repeat each spool retry. */
