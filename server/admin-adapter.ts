@@ -25,8 +25,9 @@ class AdminHead implements RequestHeadTarget {
     if (!(name in this.headers)) this.headers[name] = value;
   }
 
-  dropConnectionFields(): void {
-    // The admin API reads no hop-by-hop field, and the pass-through drops them itself.
+  /** RFC 9110 §7.6.1: fields the Connection header names describe this hop only (split mode forwards the rest). */
+  dropConnectionFields(names: readonly string[]): void {
+    for (const name of names) delete this.headers[name];
   }
 }
 

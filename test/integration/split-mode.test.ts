@@ -115,6 +115,22 @@ t.test('a request undici would not send as it came is not answered as an unreach
   t.notMatch(connect, /^HTTP\/1\.1 503 /, `a method undici cannot send is not 'admin unreachable': ${connect.split('\r\n')[0]}`);
 });
 
+t.test('a header the Connection header names is not passed to the admin process (RFC 9110 §7.6.1)', async (t) => {
+  const first = await fetch(`${proxyA.url}/console`);
+  await first.arrayBuffer();
+  const etag = first.headers.get('etag')!;
+  const port = Number(new URL(proxyA.url).port);
+  const answer = await new Promise<string>((resolve) => {
+    const socket = createConnection(port, '127.0.0.1');
+    let text = '';
+    socket.on('data', (c: Buffer) => { text += c.toString('latin1'); });
+    socket.on('close', () => resolve(text));
+    socket.write(`GET /console HTTP/1.1\r\nHost: x\r\nIf-None-Match: ${etag}\r\nConnection: close, if-none-match\r\n\r\n`);
+    setTimeout(() => socket.destroy(), 3000);
+  });
+  t.match(answer, /^HTTP\/1\.1 200 /, `If-None-Match, named in Connection, did not reach the admin (no 304): ${answer.split('\r\n')[0]}`);
+});
+
 t.test('entries written by two proxies are sealed in one chain each and verify through the admin process', async (t) => {
   const since = new Date(Date.now() - 1000).toISOString();
   const session = await signup(proxyA.url);
