@@ -1,6 +1,7 @@
 // Configuration: read from the environment (and an optional `.env` file) once at
 // start, validated, frozen. Nothing else in the service reads process.env.
 import { existsSync, readFileSync } from 'node:fs';
+import { isIP, isIPv6 } from 'node:net';
 import { resolve } from 'node:path';
 import { parseEnv } from 'node:util';
 import { signingKeyFromPem } from './audit/seal.js';
@@ -193,7 +194,7 @@ export const CONFIG_SPECS: readonly Spec[] = [
   { env: 'AUDIT_STREAM_KEEPALIVE_MS', key: 'auditStreamKeepaliveMs', doc: 'interval of the comment line that keeps an idle GET /audit/stream open', parse: integer(100, 15_000), fallback: 15_000 },
   { env: 'PDF_MAX_ENTRIES', key: 'pdfMaxEntries', doc: 'audit entries listed in a PDF export, at most', parse: integer(0, 100_000), fallback: 500 },
   { env: 'GUARD_DNS_CACHE_TTL_MS', key: 'dnsCacheTtlMs', doc: 'how long a checked DNS answer is reused', parse: integer(1, 3_600_000), fallback: 30_000 },
-  { env: 'GUARD_DNS_SERVER', key: 'dnsServer', doc: 'DNS server (ip[:port]) the proxy resolves targets with', parse: text, fallback: null },
+  { env: 'GUARD_DNS_SERVER', key: 'dnsServer', doc: 'DNS server (ip[:port]) the proxy resolves targets with', parse: dnsServer, fallback: null },
   { env: 'NODE_EXTRA_CA_CERTS', key: 'extraCa', doc: 'extra trusted CA file (PEM) for upstream TLS', parse: (r) => {
     let pem: string;
     try {
@@ -206,6 +207,33 @@ export const CONFIG_SPECS: readonly Spec[] = [
   }, fallback: null },
 ];
 
+/**
+ * A refused value as the error shows it: never a secret (keys, tokens), and of
+ * a URL only its scheme and host (its user, password or path may be one).
+ */
+function shownValue(name: string, raw: string): string {
+  if (/SECRET|_KEY$|TOKEN|PASSWORD/.test(name)) return '***';
+  if (name.endsWith('_URL')) {
+    const scheme = /^[a-z][a-z0-9+.-]*:\/\//i.exec(raw)?.[0];
+    if (scheme === undefined) return '***';
+    // After the last '@': a password may hold '#', '/' or '@' itself.
+    const rest = raw.slice(Math.max(scheme.length, raw.lastIndexOf('@') + 1));
+    return JSON.stringify(`${scheme}${rest.split(/[/?#]/)[0]}/...`);
+  }
+  return JSON.stringify(raw);
+}
+
+/** `ip`, `ip:port` or `[ipv6]:port`, port 1 to 65535: c-ares aborts the process on port 0 and wraps larger ones. */
+function dnsServer(raw: string): string {
+  const m = /^(?:\[([^\]]+)\]|([^:]+)|([^[\]]+))(?::(\d{1,5}))?$/.exec(raw);
+  const host = m?.[1] ?? m?.[2] ?? m?.[3];
+  const port = m?.[4] === undefined ? 53 : Number(m[4]);
+  // An IPv6 address without brackets has no port (its colons are its own).
+  const ok = host !== undefined && (m?.[3] !== undefined ? isIPv6(host) && m?.[4] === undefined : isIP(host) !== 0) && port >= 1 && port <= 65_535;
+  if (!ok) throw new ConfigError('must be an IP address with an optional port (1.1.1.1, 1.1.1.1:5353, [::1]:53)');
+  return raw;
+}
+
 /** Variables that are not ours but that the service honours (Node reads them itself). */
 const FOREIGN_KNOWN = new Set(['NODE_ENV', 'NODE_OPTIONS']);
 
@@ -217,15 +245,16 @@ export function loadConfig(env: NodeJS.ProcessEnv = readEnvironment()): Readonly
   const problems: string[] = [];
   const out: Record<string, unknown> = {};
   for (const spec of CONFIG_SPECS) {
-    const raw = env[spec.env];
+    // Blank is unset: HOST=" " read as "" bound every interface, DATA_DIR=" " the working directory.
+    const raw = env[spec.env]?.trim();
     if (raw === undefined || raw === '') {
       out[spec.key] = spec.fallback;
       continue;
     }
     try {
-      out[spec.key] = spec.parse(raw.trim());
+      out[spec.key] = spec.parse(raw);
     } catch (err) {
-      problems.push(`${spec.env}=${JSON.stringify(/SECRET|_KEY$/.test(spec.env) ? '***' : raw)}: ${(err as Error).message}`);
+      problems.push(`${spec.env}=${shownValue(spec.env, raw)}: ${(err as Error).message}`);
     }
   }
   if (problems.length > 0) throw new Error(`invalid configuration:\n  ${problems.join('\n  ')}`);
