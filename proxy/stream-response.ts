@@ -28,6 +28,8 @@ const NOTHING = (): void => {};
 export class UpstreamResponse {
   readonly #ex: ProxyExchange;
   readonly #headOnly: boolean;
+  /** The upstream answered an event stream: shutdown ends it complete (its client reconnects); any other body is cut. */
+  #eventStream = false;
   readonly #captureCap: number;
   #status = 0;
   #rawHeaders: Buffer[] | null = null;
@@ -115,7 +117,7 @@ export class UpstreamResponse {
     if (status < 200) return true; // 1xx: undici handles them; wait for the final status
     this.#status = status;
     this.#rawHeaders = rawHeaders;
-    let eventStream = false;
+    let eventStream = false; // this.#eventStream once read
     let headBytes = HEAD_OVERHEAD_BYTES;
     for (let i = 0; i < rawHeaders.length; i += 2) {
       const name = rawHeaders[i]!;
@@ -150,6 +152,7 @@ export class UpstreamResponse {
     if (mode === 'hash') this.#ex.hashing = true;
     else if (mode === 'full') this.#ex.capture = EMPTY; // '' unless a body arrives
     this.#ex.upstream = this;
+    this.#eventStream = eventStream;
     if (eventStream && !this.#headOnly && status !== 204 && status !== 304 && this.#length < 0 && !this.#ex.aborted) {
       this.#endpoint = new SseEndpointRewriter(this.#ex.proxyPrefix());
       // An event stream's head goes out now, not with its first event (which may
@@ -183,14 +186,15 @@ export class UpstreamResponse {
     }
     // The client's response ends first: aborting upstream reports an error
     // (onError), which must find the end queued, not cut it.
-    if (this.#length < 0 || this.#headOnly) {
+    if (this.#eventStream || this.#headOnly) {
       this.#queueLast(this.#sendEnd); // a complete (chunked) response: an event-stream client reconnects
     } else if (!this.#headWritten && this.#gathered.length === 0) {
       ex.answerError('unavailable', 'The service is shutting down; retry.', undefined, 'allowed', true);
     } else {
-      // A Content-Length response cannot end early and be complete: cut, as on
-      // an upstream failure, after what this turn gathered (the client sees the
-      // bytes that came, as when they had left at once).
+      // Any other body (a Content-Length one, or chunked JSON still coming)
+      // cannot end early and look complete: cut, as on an upstream failure,
+      // after what this turn gathered (the client sees the bytes that came, as
+      // when they had left at once).
       this.#flush();
       ex.body?.detach();
       ex.finish();

@@ -21,6 +21,16 @@ const routes: Record<string, Route> = {
     sse(res);
     setTimeout(() => res.end('data: late\n\n'), 1500);
   },
+  // A chunked JSON body still being written (an export): at shutdown it must look cut, not complete.
+  '/unfinished-json': (req, res) => {
+    res.writeHead(200, { 'content-type': 'application/json' });
+    res.write('{"items":[');
+    const more = setInterval(() => res.write('1,'), 100);
+    req.socket.on('close', () => {
+      clearInterval(more);
+      res.destroy();
+    });
+  },
   // One event, then quiet forever (as an MCP GET stream between messages).
   '/forever': (req, res) => {
     sse(res);
@@ -69,6 +79,8 @@ t.test('SIGTERM with an event stream open: the stream ends complete, the call is
   const res = await fetch(url('/forever'), { headers: { accept: 'text/event-stream' } });
   const reader = res.body!.getReader();
   let text = Buffer.from((await reader.read()).value!).toString();
+  const json = await fetch(url('/unfinished-json'));
+  const jsonRead = json.text().then(() => 'complete', () => 'cut');
   const started = performance.now();
   service.child.kill('SIGTERM');
   for (;;) {
@@ -77,6 +89,7 @@ t.test('SIGTERM with an event stream open: the stream ends complete, the call is
     text += Buffer.from(value).toString();
   }
   t.match(text, /data: hello\n\n$/, 'the client read the stream to a clean end');
+  t.equal(await jsonRead, 'cut', 'a chunked body that is no event stream is cut, not ended as if complete');
   t.equal(await service.exited, 0, 'exit 0');
   const took = performance.now() - started;
   t.ok(took < 1000 + 2000, `exited ${took.toFixed(0)} ms after SIGTERM (drain 1,000 ms)`);
