@@ -153,7 +153,9 @@ export class UpstreamResponse {
     else if (mode === 'full') this.#ex.capture = EMPTY; // '' unless a body arrives
     this.#ex.upstream = this;
     this.#eventStream = eventStream;
-    if (eventStream && !this.#headOnly && status !== 204 && status !== 304 && this.#length < 0 && !this.#ex.aborted) {
+    // Not a compressed one: its bytes are not events (no boundary to rewrite at,
+    // and the opening comment line would corrupt the compressed stream).
+    if (eventStream && !this.#ex.responseEncoded && !this.#headOnly && status !== 204 && status !== 304 && this.#length < 0 && !this.#ex.aborted) {
       this.#endpoint = new SseEndpointRewriter(this.#ex.proxyPrefix());
       // An event stream's head goes out now, not with its first event (which may
       // be seconds away). uWS sends a head only together with body bytes, so it

@@ -5,6 +5,7 @@
 import { mkdtempSync, rmSync } from 'node:fs';
 import type { ServerResponse } from 'node:http';
 import { tmpdir } from 'node:os';
+import { createGzip } from 'node:zlib';
 import { join } from 'node:path';
 import t from 'tap';
 import { eventually } from '../support/eventually.js';
@@ -30,6 +31,15 @@ const routes: Record<string, Route> = {
       clearInterval(more);
       res.destroy();
     });
+  },
+  // A compressed event stream (compression middleware that flushes each event): one event now, the end in 1.5 s.
+  '/gzip-events': (_req, res) => {
+    res.writeHead(200, { 'content-type': 'text/event-stream', 'content-encoding': 'gzip' });
+    const gzip = createGzip();
+    gzip.pipe(res);
+    gzip.write('data: one\n\n');
+    gzip.flush();
+    setTimeout(() => gzip.end('data: two\n\n'), 1500);
   },
   // One event, then quiet forever (as an MCP GET stream between messages).
   '/forever': (req, res) => {
@@ -66,6 +76,22 @@ t.test('an event stream\'s head arrives before its first event, and the event af
   t.equal(res.status, 200);
   t.ok(headAfter < 1000, `head after ${headAfter.toFixed(0)} ms, not with the event at 1,500 ms`);
   t.equal(await res.text(), ':\ndata: late\n\n', 'an SSE comment line, then the upstream\'s bytes');
+});
+
+t.test('a compressed event stream passes as it came: its first event at once, and nothing written into its bytes', async (t) => {
+  const started = performance.now();
+  const res = await fetch(url('/gzip-events'), { headers: { accept: 'text/event-stream', 'accept-encoding': 'gzip' } });
+  const reader = res.body!.getReader();
+  const first = await reader.read().then((r) => Buffer.from(r.value!).toString(), (err: Error) => `error: ${err.message}`);
+  t.equal(first, 'data: one\n\n', 'the first event, decoded');
+  t.ok(performance.now() - started < 1200, `before the stream's end (${(performance.now() - started).toFixed(0)} ms)`);
+  let rest = '';
+  for (;;) {
+    const { done, value } = await reader.read();
+    if (done) break;
+    rest += Buffer.from(value).toString();
+  }
+  t.equal(rest, 'data: two\n\n');
 });
 
 t.test('an idle event stream outlives UPSTREAM_BODY_TIMEOUT_MS; an ordinary body does not', async (t) => {
