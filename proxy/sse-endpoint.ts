@@ -56,5 +56,19 @@ const EMPTY = Buffer.alloc(0);
 
 /** The event with its `data:` line's absolute path put under `prefix`; other lines as they were. */
 export function rewriteEndpoint(event: string, prefix: string): string {
-  return event.replace(/(^|[\r\n])data: ?(\/(?!\/)[^\r\n]*)/, (_m, start: string, path: string) => `${start}data: ${prefix}${path}`);
+  return event.replace(/(^|[\r\n])data: ?(\/(?!\/)[^\r\n]*)/, (_m, start: string, path: string) => `${start}data: ${prefix}${withoutDotSegments(path)}`);
+}
+
+/** A dot segment, raw or escaped, ending at '/', '?', '#' or the end. */
+const DOT_SEGMENT = /\/(?:\.|%2e){1,2}(?=[/?#]|$)/i;
+
+/**
+ * The path with its dot segments resolved against the upstream's root, as the
+ * upstream would read it: under the prefix, `/../evil.example/m` would make the
+ * client post to /proxy/{key}/evil.example/m, another tool.
+ */
+function withoutDotSegments(path: string): string {
+  if (!DOT_SEGMENT.test(path)) return path;
+  const url = new URL(path, 'http://upstream.invalid');
+  return `${url.pathname}${url.search}`;
 }

@@ -29,3 +29,17 @@ t.test('everything else passes untouched', async (t) => {
     t.equal(run([stream]), stream, JSON.stringify(stream.slice(0, 40)));
   }
 });
+
+t.test('dot segments in the endpoint path are resolved before the prefix: the client cannot climb out of its target', async (t) => {
+  // Against the upstream itself, /../evil.example/m is /evil.example/m on the same host.
+  for (const [data, path] of [
+    ['/../evil.example/m?s=1', '/evil.example/m?s=1'],
+    ['/%2e%2e/evil.example/m', '/evil.example/m'],
+    ['/a/./b/../c?x=1', '/a/c?x=1'],
+  ]) {
+    const out = run([`event: endpoint\ndata: ${data}\n\n`]);
+    t.equal(out, `event: endpoint\ndata: ${PREFIX}${path}\n\n`, data);
+    const resolved = new URL(/data: (.*)/.exec(out)![1]!, 'http://guard.example/proxy/agk_KEY/api.example.com:8443/sse');
+    t.ok(resolved.pathname.startsWith(`${PREFIX}/`), `${data}: stays under the target (${resolved.pathname})`);
+  }
+});
