@@ -138,6 +138,8 @@ export class ProxyExchange {
   capture: Buffer | null = null;
   captureLength = 0;
   captureTruncated = false;
+  /** The body ended before its end (the client left, the upstream failed after its head, shutdown cut it): its last bytes may be a credential's first ones. */
+  bodyCut = false;
   /**
    * The response came with a Content-Encoding other than identity: its bytes
    * could hold the credential where redaction cannot see it (gzip of an echo),
@@ -222,6 +224,7 @@ export class ProxyExchange {
   /** uWS's onAborted: the client went away; nothing may touch `res` from now on. */
   clientAborted(): void {
     this.aborted = true;
+    this.bodyCut = true;
     if (this.holdRelease !== null) {
       // Held: nothing was forwarded and nobody approved it, so it is no allowed call.
       this.auditDecision = 'denied';
@@ -428,7 +431,7 @@ export class ProxyExchange {
     // An encoded body is not stored; an empty one has nothing to hide: "", as for any empty body.
     if (this.capture !== null && (!this.responseEncoded || this.responseBytes === 0)) {
       let captured = this.capture.subarray(0, this.captureLength);
-      if (this.credential !== null) captured = redactCapture(captured, this.credential.spellings, this.captureTruncated);
+      if (this.credential !== null) captured = redactCapture(captured, this.credential.spellings, this.captureTruncated || this.bodyCut);
       output = captureToText(captured, this.captureTruncated);
     }
     return {

@@ -182,6 +182,7 @@ export class UpstreamResponse {
       if (ex.lastSendHeld) return;
       // Handed to uWS but held back by a slow client: a Content-Length
       // response cannot end early and be complete, so it is cut, as on an upstream failure.
+      ex.bodyCut = true;
       ex.finish();
       ex.res.close();
       return;
@@ -198,6 +199,7 @@ export class UpstreamResponse {
       // after what this turn gathered (the client sees the bytes that came, as
       // when they had left at once).
       this.#flush();
+      ex.bodyCut = true;
       ex.body?.detach();
       ex.finish();
       ex.res.close();
@@ -387,6 +389,7 @@ export class UpstreamResponse {
     // exchange is finished (audited 504/502) before the close: uWS runs the
     // onAborted handler inside close(), which would record it as client-gone (499).
     ex.statusCode = timeout ? 504 : 502;
+    ex.bodyCut = true;
     ex.body?.detach();
     ex.finish();
     ex.res.close();

@@ -16,7 +16,7 @@ import pdfParse from 'pdf-parse/lib/pdf-parse.js';
 import t from 'tap';
 import { auditRows } from '../support/checks.js';
 import { rawExchange } from '../support/raw-socket.js';
-import { api, createAgent, signup, startTestService, type Session } from '../support/service.js';
+import { api, createAgent, eventually, signup, startTestService, type Session } from '../support/service.js';
 import { startUpstream, type Route, type Upstream } from '../support/upstream.js';
 
 // What the upstream that receives the redirected client would see: nothing, since
@@ -58,6 +58,12 @@ const redirectRoutes: Record<string, Route> = {
       refresh: `0; url=https://${req.headers.host}/echo?${query}`,
     });
     res.end();
+  },
+  // The Authorization value echoed, then the upstream gone 8 bytes into the secret (a cut body, not the cap).
+  '/secret-then-cut': (req, res) => {
+    res.writeHead(200, { 'content-type': 'text/plain', 'content-length': '1000' });
+    res.write(`echo: ${(req.headers.authorization ?? '').slice(0, 'Bearer '.length + 8)}`);
+    setTimeout(() => res.socket?.destroy(), 100);
   },
   // ... and inside a binary body, which the audit stores as base64.
   '/secret-in-binary': (req, res) => {
@@ -270,10 +276,21 @@ t.test('no canary in the audit rows (every field, every mode, output included)',
   t.same(leaksIn(Buffer.concat(decoded)), [], 'nor in any output read as base64');
 });
 
+t.test('a body cut inside the credential (the upstream gone, or the client) keeps none of its bytes in the audit', async (t) => {
+  const cut = await fetch(`${base}/proxy/${agents.full.api_key}/${bearerHost.authority}/secret-then-cut`).then((r) => r.text()).then(() => 'complete', () => 'cut');
+  t.equal(cut, 'cut', 'the client saw the cut');
+  const rows = await eventually(async () => {
+    const page = (await api(base, owner, 'GET', `/audit?agent_id=${agents.full.id}&limit=1000`)).json as any[];
+    return page.find((r) => r.tool_url.endsWith('/secret-then-cut'));
+  });
+  t.equal(rows.status_code, 502, 'audited as the upstream\'s failure');
+  t.equal(rows.output, 'echo: Bearer ', `the secret's first bytes are not kept (${JSON.stringify(rows.output)})`);
+});
+
 t.test('an answer with no body but a Content-Encoding (a HEAD of a compressed resource) stores output "" for a full agent', async (t) => {
   const res = await proxied(agents.full.api_key, `${bearerHost.authority}/always-gzip?head=1`, { method: 'HEAD' });
   t.equal(res.status, 200);
-  const rows = await auditRows(base, owner, agents.full.id, 40, 15_000);
+  const rows = await auditRows(base, owner, agents.full.id, 41, 15_000);
   const head = rows.find((r) => r.action === 'HEAD' && r.tool_url.endsWith('/always-gzip?head=1'));
   t.equal(head?.output, '', 'no bytes, so nothing a credential could hide in: "" as for any empty body (it was null)');
 });

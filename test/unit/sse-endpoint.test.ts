@@ -32,7 +32,7 @@ t.test('everything else passes untouched', async (t) => {
 
 t.test('dot segments in the endpoint path are resolved before the prefix: the client cannot climb out of its target', async (t) => {
   // Against the upstream itself, /../evil.example/m is /evil.example/m on the same host.
-  for (const [data, path] of [
+  for (const [data, path] of <Array<[string, string]>>[
     ['/../evil.example/m?s=1', '/evil.example/m?s=1'],
     ['/%2e%2e/evil.example/m', '/evil.example/m'],
     ['/a/./b/../c?x=1', '/a/c?x=1'],
