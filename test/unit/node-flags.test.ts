@@ -26,3 +26,14 @@ t.test('docker-compose.yml starts each proxy with them', async (t) => {
     for (const [name, value] of Object.entries(PROXY_ENV)) t.equal(proxy.environment?.[name], value, `${name} in its environment`);
   }
 });
+
+t.test('docker-compose.yml gives each guard process time to drain, end its streams and flush its audit before SIGKILL', async (t) => {
+  const compose = parse(readFileSync(new URL('docker-compose.yml', ROOT), 'utf8'), { merge: true }) as { services: Record<string, { command?: string[]; stop_grace_period?: string }> };
+  const guards = Object.values(compose.services).filter((s) => s.command?.some((part) => part.startsWith('dist/server/')));
+  t.ok(guards.length >= 2, 'the admin and the proxies');
+  for (const guard of guards) {
+    // Docker's default is 10 s: SHUTDOWN_DRAIN_MS (10 s) alone, so open streams were killed unaudited.
+    const seconds = Number(/^(\d+)s$/.exec(guard.stop_grace_period ?? '')?.[1] ?? 10);
+    t.ok(seconds >= 10 + 1 + 12, `${guard.command?.at(-1)}: stop_grace_period ${guard.stop_grace_period ?? 'unset (10s)'} covers the 10 s drain, 1 s and the flush`);
+  }
+});
