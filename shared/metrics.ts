@@ -99,6 +99,9 @@ export interface RateLimitStats {
   proxies: number;
 }
 
+/** Distinct series of tcg_rate_limited_total before the rest count as limit="other". */
+export const RATE_LIMITED_SERIES = 1000;
+
 export class Metrics {
   readonly registry = new Registry();
   /** decision × method × status class, flattened. */
@@ -112,7 +115,7 @@ export class Metrics {
     credentials: { hits: 0, misses: 0, evictions: 0 },
   };
   readonly #byAgent: Map<string, number> | null;
-  /** Calls refused 429 per limit name, or per limit name and agent ("name\0agent") with METRICS_AGENT_LABEL. */
+  /** Calls refused 429 per limit name, or per limit name and agent ("name\0agent") with METRICS_AGENT_LABEL; at most RATE_LIMITED_SERIES keys and 'other'. */
   readonly #rateLimited = new Map<string, number>();
   readonly upstreamLatency: FastHistogram;
   readonly totalLatency: FastHistogram;
@@ -251,9 +254,15 @@ export class Metrics {
     if (this.#byAgent !== null && agentId !== null) this.#byAgent.set(agentId, (this.#byAgent.get(agentId) ?? 0) + 1);
   }
 
-  /** One call refused by the limit `name`. */
+  /**
+   * One call refused by the limit `name`. Limit names are the tenants' (any
+   * signed-up user writes them): past RATE_LIMITED_SERIES distinct ones, the
+   * rest count as `limit="other"`, so no user can grow /metrics and this map
+   * without bound.
+   */
   recordRateLimited(name: string, agentId: string): void {
-    const key = this.#byAgent !== null ? `${name}\0${agentId}` : name;
+    let key = this.#byAgent !== null ? `${name}\0${agentId}` : name;
+    if (!this.#rateLimited.has(key) && this.#rateLimited.size >= RATE_LIMITED_SERIES) key = this.#byAgent !== null ? 'other\0other' : 'other';
     this.#rateLimited.set(key, (this.#rateLimited.get(key) ?? 0) + 1);
   }
 
