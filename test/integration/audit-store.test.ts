@@ -580,3 +580,23 @@ t.test('over HTTP, a date_time_output_format other than simple does not change t
   const { rows } = await store.list(org, {}, 10, 0);
   t.equal(rows[0]?.timestamp, '2026-11-20T10:11:12.345Z', 'the instant as written');
 });
+
+// /ready asks the audit store's ping: ClickHouse answers /ping without checking
+// the user, so it must be a query that does.
+t.test('over HTTP, ping fails once the server no longer accepts the store\'s password', async (t) => {
+  const dir = mkdtempSync(join(tmpdir(), 'audit-store-ping-'));
+  t.teardown(() => rmSync(dir, { recursive: true, force: true }));
+  const first = await spawnClickHouseHttpServer({ dataDir: join(dir, 'clickhouse'), user: 'guard', password: 'old-password' });
+  const port = Number(new URL(first.url).port);
+  const store = await ClickHouseAuditStore.open({ url: `http://guard:old-password@127.0.0.1:${port}/audit`, dataDir: dir, retentionDays: RETENTION_DAYS });
+  t.teardown(() => store.close());
+  await store.ping();
+  t.pass('answers with its password');
+  first.kill('SIGTERM');
+  await first.exited;
+  // The password rotated (the same server, same port).
+  const rotated = await spawnClickHouseHttpServer({ dataDir: join(dir, 'clickhouse'), port, user: 'guard', password: 'new-password' });
+  t.teardown(() => rotated.kill('SIGTERM'));
+  const err = await store.ping().then(() => null, (e: unknown) => e as Error);
+  t.ok(err !== null, `ping fails: ${err?.message.slice(0, 80)}`);
+});

@@ -519,7 +519,9 @@ export class ClickHouseAuditStore implements AuditStore {
   }
 
   async ping(): Promise<void> {
-    const result = await this.#client.ping();
+    // A query, not /ping: the server answers /ping without checking the user, so a
+    // rotated password or a dropped user left /ready at 200 while every insert failed.
+    const result = await this.#client.ping({ select: true });
     if (!result.success) throw result.error;
   }
 
