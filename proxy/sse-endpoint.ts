@@ -11,11 +11,14 @@ const EVENT_END = /\r\n\r\n|\n\n|\r\r/;
 
 export class SseEndpointRewriter {
   readonly #prefix: string;
+  /** An injected credential's spellings (latin1 text), kept out of the endpoint's URL as out of a Location. */
+  readonly #secrets: readonly string[];
   #held = '';
   #done = false;
 
-  constructor(prefix: string) {
+  constructor(prefix: string, secrets: readonly Buffer[] = []) {
     this.#prefix = prefix;
+    this.#secrets = secrets.map((s) => s.toString('latin1'));
   }
 
   /** The bytes to send now for this chunk (maybe none yet: held until its event is complete). */
@@ -34,7 +37,10 @@ export class SseEndpointRewriter {
     const end = boundary.index + boundary[0].length;
     const event = text.slice(0, boundary.index);
     if (/(?:^|[\r\n])event: ?endpoint(?:[\r\n]|$)/.test(event)) {
-      return this.#finish(rewriteEndpoint(event, this.#prefix) + text.slice(boundary.index, end) + text.slice(end));
+      // An endpoint built from the request's URL would hand the agent a query credential.
+      let rewritten = rewriteEndpoint(event, this.#prefix);
+      for (const secret of this.#secrets) rewritten = rewritten.split(secret).join('[REDACTED]');
+      return this.#finish(rewritten + text.slice(boundary.index, end) + text.slice(end));
     }
     // A first event of another kind (a comment, a message): the stream is not the old transport's opening.
     return this.#finish(text);

@@ -156,7 +156,7 @@ export class UpstreamResponse {
     // Not a compressed one: its bytes are not events (no boundary to rewrite at,
     // and the opening comment line would corrupt the compressed stream).
     if (eventStream && !this.#ex.responseEncoded && !this.#headOnly && status !== 204 && status !== 304 && this.#length < 0 && !this.#ex.aborted) {
-      this.#endpoint = new SseEndpointRewriter(this.#ex.proxyPrefix());
+      this.#endpoint = new SseEndpointRewriter(this.#ex.proxyPrefix(), this.#ex.credential?.spellings);
       // An event stream's head goes out now, not with its first event (which may
       // be seconds away). uWS sends a head only together with body bytes, so it
       // goes with an SSE comment line (":"), which every event-stream parser

@@ -43,3 +43,9 @@ t.test('dot segments in the endpoint path are resolved before the prefix: the cl
     t.ok(resolved.pathname.startsWith(`${PREFIX}/`), `${data}: stays under the target (${resolved.pathname})`);
   }
 });
+
+t.test('an injected credential in the endpoint event (built from the request URL) is redacted, as in a Location', async (t) => {
+  const r = new SseEndpointRewriter(PREFIX, [Buffer.from('sk_live_123'), Buffer.from('sk%5Flive%5F123')]);
+  const out = r.feed(Buffer.from('event: endpoint\ndata: /messages?sessionId=1&api_key=sk_live_123\n\ndata: sk_live_123 in a later event\n\n', 'latin1')).toString('latin1');
+  t.equal(out, `event: endpoint\ndata: ${PREFIX}/messages?sessionId=1&api_key=[REDACTED]\n\ndata: sk_live_123 in a later event\n\n`, 'the endpoint event only: later events pass untouched');
+});
