@@ -8,7 +8,7 @@ import path from 'node:path';
 import { randomBytes, randomUUID } from 'node:crypto';
 import Database from 'better-sqlite3';
 import { type Db, type Document, MongoClient } from 'mongodb';
-import t from 'tap';
+import t, { type Test } from 'tap';
 import { GuardError, StoreUnavailableError } from '../../shared/errors.js';
 import type { ChangeEntry } from '../../shared/stores/change-feed.js';
 import type { MetadataDriver } from '../../shared/stores/metadata-driver.js';
@@ -524,7 +524,8 @@ t.test('sqlite: change rows older than an hour are pruned on a later insert', as
   t.equal(store.driver.lastChangeSeq(), 3);
 });
 
-t.test('sqlite: a follower whose place in the log was pruned clears everything, then applies what follows', async (t) => {
+/** A writer and a follower on one SQLite file, and what the follower's subscriber hears. */
+function writerAndFollower(t: Test) {
   const file = freshFile();
   const follower = openSqlite(file);
   const writer = openSqlite(file);
@@ -534,6 +535,11 @@ t.test('sqlite: a follower whose place in the log was pruned clears everything, 
   });
   const events: (MetadataChange | 'clear')[] = [];
   follower.changes.subscribe({ apply: (change) => events.push(change), clear: () => events.push('clear') });
+  return { file, follower, writer, events };
+}
+
+t.test('sqlite: a follower whose place in the log was pruned clears everything, then applies what follows', async (t) => {
+  const { file, follower, writer, events } = writerAndFollower(t);
   const errors: unknown[] = [];
   // Long enough that the rows below come and go before the first poll.
   await follower.changes.follow({ pollMs: 300, onError: (err) => errors.push(err) });
@@ -558,15 +564,7 @@ t.test('sqlite: a follower whose place in the log was pruned clears everything, 
 });
 
 t.test('sqlite: a follower that reads a batch with a seq missing inside it clears everything, then applies the rest', async (t) => {
-  const file = freshFile();
-  const follower = openSqlite(file);
-  const writer = openSqlite(file);
-  t.teardown(async () => {
-    await follower.close();
-    await writer.close();
-  });
-  const events: (MetadataChange | 'clear')[] = [];
-  follower.changes.subscribe({ apply: (change) => events.push(change), clear: () => events.push('clear') });
+  const { file, follower, writer, events } = writerAndFollower(t);
   await follower.changes.follow({ pollMs: 300, onError: () => {} });
   const user = await writer.createUserWithOrg('gap@example.test', 'hash');
   for (const host of ['a.example.com', 'b.example.com', 'c.example.com']) await writer.createCredential(newCredential(user.orgId, host));
