@@ -18,6 +18,9 @@ export const PASS_THROUGH_MAX_STREAMS = 256;
 
 const STREAM_PATH = /^\/audit\/stream\/?$/;
 
+/** How long a stopping proxy waits for admin requests it passes through before it cuts them. */
+const CLOSE_WAIT_MS = 1000;
+
 export function createAdminPassThrough(adminUrl: string): AdminPassThrough {
   const pool = new Pool(adminUrl, { connections: 64, headersTimeout: 60_000, bodyTimeout: 60_000 });
   // Event streams have a pool of their own: each holds its connection for as long
@@ -91,7 +94,17 @@ export function createAdminPassThrough(adminUrl: string): AdminPassThrough {
       for (const end of [...streams]) end();
     },
     close: async () => {
-      await Promise.all([pool.close(), streamPool.close()]);
+      // close() waits for requests in flight, which a stalled admin process holds
+      // up to the 60 s timeouts: after CLOSE_WAIT_MS they are cut (the audit is
+      // flushed by now; such a request is no proxied call).
+      const closed = Promise.all([pool.close(), streamPool.close()]);
+      let timer: NodeJS.Timeout | undefined;
+      const late = new Promise<'late'>((resolve) => {
+        timer = setTimeout(() => resolve('late'), CLOSE_WAIT_MS);
+      });
+      const outcome = await Promise.race([closed.then(() => 'closed' as const), late]);
+      clearTimeout(timer);
+      if (outcome === 'late') await Promise.all([pool.destroy(), streamPool.destroy()]);
     },
   };
 }

@@ -10,6 +10,7 @@
 // of seconds, and a guessed wait made these tests fail on a slow run while no
 // row was lost.
 import { mkdtempSync, rmSync } from 'node:fs';
+import { createServer, type AddressInfo, type Socket } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import t from 'tap';
@@ -112,4 +113,27 @@ t.test('a proxy started while ClickHouse is down serves calls, spools, and the r
   await eventually(async () => ((await health(proxyC)).audit_spooled_batches > 0 ? true : undefined), 10_000);
   await split.startClickHouse();
   t.equal(await auditedOnceDrained(proxyC, agent.id), calls, 'every spooled row landed');
+});
+
+t.test('a proxy stops in seconds while an admin request it passes through gets no answer', async (t) => {
+  // An admin process that accepts and never answers (stalled, or a slow report).
+  const held: Socket[] = [];
+  const stalled = createServer((socket) => {
+    held.push(socket);
+    socket.on('error', () => {});
+  });
+  await new Promise<void>((resolve) => stalled.listen(0, '127.0.0.1', resolve));
+  t.teardown(() => {
+    for (const socket of held) socket.destroy();
+    stalled.close();
+  });
+  const proxyD = await spawnService('proxy', { ...proxyEnv('d'), ADMIN_URL: `http://127.0.0.1:${(stalled.address() as AddressInfo).port}`, SHUTDOWN_DRAIN_MS: '200' });
+  const waiting = fetch(`${proxyD.url}/agents`, { headers: owner.auth }).then((r) => r.status, () => 'closed');
+  await eventually(async () => (held.length > 0 ? true : undefined), 5000);
+  const started = performance.now();
+  t.equal(await proxyD.stop(), 0, 'exit 0');
+  const took = performance.now() - started;
+  // undici's pool close waited for the request: up to its 60 s headers timeout.
+  t.ok(took < 5000, `stopped ${took.toFixed(0)} ms after SIGTERM`);
+  t.not(await waiting, 200, 'the passed-through request was not answered as if the admin had');
 });
