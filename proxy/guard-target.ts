@@ -7,6 +7,7 @@ import { promises as dns } from 'node:dns';
 import { isIP } from 'node:net';
 import { LRUCache } from 'lru-cache';
 import { entryBound } from '../shared/lru-bound.js';
+import { TARGET_FORBIDDEN_RULE } from '../shared/policy/index.js';
 import type { ProxyExchange, Stage } from './exchange.js';
 import { classifyAddress, createAllowList } from './ssrf-rules.js';
 
@@ -57,7 +58,7 @@ export function createGuardTarget(options: { allowTargets: readonly string[]; dn
     }
     const refusal = resolution.refusal !== undefined ? resolution.refusal : (resolution.refusal = refusalOf(hostname, resolution.addresses));
     if (refusal !== null) {
-      ex.ruleMatched = 'target_forbidden';
+      ex.ruleMatched = TARGET_FORBIDDEN_RULE;
       return ex.answerError('target_forbidden', `The target resolves to a ${refusal} address, which the proxy does not reach.`);
     }
     ex.addresses = resolution.addresses;

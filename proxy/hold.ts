@@ -16,9 +16,9 @@ import { approvalLocation, HELD_BODY_MAX_BYTES } from '../shared/approvals.js';
 import { APPROVAL_ID_HEADER, isUuid } from '../shared/http.js';
 import type { Logger } from '../shared/log.js';
 import type { Metrics } from '../shared/metrics.js';
-import { PENDING_APPROVALS_LIMIT as PENDING_LIMIT } from '../shared/policy/index.js';
+import { LIMIT_RULE_PREFIX, PENDING_APPROVALS_LIMIT as PENDING_LIMIT } from '../shared/policy/index.js';
 import type { MetadataStore } from '../shared/stores/metadata-store.js';
-import type { Agent, Approval } from '../shared/types.js';
+import type { Approval } from '../shared/types.js';
 import type { ApprovalWebhook } from './approval-webhook.js';
 import type { ProxyExchange, Stage } from './exchange.js';
 
@@ -101,15 +101,17 @@ export function createHeldCalls(deps: {
   async function recheckAgents(agentIds: ReadonlySet<string>): Promise<void> {
     for (const agentId of agentIds) {
       const held = [...waiting.values()].flatMap((waiters) => [...waiters]).filter((w) => w.ex.agent!.id === agentId);
-      if (held.length === 0) continue;
-      let agent: Agent | undefined;
-      try {
-        agent = await store.getAgent(held[0]!.ex.agent!.orgId, agentId);
-      } catch (err) {
-        log.warn('a held call\'s agent could not be read again; its calls wait on', { agent_id: agentId, err });
-        continue;
-      }
-      if (agent === undefined) for (const waiter of held) answerAgentGone(waiter);
+      if (held.length > 0 && (await agentGone(held[0]!.ex.agent!.orgId, agentId))) for (const waiter of held) answerAgentGone(waiter);
+    }
+  }
+
+  /** The agent is deleted; false when it is there or cannot be read (its calls wait on). */
+  async function agentGone(orgId: string, agentId: string): Promise<boolean> {
+    try {
+      return (await store.getAgent(orgId, agentId)) === undefined;
+    } catch (err) {
+      log.warn('a held call\'s agent could not be read again; its calls wait on', { agent_id: agentId, err });
+      return false;
     }
   }
 
@@ -191,14 +193,7 @@ export function createHeldCalls(deps: {
   /** recheckAgents for one waiter just registered (no walk of every held call). */
   async function recheckAgent(waiter: Waiter): Promise<void> {
     const agent = waiter.ex.agent!;
-    let found: Agent | undefined;
-    try {
-      found = await store.getAgent(agent.orgId, agent.id);
-    } catch (err) {
-      log.warn('a held call\'s agent could not be read again; its call waits on', { agent_id: agent.id, err });
-      return;
-    }
-    if (found === undefined) answerAgentGone(waiter);
+    if (await agentGone(agent.orgId, agent.id)) answerAgentGone(waiter);
   }
 
   async function hold(ex: ProxyExchange): Promise<undefined | false> {
@@ -310,7 +305,7 @@ export function createHeldCalls(deps: {
  * inbox and the webhook.
  */
 function tooManyPending(ex: ProxyExchange, maxPending: number, metrics: Metrics | null): false {
-  ex.ruleMatched = `limit:${PENDING_LIMIT}`;
+  ex.ruleMatched = `${LIMIT_RULE_PREFIX}${PENDING_LIMIT}`;
   metrics?.recordRateLimited(PENDING_LIMIT, ex.agent!.id);
   ex.addAnswerHeader('retry-after', String(PENDING_RETRY_AFTER_S));
   return ex.answerError('rate_limited', `The agent has ${maxPending} approvals pending (APPROVAL_MAX_PENDING); decide or let some expire first.`, {

@@ -8,11 +8,10 @@
 // when it can be (identity, a known length up to 1 MiB, JSON) so that those
 // rules can match. Any other policy decided in authorize.ts; nothing here.
 import { MCP_BATCH_MAX, MCP_INSPECT_MAX_BYTES, readJsonRpc } from '../shared/mcp.js';
-import { evaluatePolicy, type CompiledPolicy, type McpCall, type PolicyDecision } from '../shared/policy/index.js';
+import { evaluatePolicy, UNINSPECTABLE_RULE, type CompiledPolicy, type McpCall, type PolicyDecision } from '../shared/policy/index.js';
 import { applyDecision, decideOnHead, recordShadow } from './authorize.js';
 import type { ProxyExchange, Stage } from './exchange.js';
 
-export const UNINSPECTABLE_RULE = 'uninspectable_body';
 
 export function createInspectMcp(): Stage {
   return (ex) => {

@@ -3,6 +3,7 @@
 // that only calls that would reach the upstream are counted. A policy without
 // `limits` costs one property read.
 import type { Metrics } from '../shared/metrics.js';
+import { LIMIT_RULE_PREFIX } from '../shared/policy/index.js';
 import type { ProxyExchange, Stage } from './exchange.js';
 import type { RateLimiter } from './rate-limiter.js';
 
@@ -23,7 +24,7 @@ export function createLimit(deps: { limiter: RateLimiter; metrics: Metrics | nul
       return undefined;
     }
     const retryAfter = verdict.retryAfter;
-    ex.ruleMatched = `limit:${refused.name}`;
+    ex.ruleMatched = `${LIMIT_RULE_PREFIX}${refused.name}`;
     ex.addAnswerHeader('retry-after', String(retryAfter));
     ex.addAnswerHeader('ratelimit-policy', verdict.policyHeader);
     ex.addAnswerHeader('ratelimit', verdict.stateHeader);

@@ -6,19 +6,21 @@
 // This rewrites that one event's data to the same path under the agent's proxy
 // prefix. It looks only at the start of an event stream: until its first
 // complete event, or 4 KiB; every other byte passes untouched.
+import { redactCapture } from './exchange.js';
+
 const MAX_SCAN_BYTES = 4096;
 const EVENT_END = /\r\n\r\n|\n\n|\r\r/;
 
 export class SseEndpointRewriter {
   readonly #prefix: string;
-  /** An injected credential's spellings (latin1 text), kept out of the endpoint's URL as out of a Location. */
-  readonly #secrets: readonly string[];
+  /** An injected credential's spellings, kept out of the endpoint's URL as out of a Location (redactCapture). */
+  readonly #secrets: readonly Buffer[];
   #held = '';
   #done = false;
 
   constructor(prefix: string, secrets: readonly Buffer[] = []) {
     this.#prefix = prefix;
-    this.#secrets = secrets.map((s) => s.toString('latin1'));
+    this.#secrets = secrets;
   }
 
   /** The bytes to send now for this chunk (maybe none yet: held until its event is complete). */
@@ -38,8 +40,7 @@ export class SseEndpointRewriter {
     const event = text.slice(0, boundary.index);
     if (/(?:^|[\r\n])event: ?endpoint(?:[\r\n]|$)/.test(event)) {
       // An endpoint built from the request's URL would hand the agent a query credential.
-      let rewritten = rewriteEndpoint(event, this.#prefix);
-      for (const secret of this.#secrets) rewritten = rewritten.split(secret).join('[REDACTED]');
+      const rewritten = redactCapture(Buffer.from(rewriteEndpoint(event, this.#prefix), 'latin1'), this.#secrets, false).toString('latin1');
       return this.#finish(rewritten + text.slice(boundary.index, end) + text.slice(end));
     }
     // A first event of another kind (a comment, a message): the stream is not the old transport's opening.

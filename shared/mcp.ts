@@ -53,10 +53,7 @@ function requestOf(value: unknown): McpCall | null | 'ambiguous' {
   const message = value as { jsonrpc?: unknown; method?: unknown; params?: unknown };
   if (message.jsonrpc !== '2.0' || typeof message.method !== 'string') return null;
   const params = typeof message.params === 'object' && message.params !== null ? (message.params as { name?: unknown; uri?: unknown }) : {};
-  let tool: unknown = null;
-  if (message.method === 'tools/call' || message.method === 'prompts/get') tool = params.name;
-  else if (message.method === 'resources/read') tool = params.uri;
-  // (MCP_TOOL_METHODS: the same three.)
+  const tool: unknown = MCP_TOOL_METHODS.has(message.method) ? (message.method === 'resources/read' ? params.uri : params.name) : null;
   // An empty method or tool name is kept by the audit as none (null), so a replay
   // could not decide it as the live call was: such a call is not inspected.
   if (message.method === '' || tool === '') return 'ambiguous';

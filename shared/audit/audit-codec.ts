@@ -4,6 +4,7 @@
 // the spool's file format for a batch of such lines. The store only does I/O
 // with these; the batcher and the spool only move the lines.
 import { compress, decompress } from '@mongodb-js/zstd';
+import { LIMIT_RULE_PREFIX, TARGET_FORBIDDEN_RULE, UNINSPECTABLE_RULE } from '../policy/types.js';
 import type { AuditRecord } from '../types.js';
 import { entryHash, SORTED as HASHED_KEYS, type Kind as HashedKind } from './entry-json.js';
 import { countSealLines } from './seal.js';
@@ -71,7 +72,7 @@ export const AUDIT_COLUMNS = [
   // policy ran (a bad target): see docs/api.md "POST /policy/replay".
   { name: 'policy_path', type: 'String CODEC(ZSTD(1))', field: 'policyPath', kind: 'text' },
   // Old rows: allowed under a rule, or refused 403 by one (other refusals after the policy allowed a call, 5xx or 400, kept its rule name).
-  { name: 'policy_decided', type: "Bool DEFAULT source = 'proxy' AND rule_matched NOT IN ('', 'target_forbidden', 'uninspectable_body') AND NOT startsWith(rule_matched, 'limit:') AND (decision = 'allowed' OR status_code = 403)", field: 'policyDecided', kind: 'flag' },
+  { name: 'policy_decided', type: `Bool DEFAULT source = 'proxy' AND rule_matched NOT IN ('', '${TARGET_FORBIDDEN_RULE}', '${UNINSPECTABLE_RULE}') AND NOT startsWith(rule_matched, '${LIMIT_RULE_PREFIX}') AND (decision = 'allowed' OR status_code = 403)`, field: 'policyDecided', kind: 'flag' },
   // Held calls (CONTRACT.md "Held calls"). New columns go last: a spooled line of an
   // earlier version has fewer fields, and the missing trailing ones take their defaults.
   { name: 'approval_id', type: 'String', field: 'approvalId', kind: 'empty-is-null' },

@@ -33,7 +33,7 @@ import { domainToASCII } from 'node:url';
 import { GuardError } from '../errors.js';
 import { normalizePolicyPath, parseTarget, REFUSED_PATH_PARTS } from '../target.js';
 import { PathMatch, ToolMatch } from './types.js';
-import { APPROVAL_TIMEOUT, PENDING_APPROVALS_LIMIT, RATE_PERIODS } from './types.js';
+import { APPROVAL_TIMEOUT, LIMIT_RULE_PREFIX, PENDING_APPROVALS_LIMIT, RATE_PERIODS, TARGET_FORBIDDEN_RULE, UNINSPECTABLE_RULE } from './types.js';
 import type { CallMatcher, CompiledLimit, CompiledPolicy, CompiledRule, PolicyDecision, PolicyVerdict, RatePeriod, RuleVerdict, TextTest } from './types.js';
 import { matchGlob } from './evaluate-policy.js';
 
@@ -110,8 +110,8 @@ export const MAX_POLICY_LIMITS = 100;
 /** The largest N of a rate and the largest burst: counts stay exact in 32-bit slots. */
 const MAX_RATE_COUNT = 1_000_000_000;
 
-/** rule_matched values the proxy writes itself (guard-target.ts, inspect-mcp.ts; limit.ts writes limit:<name>). */
-const PROXY_RULE_NAMES: ReadonlySet<string> = new Set(['target_forbidden', 'uninspectable_body']);
+/** rule_matched values the proxy writes itself (and LIMIT_RULE_PREFIX before a limit's name). */
+const PROXY_RULE_NAMES: ReadonlySet<string> = new Set([TARGET_FORBIDDEN_RULE, UNINSPECTABLE_RULE]);
 
 const TOP_LEVEL_KEYS = ['version', 'default', 'rules', 'limits'] as const;
 const LIMIT_KEYS = ['name', 'tool', 'action', 'path', 'mcp_method', 'mcp_tool', 'rate', 'burst'] as const;
@@ -410,8 +410,8 @@ function compileRule(
     fail(`${fieldWhere.name ?? where}: the rule name 'default' is reserved for "no rule matched"; choose another`);
   }
   // The proxy's own refusals are audited under these: a rule of that name would read as one.
-  if (refuseUnmatchable && (PROXY_RULE_NAMES.has(name) || name.startsWith('limit:'))) {
-    fail(`${fieldWhere.name ?? where}: the rule name ${quoted(name)} is reserved for the proxy's own refusals (${[...PROXY_RULE_NAMES].join(', ')}, limit:<name>); choose another`);
+  if (refuseUnmatchable && (PROXY_RULE_NAMES.has(name) || name.startsWith(LIMIT_RULE_PREFIX))) {
+    fail(`${fieldWhere.name ?? where}: the rule name ${quoted(name)} is reserved for the proxy's own refusals (${[...PROXY_RULE_NAMES].join(', ')}, ${LIMIT_RULE_PREFIX}<name>); choose another`);
   }
   claimName(positionByName, name, n, 'rule', fieldWhere.name ?? where);
   const verb = decision === 'allow' ? 'Allowed' : decision === 'deny' ? 'Denied' : 'Held for approval';

@@ -13,6 +13,11 @@ export const APPROVAL_TIMEOUT = { min: 10, max: 86_400, fallback: 3600 } as cons
 /** The `limit` of the 429 an agent gets at APPROVAL_MAX_PENDING pending approvals; a policy's limit may not take the name. */
 export const PENDING_APPROVALS_LIMIT = 'pending_approvals';
 
+/** `rule_matched` of the proxy's own refusals, which no policy rule may be named (parse-policy.ts): a target it does not reach, a body it cannot inspect, a limit (`limit:<name>`). */
+export const TARGET_FORBIDDEN_RULE = 'target_forbidden';
+export const UNINSPECTABLE_RULE = 'uninspectable_body';
+export const LIMIT_RULE_PREFIX = 'limit:';
+
 /** One JSON-RPC 2.0 request of an MCP call's body: its method, and the tool (params.name of tools/call and prompts/get, params.uri of resources/read). */
 export interface McpCall {
   readonly method: string;
