@@ -2,7 +2,7 @@
 // API keys and their hashes.
 import { API_KEY_LENGTH, API_KEY_PREFIX } from './http.js';
 import { createCipheriv, createDecipheriv, generateKeyPairSync, hash, randomBytes } from 'node:crypto';
-import { chmodSync, closeSync, existsSync, fsyncSync, linkSync, mkdirSync, openSync, readFileSync, unlinkSync, writeFileSync, writeSync } from 'node:fs';
+import { chmodSync, closeSync, existsSync, fsyncSync, linkSync, mkdirSync, openSync, readFileSync, unlinkSync, writeSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Config } from './config.js';
 import { signingKeyFromPem, type SigningKey } from './audit/seal.js';
@@ -46,28 +46,8 @@ export function loadAuditSigningKey(config: Readonly<Config>, options: { allowGe
   if (config.auditSigningKey === null && !options.allowGenerate) throw new Error('AUDIT_SIGNING_KEY must be set in split mode (every process must share it)');
   const existing = readAuditSigningKey(config);
   if (existing !== null) return existing;
-  const file = join(config.dataDir, AUDIT_KEY_FILE);
-  mkdirSync(config.dataDir, { recursive: true, mode: 0o700 });
   const { privateKey } = generateKeyPairSync('ed25519');
-  // Written whole and synced under a temporary name, then linked into place: a
-  // power cut leaves either no key or the whole key, never an empty file, and of
-  // two processes starting at once the second reads the first's.
-  const tmp = `${file}.${process.pid}.tmp`;
-  const fd = openSync(tmp, 'w', 0o600);
-  try {
-    writeSync(fd, String(privateKey.export({ type: 'pkcs8', format: 'pem' })));
-    fsyncSync(fd);
-  } finally {
-    closeSync(fd);
-  }
-  try {
-    linkSync(tmp, file);
-  } catch (err) {
-    if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw err;
-  } finally {
-    unlinkSync(tmp);
-  }
-  chmodSync(file, 0o600);
+  createFileOnce(config.dataDir, AUDIT_KEY_FILE, String(privateKey.export({ type: 'pkcs8', format: 'pem' })));
   return readAuditSigningKey(config)!;
 }
 
@@ -85,21 +65,58 @@ export function readAuditSigningKey(config: Readonly<Config>): SigningKey | null
 
 function readOrCreateGenerated(dataDir: string): GeneratedSecrets {
   const file = join(dataDir, 'secrets.json');
-  if (existsSync(file)) {
-    const parsed = JSON.parse(readFileSync(file, 'utf8')) as Partial<GeneratedSecrets>;
-    if (typeof parsed.jwt_secret !== 'string' || parsed.jwt_secret.length < 32 || !/^[0-9a-f]{64}$/.test(parsed.secret_key ?? '')) {
-      throw new Error(`${file} is damaged; restore it or remove it (credentials sealed with the old key become unreadable)`);
-    }
-    return parsed as GeneratedSecrets;
+  if (!existsSync(file)) {
+    const generated: GeneratedSecrets = {
+      jwt_secret: randomBytes(48).toString('base64url'),
+      secret_key: randomBytes(32).toString('hex'),
+    };
+    createFileOnce(dataDir, 'secrets.json', JSON.stringify(generated, null, 2) + '\n');
   }
-  mkdirSync(dataDir, { recursive: true, mode: 0o700 });
-  const generated: GeneratedSecrets = {
-    jwt_secret: randomBytes(48).toString('base64url'),
-    secret_key: randomBytes(32).toString('hex'),
-  };
-  writeFileSync(file, JSON.stringify(generated, null, 2) + '\n', { mode: 0o600, flag: 'wx' });
+  let parsed: Partial<GeneratedSecrets> | null = null;
+  try {
+    parsed = JSON.parse(readFileSync(file, 'utf8')) as Partial<GeneratedSecrets> | null;
+  } catch {
+    // An empty or cut file (written by a version before createFileOnce, or edited):
+    // the same clear refusal as a file with wrong fields.
+  }
+  if (typeof parsed?.jwt_secret !== 'string' || parsed.jwt_secret.length < 32 || !/^[0-9a-f]{64}$/.test(parsed.secret_key ?? '')) {
+    throw new Error(`${file} is damaged; restore it or remove it (credentials sealed with the old key become unreadable)`);
+  }
+  return parsed as GeneratedSecrets;
+}
+
+/**
+ * Creates DIR/NAME holding `text`, mode 0600, unless it exists: written whole and
+ * synced under a temporary name, then linked into place and the directory synced.
+ * A power cut leaves either no file or the whole file, never an empty one, and of
+ * two processes starting at once the second keeps the first's (the caller reads
+ * the file back).
+ */
+export function createFileOnce(dir: string, name: string, text: string): void {
+  mkdirSync(dir, { recursive: true, mode: 0o700 });
+  const file = join(dir, name);
+  const tmp = `${file}.${process.pid}.tmp`;
+  const fd = openSync(tmp, 'w', 0o600);
+  try {
+    writeSync(fd, text);
+    fsyncSync(fd);
+  } finally {
+    closeSync(fd);
+  }
+  try {
+    linkSync(tmp, file);
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw err;
+  } finally {
+    unlinkSync(tmp);
+  }
   chmodSync(file, 0o600);
-  return generated;
+  const dirFd = openSync(dir, 'r');
+  try {
+    fsyncSync(dirFd);
+  } finally {
+    closeSync(dirFd);
+  }
 }
 
 // AES-256-GCM with a random 96-bit IV; the additional data binds a sealed value to
