@@ -14,7 +14,7 @@ import type { ChangeEntry } from '../../shared/stores/change-feed.js';
 import type { MetadataDriver } from '../../shared/stores/metadata-driver.js';
 import { createMetadataStore, type MetadataStore } from '../../shared/stores/metadata-store.js';
 import { databaseNameOf, DEFAULT_DATABASE, MongoMetadataDriver } from '../../shared/stores/mongo/mongo-metadata-driver.js';
-import { SCHEMA_VERSION, SqliteMetadataDriver, type SqliteDriverOptions } from '../../shared/stores/sqlite/sqlite-metadata-driver.js';
+import { classifySqliteError, SCHEMA_VERSION, SqliteMetadataDriver, type SqliteDriverOptions } from '../../shared/stores/sqlite/sqlite-metadata-driver.js';
 import type { MetadataChange } from '../../shared/types.js';
 import { metadataStoreContract, newCredential } from './metadata-store.contract.js';
 
@@ -589,6 +589,26 @@ t.test('sqlite: a path that cannot be opened as a database fails the open with S
   })();
   t.ok(err instanceof StoreUnavailableError, String(err));
   t.match((err as Error).cause, { code: 'SQLITE_CANTOPEN' }, "the driver's error is the cause");
+});
+
+t.test('sqlite: a full disk is the store being unavailable (503), not a bug (500)', async (t) => {
+  // SQLite's own SQLITE_FULL, from a database capped at a few pages.
+  const db = new Database(freshFile());
+  t.teardown(() => db.close());
+  db.exec('CREATE TABLE t (b BLOB)');
+  db.pragma('max_page_count = 3');
+  const full = (() => {
+    try {
+      db.prepare('INSERT INTO t VALUES (?)').run(randomBytes(64 * 1024));
+      return undefined;
+    } catch (e) {
+      return e;
+    }
+  })();
+  t.match(full, { code: 'SQLITE_FULL' }, 'the database refused the write as full');
+  const classified = classifySqliteError(full);
+  t.ok(classified instanceof StoreUnavailableError, String(classified));
+  t.equal((classified as Error).cause, full, "the driver's error is the cause");
 });
 
 t.test('sqlite: setting the policy of an agent that does not exist is not_found', async (t) => {

@@ -346,13 +346,14 @@ type Statements = ReturnType<typeof prepareStatements>;
 /**
  * The failures that mean the file cannot be used now (another process holds the write
  * lock past the busy timeout, the file or its directory is gone or unreadable, the disk
- * failed), by primary result code: better-sqlite3 reports extended codes such as
- * SQLITE_IOERR_WRITE or SQLITE_BUSY_SNAPSHOT.
+ * failed or is full), by primary result code: better-sqlite3 reports extended codes
+ * such as SQLITE_IOERR_WRITE or SQLITE_BUSY_SNAPSHOT.
  */
-const classify = unreachableClassifier(
+export const classifySqliteError = unreachableClassifier(
   'metadata database',
-  (err) => err instanceof Database.SqliteError && /^SQLITE_(BUSY|CANTOPEN|IOERR)(_|$)/.test(err.code),
+  (err) => err instanceof Database.SqliteError && /^SQLITE_(BUSY|CANTOPEN|IOERR|FULL)(_|$)/.test(err.code),
 );
+const classify = classifySqliteError;
 
 export interface SqliteDriverOptions {
   /** How long a statement waits for another process's write lock before SQLITE_BUSY. */
