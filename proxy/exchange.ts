@@ -287,7 +287,19 @@ export class ProxyExchange {
     this.finished = true;
     if (this.aborted) this.statusCode = 499;
     this.#record();
-    this.onDone?.(this);
+    // Still waiting for its agent: it leaves the calls in flight when the read
+    // answers and its record is queued (agentLookupSettled), so shutdown's drain
+    // does not close the audit before that record (a store's read takes a round trip).
+    if (!this.lookingUpAgent) this.onDone?.(this);
+  }
+
+  /** Set by resolve-agent while the agent is read from the store. */
+  lookingUpAgent = false;
+
+  /** The agent's read from the store answered (or failed): a call that ended meanwhile is done now. */
+  agentLookupSettled(): void {
+    this.lookingUpAgent = false;
+    if (this.finished) this.onDone?.(this);
   }
 
   /**

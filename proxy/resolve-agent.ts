@@ -6,7 +6,22 @@ import { hasUntrustedFraming, refuseFraming } from './admit.js';
 import type { ProxyExchange, Stage, StageResult } from './exchange.js';
 
 export function createResolveAgent(caches: ProxyCaches): Stage {
-  return (ex) => lookupCached(caches.agents, ex.keyHash, ex, useAgent);
+  return (ex) => {
+    const result = lookupCached(caches.agents, ex.keyHash, ex, useAgent);
+    if (result === undefined || result === false) return result;
+    // A read from the store (a cache miss): the call stays in flight until it answers.
+    ex.lookingUpAgent = true;
+    return result.then(
+      (value) => {
+        ex.agentLookupSettled();
+        return value;
+      },
+      (err: unknown) => {
+        ex.agentLookupSettled();
+        throw err;
+      },
+    );
+  };
 }
 
 function useAgent(ex: ProxyExchange, agent: Agent | typeof NONE): StageResult {

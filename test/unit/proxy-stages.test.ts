@@ -180,12 +180,16 @@ t.test('the cache stages read through a real store', async (t) => {
       recorded.push({ agentId: ex.agent.id, status: ex.statusCode });
       return true;
     };
+    const done: string[] = [];
+    made.ex.onDone = () => done.push(`done after ${recorded.length} record(s)`);
     const result = createResolveAgent(cold)(made.ex);
     t.type(result, Promise, 'the key is read from the store');
     made.ex.clientAborted(); // uWS's onAborted, before the read's answer
     t.same(recorded, [], 'no agent known yet');
+    t.same(done, [], "still in flight: shutdown's drain waits for its record");
     t.equal(await settle(result), false, 'the pipeline goes no further');
     t.same(recorded, [{ agentId: agent.id, status: 499 }], 'recorded once the agent is known');
+    t.same(done, ['done after 1 record(s)'], 'out of the calls in flight once its record is queued');
     t.equal(metricsCounted, 1, 'and counted in the metrics once');
   });
 
