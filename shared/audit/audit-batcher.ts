@@ -336,7 +336,7 @@ export class AuditBatcher {
     this.#working = true;
     void this.#work().finally(() => {
       this.#working = false;
-      if (this.#sealed.length === 0 && this.spooledBatches === 0) {
+      if (this.#idle()) {
         for (const wake of this.#idleWaiters.splice(0)) wake();
       } else if (this.#sealed.length > 0 && this.#retryTimer === null) {
         this.#kick();
@@ -347,7 +347,19 @@ export class AuditBatcher {
   /** Writes sealed batches, spooling those the store refuses, then replays the spool. */
   async #work(): Promise<void> {
     let batch: Batch | undefined;
+    /** The store failed a batch in this loop: the rest go straight to the spool, and the back-off's retry tries the store again. */
+    let storeFailed = false;
     while ((batch = this.#sealed[0]) !== undefined) {
+      if (storeFailed) {
+        // A store that hangs fails each insert only at its timeout (10 s over
+        // HTTP): tried batch by batch, all but one of each 10 s of batches stayed
+        // in memory until the queue's bound refused every call, the spool empty.
+        if (this.#stopped) return;
+        if (!(await this.#trySpool(batch))) return; // the back-off is running: kept in memory, retried
+        this.#settled(batch);
+        batch.rows.release();
+        continue;
+      }
       try {
         const started = performance.now();
         // Rows and seals go apart: a batch of megabytes joined into one body would only be split again.
@@ -362,10 +374,10 @@ export class AuditBatcher {
         this.stats.failedAttempts += 1;
         this.#options.onError?.(err, batch.rows.count, 'insert');
         if (this.#stopped) return; // close() spooled it meanwhile (test: "an insert that fails after close()")
-        if (!(await this.#trySpool(batch))) {
-          this.#backOff();
-          return; // kept in memory; retried after the back-off
-        }
+        storeFailed = true;
+        const spooled = await this.#trySpool(batch);
+        if (!this.#stopped) this.#backOff();
+        if (!spooled) return; // kept in memory; retried after the back-off
       }
       this.#settled(batch);
       batch.rows.release(); // its insert (or spool write) is over: nothing reads its bytes now
@@ -378,8 +390,6 @@ export class AuditBatcher {
     try {
       await this.#spool.write([...batch.rows.parts(), ...batch.seals], batch.token);
       this.stats.spooled += batch.rows.count;
-      if (!this.#stopped) this.#schedule(this.#retryMs);
-      this.#retryMs = Math.min(this.#retryMs * 2, RETRY_MAX_MS);
       return true;
     } catch (err) {
       this.#options.onError?.(err, batch.rows.count, 'spool');
@@ -422,7 +432,16 @@ export class AuditBatcher {
     this.#retryMs = Math.min(this.#retryMs * 2, RETRY_MAX_MS);
   }
 
-  /** Writes (or spools) everything queued so far; resolves when nothing is left in memory or the spool. */
+  /**
+   * Nothing left to write: nothing in memory, and the spool replayed, or, once
+   * close() began, the store failing (the spool is durable, and the next start
+   * replays it: shutdown need not wait out its deadline for a store that is down).
+   */
+  #idle(): boolean {
+    return this.#sealed.length === 0 && (this.spooledBatches === 0 || (this.#closing && this.#retryTimer !== null));
+  }
+
+  /** Writes (or spools) everything queued so far; resolves when nothing is left in memory or the spool (close(): or the store fails). */
   flush(): Promise<void> {
     this.#seal();
     this.#finishSealing();

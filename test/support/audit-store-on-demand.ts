@@ -29,6 +29,8 @@ export interface AuditStoreOnDemand {
   loseNextAcknowledgement(): void;
   /** The next insert writes nothing and fails after `ms`, as with a server that hangs, then drops the connection. */
   failNextInsertAfter(ms: number): void;
+  /** Every insert until up() writes nothing and fails after `ms`: a server that hangs (the HTTP client's timeout ends each). */
+  hang(ms: number): void;
   /** The next insert lands after `ms`, as with a slow server. */
   delayNextInsert(ms: number): void;
   /** Waits until the org holds `n` rows. */
@@ -52,12 +54,17 @@ export async function openAuditStoreOnDemand(): Promise<AuditStoreOnDemand> {
   let loseAcknowledgement = false;
   let failAfterMs: number | null = null;
   let delayMs = 0;
+  let hangMs: number | null = null;
   const store: AuditStore = {
     insert: (rows, token) => real.insert(rows, token),
     encode: (record, batchId) => real.encode(record, batchId),
     insertEncoded: async (body, token) => {
       const rows = typeof body === 'string' ? body : body.rows;
       attempts.push({ token, rows: countEncodedRows(typeof rows === 'string' ? rows : Buffer.concat(rows).toString('utf8')) });
+      if (hangMs !== null) {
+        await new Promise((resolve) => setTimeout(resolve, hangMs!));
+        throw new AcknowledgementLost();
+      }
       if (failAfterMs !== null) {
         const ms = failAfterMs;
         failAfterMs = null;
@@ -99,7 +106,13 @@ export async function openAuditStoreOnDemand(): Promise<AuditStoreOnDemand> {
     store,
     attempts,
     down: () => server.pause(),
-    up: () => server.resume(),
+    up: () => {
+      hangMs = null;
+      server.resume();
+    },
+    hang: (ms) => {
+      hangMs = ms;
+    },
     loseNextAcknowledgement: () => {
       loseAcknowledgement = true;
     },

@@ -321,6 +321,42 @@ t.test("a batch's bytes stay its own while its insert is retried; released chunk
   t.ok(page.rows.every((row) => queued.get(row.id) === row.reasoning), 'each row as it was queued');
 });
 
+t.test('a store that hangs costs one insert timeout, not one per batch: the batches behind the failed one go straight to the spool', async (t) => {
+  const dir = spoolDir(t);
+  const { batcher } = batcherFor(t, { maxRows: 5, maxDelayMs: 60_000, maxQueued: 10_000, spool: AuditSpool.open(dir, 1 << 20) });
+  const org = randomUUID();
+  audit.hang(1500);
+  const before = audit.attempts.length;
+  enqueue(batcher, org, 25); // five batches; the first one's insert hangs
+  const started = performance.now();
+  await eventually(async () => (batcher.spooledBatches === 5 ? true : undefined), 6000);
+  const took = performance.now() - started;
+  t.ok(took < 3000, `all five spooled after ${took.toFixed(0)} ms (one timeout of 1.5 s, not five)`);
+  t.equal(audit.attempts.length - before, 1, 'one insert tried');
+  t.equal(batcher.pending, 0, 'nothing left in memory');
+  audit.up();
+  await audit.rowsLanded(org, 25);
+});
+
+t.test('close does not wait out its deadline for a spool the store cannot take: spooled batches are durable', async (t) => {
+  const dir = spoolDir(t);
+  const { batcher } = batcherFor(t, { maxRows: 5, maxDelayMs: 60_000, maxQueued: 10_000, spool: AuditSpool.open(dir, 1 << 20) });
+  const org = randomUUID();
+  audit.down();
+  enqueue(batcher, org, 5);
+  await eventually(async () => (batcher.spooledBatches === 1 ? true : undefined), 5000);
+  enqueue(batcher, org, 2); // and two in memory
+  const started = performance.now();
+  t.equal(await batcher.close(8000), 0, 'nothing unwritten');
+  const took = performance.now() - started;
+  t.ok(took < 3000, `closed after ${took.toFixed(0)} ms, not the 8 s deadline`);
+  const reopened = AuditSpool.open(dir, 1 << 20);
+  t.teardown(() => reopened.close());
+  let rows = 0;
+  for (const batch of reopened.batches) rows += countEncodedRows(await reopened.read(batch));
+  t.equal(rows, 7, 'every record is in the spool');
+});
+
 t.test('saturated once maxQueued records are held, and no longer once they are written', async (t) => {
   const { batcher } = batcherFor(t, { maxRows: 2, maxDelayMs: 20, maxQueued: 3 });
   const org = randomUUID();
