@@ -50,7 +50,7 @@ export interface AuditBatcherOptions {
   /** Where each record goes at enqueue, so a killed process loses none (audit-journal.ts). */
   journal?: AuditJournal;
   /** A failed insert (then spooled), spool write (then kept in memory) or replay (then retried). */
-  onError?: (err: unknown, batchRows: number, stage: 'encode' | 'seal' | 'journal' | 'insert' | 'spool' | 'replay') => void;
+  onError?: (err: unknown, batchRows: number, stage: 'encode' | 'seal' | 'journal' | 'insert' | 'spool' | 'replay' | 'unreadable') => void;
   /** Each insert the store took: its rows and how long it took. */
   onBatchWritten?: (rows: number, ms: number) => void;
   /** Seals each closed batch (seal.ts); without one rows are written unsealed. */
@@ -406,8 +406,24 @@ export class AuditBatcher {
       // close() is over: the spool is let go, and the next start (another
       // process, perhaps already running) replays what is left, its files too.
       if (this.#stopped) return;
+      let body: string;
       try {
-        const body = await spool.read(spooled);
+        body = await spool.read(spooled);
+      } catch (err) {
+        // Damaged (or gone): waiting on it would hold every batch behind it in the
+        // spool for good. It is set aside for an operator, and the replay goes on.
+        this.#options.onError?.(err, 0, 'unreadable');
+        if (this.#stopped) return;
+        try {
+          await spool.setAside(spooled);
+        } catch (moveErr) {
+          this.#options.onError?.(moveErr, 0, 'replay');
+          this.#backOff();
+          return;
+        }
+        continue;
+      }
+      try {
         if (this.#stopped) return;
         await this.#store.insertEncoded(body, spooled.token);
         if (this.#stopped) return; // written; its file stays for the next start, whose copy the token makes a no-op

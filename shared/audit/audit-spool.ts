@@ -5,7 +5,7 @@
 // process at a time (a kernel-held lock, shared/dir-lock.ts); the next start of
 // the same process (same SPOOL_DIR) replays what the last one left.
 import { mkdirSync, readFileSync, readdirSync, rmSync, statSync, unlinkSync } from 'node:fs';
-import { open, readFile, rename, unlink } from 'node:fs/promises';
+import { mkdir, open, readFile, rename, unlink } from 'node:fs/promises';
 import { join } from 'node:path';
 import { decodeSpoolFile, encodeSpoolFile, parseSpoolFileName, spoolFileName } from './audit-codec.js';
 import { DirLock } from '../dir-lock.js';
@@ -20,6 +20,8 @@ export interface SpooledBatch {
 /** The lock's database file in the spool directory (spool.lock, a pid, before 2026-11-27). */
 const LOCK_FILE = 'spool.lockdb';
 const LEGACY_LOCK_FILE = 'spool.lock';
+/** Where spooled batches that cannot be read are moved (setAside). */
+export const UNREADABLE_DIR = 'unreadable';
 
 /**
  * A version before the kernel-held lock names itself in spool.lock and does not
@@ -101,12 +103,19 @@ export class AuditSpool {
     const tmp = join(this.dir, `${name}.tmp`);
     const handle = await open(tmp, 'wx', 0o600);
     try {
-      await handle.writeFile(payload);
-      await handle.sync();
-    } finally {
-      await handle.close();
+      try {
+        await handle.writeFile(payload);
+        await handle.sync();
+      } finally {
+        await handle.close();
+      }
+      await rename(tmp, join(this.dir, name));
+    } catch (err) {
+      // A part written to a full or failing disk: gone, or every retry leaves
+      // another, holding the space the journal and the next try need.
+      await unlink(tmp).catch(() => undefined);
+      throw err;
     }
-    await rename(tmp, join(this.dir, name));
     await syncDir(this.dir);
     this.#files.push({ file: name, token, bytes: payload.length });
     this.#bytes += payload.length;
@@ -117,11 +126,34 @@ export class AuditSpool {
     return decodeSpoolFile(await readFile(join(this.dir, batch.file)));
   }
 
+  /**
+   * A batch that cannot be read (a damaged file): moved to UNREADABLE_DIR for an
+   * operator, kept, never deleted, so that the batches behind it are replayed.
+   */
+  async setAside(batch: SpooledBatch): Promise<string> {
+    const aside = join(this.dir, UNREADABLE_DIR);
+    await mkdir(aside, { recursive: true, mode: 0o700 });
+    try {
+      await rename(join(this.dir, batch.file), join(aside, batch.file));
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code !== 'ENOENT') throw err;
+      // Removed by hand: nothing to keep.
+    }
+    await syncDir(this.dir);
+    this.#forget(batch);
+    return join(aside, batch.file);
+  }
+
   /** The batch was written to the store: forget it. */
   async remove(batch: SpooledBatch): Promise<void> {
     await unlink(join(this.dir, batch.file)).catch(() => undefined);
+    this.#forget(batch);
+  }
+
+  #forget(batch: SpooledBatch): void {
     const i = this.#files.indexOf(batch);
-    if (i >= 0) this.#files.splice(i, 1);
+    if (i === -1) return;
+    this.#files.splice(i, 1);
     this.#bytes -= batch.bytes;
   }
 

@@ -2,14 +2,15 @@
 // replay, through the batcher into the real ClickHouse store over the HTTP
 // stand-in, which goes down and comes back on demand (test/support/audit-store-on-demand.ts).
 import { spawn } from 'node:child_process';
-import { randomUUID } from 'node:crypto';
-import { existsSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
+import { randomBytes, randomUUID } from 'node:crypto';
+import { spawnSync } from 'node:child_process';
+import { closeSync, existsSync, mkdtempSync, openSync, readdirSync, readFileSync, rmSync, unlinkSync, writeFileSync, writeSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import t, { type Test } from 'tap';
 import { AuditBatcher } from '../../shared/audit/audit-batcher.js';
 import { spoolFileName } from '../../shared/audit/audit-codec.js';
-import { AuditSpool } from '../../shared/audit/audit-spool.js';
+import { AuditSpool, UNREADABLE_DIR } from '../../shared/audit/audit-spool.js';
 import { auditRecord } from '../support/audit-records.js';
 import { openAuditStoreOnDemand } from '../support/audit-store-on-demand.js';
 import { eventually } from '../support/eventually.js';
@@ -17,6 +18,15 @@ import { eventually } from '../support/eventually.js';
 const audit = await openAuditStoreOnDemand();
 t.teardown(() => audit.close());
 const { store } = audit;
+
+// A small disk to fill, as audit-journal.test.ts does (root may mount one; the test says why when not).
+const mountPoint = mkdtempSync(join(tmpdir(), 'tcg-spool-full-'));
+const mounted = spawnSync('mount', ['-t', 'tmpfs', '-o', 'size=64k', 'tmpfs', mountPoint], { encoding: 'utf8' });
+const noSmallDisk = mounted.status !== 0 && `cannot mount a small tmpfs to fill (${(mounted.stderr || mounted.error?.message || '').trim()})`;
+t.teardown(() => {
+  if (noSmallDisk === false) spawnSync('umount', [mountPoint]);
+  rmSync(mountPoint, { recursive: true, force: true });
+});
 
 function spoolDir(t: Test): string {
   const dir = mkdtempSync(join(tmpdir(), 'tcg-spool-'));
@@ -82,21 +92,51 @@ t.test('a half-written file (.tmp) is deleted at open; files of other names are 
   t.strictSame(spool.batches, [], 'neither is a batch');
 });
 
-t.test('a corrupt spool file is reported at each replay and kept, never deleted', async (t) => {
+t.test('a corrupt spool file is reported, moved aside for an operator (kept, never deleted), and the batches behind it are replayed', async (t) => {
   const dir = spoolDir(t);
+  const org = randomUUID();
   const corrupt = spoolFileName(0, randomUUID());
   writeFileSync(join(dir, corrupt), 'not zstd');
-  const replayErrors: unknown[] = [];
+  const first = AuditSpool.open(dir, 1 << 20);
+  await first.write(lines(org, 3), randomUUID()); // behind the corrupt one
+  first.close();
+  const stages: string[] = [];
+  const spool = openSpool(t, dir);
   const batcher = new AuditBatcher(store, {
-    maxRows: 100, maxDelayMs: 60_000, maxQueued: 1000, spool: openSpool(t, dir),
-    onError: (err, _rows, stage) => {
-      if (stage === 'replay') replayErrors.push(err);
-    },
+    maxRows: 100, maxDelayMs: 60_000, maxQueued: 1000, spool,
+    onError: (_err, _rows, stage) => stages.push(stage),
   });
   t.teardown(() => batcher.close(0));
-  await eventually(async () => (replayErrors.length >= 2 ? true : undefined));
-  t.equal(batcher.spooledBatches, 1, 'still waiting in the spool');
-  t.equal(existsSync(join(dir, corrupt)), true, 'the file is kept for an operator');
+  await audit.rowsLanded(org, 3);
+  await eventually(async () => (batcher.spooledBatches === 0 ? true : undefined));
+  t.strictSame(stages, ['unreadable'], 'reported once');
+  t.equal(readFileSync(join(dir, UNREADABLE_DIR, corrupt), 'utf8'), 'not zstd', 'the file is kept, as it was, for an operator');
+  t.equal(existsSync(join(dir, corrupt)), false, 'out of the spool');
+  t.equal(spool.bytes, 0, 'its bytes no longer count against SPOOL_MAX_BYTES');
+  const reopened = AuditSpool.open(join(dir, UNREADABLE_DIR), 1 << 20);
+  t.teardown(() => reopened.close());
+  t.equal(reopened.batches.length, 1, 'an operator can replay it from there once mended (a spool of its own)');
+});
+
+t.test('a spool write that fails part way leaves no temporary file to hold the disk', { skip: noSmallDisk }, async (t) => {
+  const dir = join(mountPoint, 'spool');
+  const spool = openSpool(t, dir);
+  // The disk fills up: a filler takes all but a few blocks.
+  const filler = openSync(join(mountPoint, 'filler'), 'w');
+  try {
+    for (;;) writeSync(filler, Buffer.alloc(4096, 'f'));
+  } catch {
+    // ENOSPC: full
+  }
+  closeSync(filler);
+  // Random rows do not compress: far more than the space left.
+  const big = Array.from({ length: 20 }, () => `${randomBytes(4096).toString('hex')}\n`);
+  await t.rejects(spool.write(big, randomUUID()), { code: 'ENOSPC' });
+  t.strictSame(readdirSync(dir).filter((name) => name.endsWith('.tmp')), [], 'no part left behind');
+  t.equal(spool.batches.length, 0);
+  unlinkSync(join(mountPoint, 'filler'));
+  await spool.write(lines(randomUUID(), 1), randomUUID());
+  t.equal(spool.batches.length, 1, 'space again: the next write lands');
 });
 
 t.test('a full spool refuses a write; the batcher is saturated until the replay frees it', async (t) => {
