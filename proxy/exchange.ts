@@ -76,6 +76,7 @@ export class ProxyExchange {
   shadowRule: CompiledRule | null = null;
   /** Request headers an MCP-aware policy checks (null: absent). */
   contentEncoding: string | null = null;
+  contentType: string | null = null;
   mcpMethodHeader: string | null = null;
   mcpNameHeader: string | null = null;
   /** An MCP-aware policy read the body: its JSON-RPC requests (null elements are not requests), for the limits. */
@@ -185,7 +186,10 @@ export class ProxyExchange {
       } else if (name === 'mcp-session-id') {
         if (value.length <= MAX_MCP_SESSION_ID_CHARS) this.mcpSessionId = value;
       } else if (name === 'content-encoding') {
-        this.contentEncoding = value;
+        // Repeated, its lines joined: `br` then `identity` is not identity (a server may read the first).
+        this.contentEncoding = this.contentEncoding === null ? value : `${this.contentEncoding}, ${value}`;
+      } else if (name === 'content-type') {
+        this.contentType = this.contentType === null ? value : `${this.contentType}, ${value}`;
       } else if (name === 'mcp-method') {
         // Repeated, the field is its lines joined (RFC 9110 §5.3), which then matches no body: checked whole, not the last copy.
         this.mcpMethodHeader = this.mcpMethodHeader === null ? value : `${this.mcpMethodHeader}, ${value}`;

@@ -25,6 +25,11 @@ export function createInspectMcp(): Stage {
     if (encoding !== undefined && encoding !== '' && encoding !== 'identity') {
       return enforcing ? uninspectable(ex, `a body with Content-Encoding: ${ex.contentEncoding!.slice(0, 40)}`) : decideOnHead(ex, policy);
     }
+    if (ex.contentType !== null && !readsAsUtf8(ex.contentType)) {
+      // A charset the server decodes by (body-parser and the MCP SDK honour
+      // utf-7): `+AGQ-elete_repo` is `delete_repo` to it, and no tool name to the policy.
+      return enforcing ? uninspectable(ex, `a body in another charset than UTF-8 (Content-Type: ${ex.contentType.slice(0, 60)})`) : decideOnHead(ex, policy);
+    }
     if (ex.contentLength > MCP_INSPECT_MAX_BYTES) return enforcing ? uninspectable(ex, 'a body over 1 MiB') : decideOnHead(ex, policy);
     // A chunked body could outgrow the cap after part of it was read: only a rule that decides may refuse it.
     if (!enforcing && ex.contentLength < 0) return decideOnHead(ex, policy);
@@ -33,6 +38,24 @@ export function createInspectMcp(): Stage {
       return bytes === null ? uninspectable(ex, 'a body over 1 MiB') : decide(ex, policy, bytes, enforcing);
     });
   };
+}
+
+/**
+ * Whether a Content-Type leaves the body UTF-8: no charset parameter (JSON's
+ * only encoding), or charset utf-8, quoted or not, in any case. Two Content-Type
+ * lines (joined with a comma) are not: servers differ on which one counts.
+ */
+export function readsAsUtf8(contentType: string): boolean {
+  if (contentType.includes(',')) return false;
+  const params = contentType.split(';');
+  for (let i = 1; i < params.length; i++) {
+    const param = params[i]!;
+    const eq = param.indexOf('=');
+    if (eq === -1 || param.slice(0, eq).trim().toLowerCase() !== 'charset') continue;
+    const value = param.slice(eq + 1).trim().replace(/^"(.*)"$/, '$1').toLowerCase();
+    if (value !== 'utf-8' && value !== 'utf8') return false;
+  }
+  return true;
 }
 
 // The two refusals for the body, before the policy could decide, still record the

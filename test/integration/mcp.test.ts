@@ -253,6 +253,10 @@ t.test('MCP-aware rules on raw bodies: batches, fail-closed bodies, header check
     ['a repeated key', '{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"delete_repo","name":"list_repos"}}', {}],
     ['a repeated key, escaped', '{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"delete_repo","n\\u0061me":"list_repos"}}', {}],
     ['an empty tool name (the audit keeps it as none)', JSON.stringify(rpc('tools/call', { name: '' })), {}],
+    // body-parser and the MCP SDK decode by the charset: `+AGQ-elete_repo` is delete_repo to them, list-like to a UTF-8 reader.
+    ['a UTF-7 body', '{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"+AGQ-elete_repo"}}', { 'content-type': 'application/json; charset=utf-7' }],
+    ['a UTF-7 body, the charset quoted', '{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"+AGQ-elete_repo"}}', { 'content-type': 'application/json;Charset="UTF-7"' }],
+    ['two Content-Types', JSON.stringify(rpc('tools/list')), { 'content-type': 'application/json, text/plain; charset=utf-7' }],
     ['over 1 MiB, chunked', new ReadableStream({
       start(controller) {
         for (let i = 0; i < 18; i++) controller.enqueue(new TextEncoder().encode('x'.repeat(64 * 1024)));
@@ -262,6 +266,9 @@ t.test('MCP-aware rules on raw bodies: batches, fail-closed bodies, header check
   ] as const) {
     const res = await send(body as string | Buffer, headers as Record<string, string>);
     t.match(res, { status: 403, json: { error: 'policy_denied', rule_matched: 'uninspectable_body' } }, `${what}: cannot be inspected, refused`);
+  }
+  for (const contentType of ['application/json; charset=utf-8', 'application/json; charset="UTF-8"', 'application/json;charset=utf8']) {
+    t.equal((await send(JSON.stringify(rpc('tools/list')), { 'content-type': contentType })).status, 200, `${contentType}: inspected and allowed`);
   }
   const seenBefore = echo.seen.length;
   for (const [what, body, headers] of [
