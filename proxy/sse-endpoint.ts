@@ -66,16 +66,15 @@ export function rewriteEndpoint(event: string, prefix: string): string {
   return event.replace(/(^|[\r\n])data: ?(\/(?!\/)[^\r\n]*)/, (_m, start: string, path: string) => `${start}data: ${prefix}${withoutDotSegments(path)}`);
 }
 
-/** A dot segment, raw or escaped, ending at '/', '?', '#' or the end. */
-const DOT_SEGMENT = /\/(?:\.|%2e){1,2}(?=[/?#]|$)/i;
-
 /**
- * The path with its dot segments resolved against the upstream's root, as the
- * upstream would read it: under the prefix, `/../evil.example/m` would make the
- * client post to /proxy/{key}/evil.example/m, another tool.
+ * The path as the client will resolve it (WHATWG URL: dot segments, raw or
+ * escaped, '\\' read as '/', tabs and newlines dropped), resolved against the
+ * upstream's root first: under the prefix, `/../evil.example/m` or
+ * `/..\\evil.example/m` would make the client post to /proxy/{key}/evil.example/m,
+ * another tool. A fragment is the client's own and is kept.
  */
 function withoutDotSegments(path: string): string {
-  if (!DOT_SEGMENT.test(path)) return path;
   const url = new URL(path, 'http://upstream.invalid');
-  return `${url.pathname}${url.search}`;
+  if (url.origin !== 'http://upstream.invalid') return '/'; // another origin spelled as a path: nothing of it is kept
+  return `${url.pathname}${url.search}${url.hash}`;
 }

@@ -36,6 +36,11 @@ t.test('dot segments in the endpoint path are resolved before the prefix: the cl
     ['/../evil.example/m?s=1', '/evil.example/m?s=1'],
     ['/%2e%2e/evil.example/m', '/evil.example/m'],
     ['/a/./b/../c?x=1', '/a/c?x=1'],
+    // WHATWG URL reads '\\' as '/', drops tabs, and takes '.%2e' for '..': spellings the dot-segment regex missed.
+    ['/..\\evil.example/m', '/evil.example/m'],
+    ['/.%2e\\evil.example/x', '/evil.example/x'],
+    ['/.\t./evil.example/m', '/evil.example/m'],
+    ['/\\evil.example/m', '/'], // another origin to a client (//evil.example/m): nothing of it kept
   ]) {
     const out = run([`event: endpoint\ndata: ${data}\n\n`]);
     t.equal(out, `event: endpoint\ndata: ${PREFIX}${path}\n\n`, data);
