@@ -18,6 +18,7 @@ import { PROXIED_RESPONSE_HEADER_BYTES, PROXIED_RESPONSE_HEADERS, RESPONSE_DROP,
 import { CORK_PIECE_BYTES } from '../shared/uws-write.js';
 import { redactCapture, type ProxyExchange } from './exchange.js';
 import type { UpstreamBudget } from './upstream-pools.js';
+import { rebaseHeader } from './response-urls.js';
 import { SseEndpointRewriter } from './sse-endpoint.js';
 
 type Resume = () => void;
@@ -134,11 +135,16 @@ export class UpstreamResponse {
         const lower = name.toString('latin1').toLowerCase();
         if (lower === 'content-encoding') {
           this.#ex.responseEncoded = rawHeaders[i + 1]!.toString('latin1').trim().toLowerCase() !== 'identity';
-        } else if (this.#ex.credential !== null && URL_HEADERS.has(lower)) {
+        } else if (URL_HEADERS.has(lower)) {
+          // Relative references resolved as the upstream means them, under the tool's prefix (response-urls.ts).
+          const target = this.#ex.target!;
+          const value = rawHeaders[i + 1]!.toString('latin1');
+          const rebased = rebaseHeader(lower, value, `https://${target.authority}${target.path}`, this.#ex.proxyPrefix());
+          if (rebased !== value) rawHeaders[i + 1] = Buffer.from(rebased, 'latin1');
           // A redirect that keeps the query (a trailing slash added, a login bounce),
           // or a pagination or refresh link built from the request URL, would hand
           // the agent the injected query credential: it never gets it.
-          rawHeaders[i + 1] = redactCapture(rawHeaders[i + 1]!, this.#ex.credential.spellings, false);
+          if (this.#ex.credential !== null) rawHeaders[i + 1] = redactCapture(rawHeaders[i + 1]!, this.#ex.credential.spellings, false);
         }
       }
     }

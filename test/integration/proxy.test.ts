@@ -13,7 +13,19 @@ import { patternBytes, startUpstream } from '../support/upstream.js';
 
 /** A tool's answer that would act as the guard's origin in a browser: HTML with a script, a service worker allowed the whole origin. */
 const HOSTILE_PAGE = '<script>navigator.serviceWorker.register("sw.js", { scope: "/" })</script>';
+/** Another tool, which a relative redirect of the first must not reach through the guard. */
+const other = await startUpstream();
 const upstream = await startUpstream({
+  // Relative references that climb out of the tool's prefix when a client resolves them against the guard's URL.
+  '/a/climb': (_req, res) => {
+    res.writeHead(307, {
+      location: `../../${other.authority}/echo/x?q=1`,
+      'content-location': `/${other.authority}/echo/cl`,
+      link: `<../${other.authority}/echo/p2>; rel="next", <https://docs.example/page>; rel="help"`,
+      refresh: `0; url='/..\\${other.authority}/echo/r'`,
+    });
+    res.end();
+  },
   '/page.html': (_req, res) => {
     res.setHeader('content-type', 'text/html');
     res.setHeader('service-worker-allowed', '/');
@@ -30,6 +42,7 @@ const base = service.url;
 t.teardown(async () => {
   await service.close();
   await upstream.close();
+  await other.close();
 });
 
 const owner = await signup(base);
@@ -58,6 +71,22 @@ t.test('routing: /proxy/{key}/{host:port}/{path}?{query} → https://{host:port}
   t.equal(body.method, 'GET');
   t.equal(body.url, '/echo/a/b?x=1&y=two%20words&x=3', 'path and query forwarded as given');
   t.equal(body.headers.host, upstream.authority, 'Host is the target');
+});
+
+t.test("an upstream's relative Location, Content-Location, Link and Refresh stay under its tool's prefix: a client following them never reaches another tool through the guard", async (t) => {
+  const agent = await createAgent(base, owner, 'redirected');
+  const prefix = `/proxy/${agent.api_key}/${upstream.authority}`;
+  const manual = await proxied(agent.api_key, `${upstream.authority}/a/climb`, { redirect: 'manual' });
+  t.equal(manual.status, 307);
+  t.equal(manual.headers.get('location'), `${prefix}/${other.authority}/echo/x?q=1`, 'resolved as the upstream means it (/X/echo/x on the same tool), under its prefix');
+  t.equal(manual.headers.get('content-location'), `${prefix}/${other.authority}/echo/cl`);
+  t.equal(manual.headers.get('link'), `<${prefix}/${other.authority}/echo/p2>; rel="next", <https://docs.example/page>; rel="help"`, 'absolute links left as they are');
+  t.equal(manual.headers.get('refresh'), `0; url='${prefix}/${other.authority}/echo/r'`);
+  const before = other.seen.length;
+  const followed = await proxied(agent.api_key, `${upstream.authority}/a/climb`);
+  await followed.arrayBuffer();
+  t.equal(other.seen.length, before, 'the other tool got no request');
+  t.equal(upstream.seen.at(-1)?.url, `/${other.authority}/echo/x?q=1`, 'the redirect went to the same tool, as the upstream meant');
 });
 
 t.test('the seven methods are forwarded; others are 405', async (t) => {
