@@ -44,6 +44,11 @@ export function credentialHandlers(ctx: AdminContext) {
     if (credType !== 'query' && !HEADER_VALUE.test(value)) {
       throw new GuardError('invalid_request', "Field 'value' must be printable ASCII (spaces and tabs allowed): no control or non-ASCII characters for a header credential.", { field: 'value' });
     }
+    // The upstream drops a header value's outer spaces and tabs (a pasted value's
+    // trailing space works, then echoes back without it, past the audit's redaction).
+    if (credType !== 'query' && /^[ \t]|[ \t]$/.test(value)) {
+      throw new GuardError('invalid_request', "Field 'value' must not begin or end with a space or tab for a header credential.", { field: 'value' });
+    }
     let headerName: string | null = null;
     let queryParam: string | null = null;
     if (credType === 'header') {

@@ -165,7 +165,12 @@ export function secretSpellings(value: string): Buffer[] {
     json.replace(/\//g, '\\/'),
     json.replace(/[<>&]/g, unicodeEscape), // Go's encoding/json escapes <, > and & for HTML
   ]);
-  return [...forms].filter((f) => f.length > 0).map((f) => Buffer.from(f, 'utf8')).sort((a, b) => b.length - a.length);
+  // A header value's outer spaces and tabs are dropped by the upstream's parser
+  // (RFC 9110 optional whitespace), which then echoes the value without them.
+  const core = value.replace(/^[ \t]+|[ \t]+$/g, '');
+  const spellings: Buffer[] = [...forms].filter((f) => f.length > 0).map((f) => Buffer.from(f, 'utf8'));
+  if (core !== value && core.length > 0) spellings.push(...secretSpellings(core));
+  return spellings.sort((a, b) => b.length - a.length);
 }
 
 export function credentialAssociatedData(orgId: string, hostname: string): string {

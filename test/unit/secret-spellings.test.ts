@@ -41,3 +41,9 @@ t.test("Python's json.dumps (ensure_ascii, its default) is redacted", async (t) 
   t.ok(out.includes('[REDACTED]'), out);
   t.notOk(out.includes('sk/live'));
 });
+
+t.test('a value stored with outer spaces or tabs (before they were refused) is also redacted as the upstream echoes it, without them', async (t) => {
+  const spellings = secretSpellings(' sk-live-abc\t').map((b) => b.toString('utf8'));
+  t.ok(spellings.includes('sk-live-abc'), 'the trimmed value');
+  t.ok(spellings.includes(' sk-live-abc\t'), 'and the value as stored');
+});
