@@ -184,7 +184,7 @@ export async function verifyAudit(store: AuditStore, orgId: string, options: Ver
   for (let i = 0; i < candidates.length; i += RECHECK_CHUNK) {
     const chunk = candidates.slice(i, i + RECHECK_CHUNK);
     for (const record of await store.entriesByIds(orgId, chunk)) {
-      if (entryHash(record) !== record.entryHash) {
+      if (!hashesTo(record)) {
         report({ reason: 'entry_edited', auditId: record.id, at: record.timestamp, detail: 'The entry\'s fields do not hash to its entry_hash.' });
       }
     }
@@ -252,7 +252,9 @@ async function checkChains(store: AuditStore, orgId: string, seals: readonly Sea
     if (chain.count > chain.distinctSeqs) {
       report({ reason: 'seal_altered', at: chain.firstCreatedAt, detail: `Writer ${chain.writer}'s chain has two seals with one seq.` });
     }
-    const gap = chain.firstSeq > 1 ? chain.firstSeq : chain.distinctSeqs < chain.lastSeq ? await store.firstSealGap(orgId, chain.writer, 1) : null;
+    // Seqs run from 1 to the last with none missing. A row numbered 0 (any
+    // junk dated out of every window) must not fill in the count of a seal removed.
+    const gap = chain.firstSeq > 1 ? chain.firstSeq : chain.distinctSeqs !== chain.lastSeq - chain.firstSeq + 1 ? await store.firstSealGap(orgId, chain.writer, 1) : null;
     if (gap !== null) {
       // Named by the seal after the gap; placed in time after the seal before it.
       const after = (await store.sealRange(orgId, chain.writer, gap, gap))[0];
@@ -295,7 +297,20 @@ function checkSeal(s: Seal, keys: ReadonlyMap<string, KeyObject>, report: (p: Pr
   }
 }
 
+/** A signature as the sealer writes it: 64 bytes in standard base64, padded. Node's decoder takes other spellings (URL-safe, unpadded, with spaces), which would be an altered seal that verifies. */
+const SIGNATURE_TEXT = /^[A-Za-z0-9+/]{86}==$/;
+
+/** Whether an entry's fields hash to its entry_hash; a field no writer could have written (an integer past 2^53) does not. */
+function hashesTo(record: Parameters<typeof entryHash>[0]): boolean {
+  try {
+    return entryHash(record) === record.entryHash;
+  } catch {
+    return false;
+  }
+}
+
 function safeVerify(body: string, signature: string, key: KeyObject): boolean {
+  if (!SIGNATURE_TEXT.test(signature)) return false;
   try {
     return verifySignature(null, Buffer.from(body), key, Buffer.from(signature, 'base64'));
   } catch {
