@@ -1,5 +1,7 @@
 // The admin API's request and response, independent of the server that carries
 // them (the public uWS listener in all-in-one mode, the admin process in split mode).
+import { isUtf8 } from 'node:buffer';
+import { wellFormed } from '../shared/audit/entry-json.js';
 import { GuardError } from '../shared/errors.js';
 
 export const MAX_ADMIN_BODY_BYTES = 1024 * 1024;
@@ -49,6 +51,14 @@ export function readJsonObject(req: AdminRequest): Record<string, unknown> {
   if (!/^application\/([a-z0-9.+-]*\+)?json\s*(;|$)/i.test(type)) {
     throw new GuardError('unsupported_media_type');
   }
+  // A compressed body is a coding this API does not read (RFC 9110 §15.5.16: 415), not malformed JSON.
+  const coding = req.headers['content-encoding']?.trim().toLowerCase();
+  if (coding !== undefined && coding !== '' && coding !== 'identity') {
+    throw new GuardError('unsupported_media_type', `Content-Encoding ${coding.slice(0, 40)} is not supported; send the JSON uncompressed.`);
+  }
+  // JSON is UTF-8 (RFC 8259 §8.1); decoding other bytes would swap them for
+  // U+FFFD, and store another value (a credential, a name) than the one sent.
+  if (!isUtf8(req.body)) throw new GuardError('invalid_request', 'The body is not valid UTF-8.');
   let value: unknown;
   try {
     value = JSON.parse(req.body.toString('utf8'));
@@ -89,7 +99,10 @@ export function stringField(body: Record<string, unknown>, name: string, rule: S
   if (rule.max !== undefined && value.length > rule.max && (value.length > 2 * rule.max || codePointLength(value) > rule.max)) {
     throw new GuardError('invalid_request', `Field '${name}' must be at most ${rule.max} characters.`, { field: name });
   }
-  return value;
+  // A lone surrogate (valid JSON: "\ud800") is stored as UTF-8 keeps it, one U+FFFD
+  // (SQLite wrote three bytes that read back as three): what is checked and
+  // answered is what is stored, as POST /audit already does.
+  return wellFormed(value);
 }
 
 /** Code points in a string, as `[...value].length` counts them (a lone surrogate is one). */

@@ -100,6 +100,8 @@ export function policyHandlers(ctx: AdminContext) {
     const untilRaw = stringField(body, 'until', { optional: true, max: 64 });
     const until = untilRaw === undefined ? new Date() : new Date(isoInstant(untilRaw, 'until'));
     const since = sinceRaw === undefined ? new Date(until.getTime() - REPLAY_DEFAULT_DAYS * DAY_MS) : new Date(isoInstant(sinceRaw, 'since'));
+    // An empty or inverted window is a mistake, not a replay of nothing (as /audit/seals and /audit/verify refuse it).
+    if (since.getTime() >= until.getTime()) throw new GuardError('invalid_request', "Field 'since' must be before 'until'.", { field: 'since' });
     const agent = await requireAgent(ctx, caller.orgId, agentId);
 
     return json(200, await replayPolicy(ctx.auditStore, caller.orgId, agent.id, since, until, candidate));

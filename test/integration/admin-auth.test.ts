@@ -4,6 +4,7 @@ import { readFileSync } from 'node:fs';
 import { request as httpRequest } from 'node:http';
 import { join } from 'node:path';
 import { SignJWT } from 'jose';
+import { gzipSync } from 'node:zlib';
 import t, { type Test } from 'tap';
 import { JWT_AUDIENCE, JWT_ISSUER } from '../../admin/auth.js';
 import { MAX_ADMIN_BODY_BYTES } from '../../admin/http.js';
@@ -261,6 +262,26 @@ t.test('request bodies', async (t) => {
     assertError(t, await api(base, user, 'POST', '/agents', '{"name": "x",'), 400, 'invalid_request');
     assertError(t, await api(base, null, 'POST', '/auth/login', '{email: x}'), 400, 'invalid_request');
     assertError(t, await api(base, user, 'POST', '/agents', '', { 'content-type': 'application/json' }), 400, 'invalid_request');
+  });
+  t.test('a compressed body is 415 (a coding this API does not read), not malformed JSON', async (t) => {
+    const res = await fetch(`${base}/agents`, { method: 'POST', headers: { ...user.auth, 'content-type': 'application/json', 'content-encoding': 'gzip' }, body: new Uint8Array(gzipSync(JSON.stringify({ name: 'zipped' }))) });
+    t.equal(res.status, 415);
+    t.match(await res.json(), { error: 'unsupported_media_type' });
+  });
+  t.test('a body that is not UTF-8 is 400 and stores nothing: its bytes are not swapped for U+FFFD into a stored value', async (t) => {
+    const org = await signup(base);
+    const body = Buffer.concat([Buffer.from('{"name":"k","hostname":"utf8.example.com","cred_type":"query","value":"ab'), Buffer.from([0xe9]), Buffer.from('cd"}')]);
+    const res = await fetch(`${base}/credentials`, { method: 'POST', headers: { ...org.auth, 'content-type': 'application/json; charset=iso-8859-1' }, body: new Uint8Array(body) });
+    t.equal(res.status, 400);
+    t.match(await res.json(), { error: 'invalid_request', message: /UTF-8/ });
+    t.strictSame((await api(base, org, 'GET', '/credentials')).json, [], 'nothing stored');
+  });
+  t.test('a lone surrogate in a string field is stored as UTF-8 keeps it, one U+FFFD, and answered as stored', async (t) => {
+    const org = await signup(base);
+    const created = await api(base, org, 'POST', '/agents', '{"name":"lone \\ud800 surrogate"}');
+    t.equal(created.status, 201);
+    t.equal(created.json.name, 'lone \ufffd surrogate');
+    t.equal((await api(base, org, 'GET', '/agents')).json[0].name, created.json.name, 'read back as answered');
   });
   t.test('a JSON value that is not an object is 400 invalid_request', async (t) => {
     for (const body of ['[]', '[{"name":"x"}]', '"name"', '42', 'null']) {

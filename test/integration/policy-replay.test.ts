@@ -171,8 +171,12 @@ rules:
   t.match(same.json, { total: 17, unchanged: 17, allow_to_deny: 0, deny_to_allow: 0, samples: [] }, 'the stored policy replays unchanged');
 
   const later = new Date(Date.now() + 60_000).toISOString();
-  const empty = await api(service.url, owner, 'POST', '/policy/replay', { agent_id: agent.id, rules_yaml: candidate, since: later });
-  t.match(empty.json, { total: 0, unchanged: 0, by_tool: [], samples: [] }, 'since is inclusive, until exclusive: nothing after now');
+  const empty = await api(service.url, owner, 'POST', '/policy/replay', { agent_id: agent.id, rules_yaml: candidate, since: later, until: new Date(Date.now() + 120_000).toISOString() });
+  t.match(empty.json, { total: 0, unchanged: 0, by_tool: [], samples: [] }, 'a window after now: nothing');
+  for (const window of [{ since: later }, { since: later, until: later }]) {
+    const inverted = await api(service.url, owner, 'POST', '/policy/replay', { agent_id: agent.id, rules_yaml: candidate, ...window });
+    t.match(inverted, { status: 400, json: { error: 'invalid_request', field: 'since' } }, `${JSON.stringify(window)}: since must be before until (the default until is now)`);
+  }
   const bad = await api(service.url, owner, 'POST', '/policy/replay', { agent_id: agent.id, rules_yaml: candidate, since: 'last week' });
   t.match(bad, { status: 400, json: { error: 'invalid_request', field: 'since' } });
   const invalid = await api(service.url, owner, 'POST', '/policy/replay', { agent_id: agent.id, rules_yaml: 'rules: []' });
