@@ -191,7 +191,7 @@ export const CONFIG_SPECS: readonly Spec[] = [
   { env: 'LOGIN_MAX_FAILURES', key: 'loginMaxFailures', doc: 'failed logins per email or client address before 429', parse: integer(1, 1_000_000), fallback: 10 },
   { env: 'LOGIN_WINDOW_SECONDS', key: 'loginWindowSeconds', doc: 'window of LOGIN_MAX_FAILURES', parse: integer(1, 86_400), fallback: 900 },
   { env: 'AUDIT_STREAM_POLL_MS', key: 'auditStreamPollMs', doc: 'how often the admin process reads new audit rows for open GET /audit/stream streams (only while one is open)', parse: integer(50, 10_000), fallback: 250 },
-  { env: 'AUDIT_STREAM_KEEPALIVE_MS', key: 'auditStreamKeepaliveMs', doc: 'interval of the comment line that keeps an idle GET /audit/stream open', parse: integer(100, 15_000), fallback: 15_000 },
+  { env: 'AUDIT_STREAM_KEEPALIVE_MS', key: 'auditStreamKeepaliveMs', doc: 'interval of the comment line that keeps an idle GET /audit/stream open (the contract promises one at least every 15 s; timers only fire late, so the default leaves room)', parse: integer(100, 15_000), fallback: 10_000 },
   { env: 'PDF_MAX_ENTRIES', key: 'pdfMaxEntries', doc: 'audit entries listed in a PDF export, at most', parse: integer(0, 100_000), fallback: 500 },
   { env: 'GUARD_DNS_CACHE_TTL_MS', key: 'dnsCacheTtlMs', doc: 'how long a checked DNS answer is reused', parse: integer(1, 3_600_000), fallback: 30_000 },
   { env: 'GUARD_DNS_SERVER', key: 'dnsServer', doc: 'DNS server (ip[:port]) the proxy resolves targets with', parse: dnsServer, fallback: null },

@@ -41,3 +41,8 @@ t.test('GUARD_DNS_SERVER is an IP address with an optional port 1-65535', async 
     t.match(refusal({ GUARD_DNS_SERVER: bad }), /GUARD_DNS_SERVER=.*must be an IP address/, bad);
   }
 });
+
+t.test("the live tail's keepalive default leaves room under the contract's 15 s: a timer never fires early, only late", async (t) => {
+  const config = loadConfig(base());
+  t.ok(config.auditStreamKeepaliveMs <= 10_000, `${config.auditStreamKeepaliveMs} ms`);
+});
