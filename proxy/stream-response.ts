@@ -128,13 +128,17 @@ export class UpstreamResponse {
         this.#length = Number.isSafeInteger(length) && length >= 0 ? length : -1;
       } else if (name.length === 12 && name.toString('latin1').toLowerCase() === 'content-type') {
         eventStream = rawHeaders[i + 1]!.toString('latin1').trimStart().toLowerCase().startsWith('text/event-stream');
+      } else if (name.length === 17 && name.toString('latin1').toLowerCase() === 'transfer-encoding') {
+        // A transfer coding other than chunked (`gzip, chunked`): undici takes off only the chunking, so the bytes are compressed.
+        if (!/^\s*chunked\s*$/i.test(rawHeaders[i + 1]!.toString('latin1'))) this.#ex.responseEncoded = true;
       } else if (name.length === 14 && this.#ex.mcpSessionId === null && name.toString('latin1').toLowerCase() === 'mcp-session-id') {
         const id = rawHeaders[i + 1]!.toString('latin1');
         if (id.length <= 256) this.#ex.mcpSessionId = id; // the server's answer to initialize names the session
       } else if (name.length === 16 || name.length === 8 || ((name.length === 4 || name.length === 7) && URL_HEADER_FIRST.has(name[0]! | 0x20))) {
         const lower = name.toString('latin1').toLowerCase();
         if (lower === 'content-encoding') {
-          this.#ex.responseEncoded = rawHeaders[i + 1]!.toString('latin1').trim().toLowerCase() !== 'identity';
+          // Any line that is not identity: a later `identity` line does not undo a `gzip` one.
+          if (rawHeaders[i + 1]!.toString('latin1').trim().toLowerCase() !== 'identity') this.#ex.responseEncoded = true;
         } else if (URL_HEADERS.has(lower)) {
           // Relative references resolved as the upstream means them, under the tool's prefix (response-urls.ts).
           const target = this.#ex.target!;

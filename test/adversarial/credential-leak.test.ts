@@ -41,6 +41,12 @@ const redirectRoutes: Record<string, Route> = {
     res.setHeader('content-encoding', 'gzip');
     res.end(gzipSync(body));
   },
+  // Compressed, with a second Content-Encoding line that says identity (a misbehaving server or middlebox).
+  '/gzip-then-identity': (req, res) => {
+    res.setHeader('content-type', 'application/json');
+    res.setHeader('content-encoding', ['gzip', 'identity']);
+    res.end(gzipSync(JSON.stringify({ headers: req.headers, url: req.url })));
+  },
   // ... and a server that compresses whatever the client accepts.
   '/always-gzip': (req, res) => {
     res.setHeader('content-type', 'application/json');
@@ -276,6 +282,17 @@ t.test('no canary in the audit rows (every field, every mode, output included)',
   t.same(leaksIn(Buffer.concat(decoded)), [], 'nor in any output read as base64');
 });
 
+t.test('a compressed body is not stored when a later Content-Encoding line says identity: the redaction cannot see into it', async (t) => {
+  const res = await proxied(agents.full.api_key, `${bearerHost.authority}/gzip-then-identity`);
+  t.equal(res.status, 200);
+  const rows = await eventually(async () => {
+    const page = (await api(base, owner, 'GET', `/audit?agent_id=${agents.full.id}&limit=1000`)).json as any[];
+    const row = page.find((r) => r.tool_url.endsWith('/gzip-then-identity'));
+    return row === undefined ? undefined : row;
+  });
+  t.equal(rows.output, null, 'not stored');
+});
+
 t.test('a body cut inside the credential (the upstream gone, or the client) keeps none of its bytes in the audit', async (t) => {
   const cut = await fetch(`${base}/proxy/${agents.full.api_key}/${bearerHost.authority}/secret-then-cut`).then((r) => r.text()).then(() => 'complete', () => 'cut');
   t.equal(cut, 'cut', 'the client saw the cut');
@@ -290,7 +307,7 @@ t.test('a body cut inside the credential (the upstream gone, or the client) keep
 t.test('an answer with no body but a Content-Encoding (a HEAD of a compressed resource) stores output "" for a full agent', async (t) => {
   const res = await proxied(agents.full.api_key, `${bearerHost.authority}/always-gzip?head=1`, { method: 'HEAD' });
   t.equal(res.status, 200);
-  const rows = await auditRows(base, owner, agents.full.id, 41, 15_000);
+  const rows = await auditRows(base, owner, agents.full.id, 42, 15_000);
   const head = rows.find((r) => r.action === 'HEAD' && r.tool_url.endsWith('/always-gzip?head=1'));
   t.equal(head?.output, '', 'no bytes, so nothing a credential could hide in: "" as for any empty body (it was null)');
 });
