@@ -164,6 +164,10 @@ export function secretSpellings(value: string): Buffer[] {
     ascii.replace(/\//g, '\\/'), // PHP's json_encode also escapes '/' (its default: both)
     json.replace(/\//g, '\\/'),
     json.replace(/[<>&]/g, unicodeEscape), // Go's encoding/json escapes <, > and & for HTML
+    ...percentForms(value),
+    // An HTML page or XML that echoes it (an error page, a form's hidden field).
+    value.replace(/[&<>"']/g, (c) => HTML_ENTITIES[c]!),
+    value.replace(/[&<>"']/g, (c) => `&#${c.charCodeAt(0)};`),
   ]);
   // A header value's outer spaces and tabs are dropped by the upstream's parser
   // (RFC 9110 optional whitespace), which then echoes the value without them.
@@ -171,6 +175,24 @@ export function secretSpellings(value: string): Buffer[] {
   const spellings: Buffer[] = [...forms].filter((f) => f.length > 0).map((f) => Buffer.from(f, 'utf8'));
   if (core !== value && core.length > 0) spellings.push(...secretSpellings(core));
   return spellings.sort((a, b) => b.length - a.length);
+}
+
+const HTML_ENTITIES: Record<string, string> = { '&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;', "'": '&#39;' };
+
+/**
+ * The value percent-encoded as other encoders write it: RFC 3986's strict set
+ * (PHP's rawurlencode, Python's quote with safe=''), which also escapes
+ * !'()*; Python's quote with its default safe='/'; each with lower-case hex;
+ * and .NET's HttpUtility.UrlEncode (lower-case hex, !()* kept, a space as '+').
+ */
+function percentForms(value: string): string[] {
+  const component = encodeURIComponent(value);
+  const strict = component.replace(/[!'()*]/g, (c) => `%${c.charCodeAt(0).toString(16).toUpperCase()}`);
+  const slashKept = strict.replace(/%2F/g, '/');
+  const lower = (s: string) => s.replace(/%[0-9A-F]{2}/g, (p) => p.toLowerCase());
+  // .NET keeps !()* and writes a space as '+', but escapes '.
+  const dotnet = lower(strict).replace(/%2[189a]/g, (p) => String.fromCharCode(parseInt(p.slice(1), 16))).replace(/%20/g, '+');
+  return [strict, slashKept, lower(component), lower(strict), lower(slashKept), lower(new URLSearchParams({ v: value }).toString().slice(2)), dotnet];
 }
 
 export function credentialAssociatedData(orgId: string, hostname: string): string {

@@ -47,3 +47,16 @@ t.test('a value stored with outer spaces or tabs (before they were refused) is a
   t.ok(spellings.includes('sk-live-abc'), 'the trimmed value');
   t.ok(spellings.includes(' sk-live-abc\t'), 'and the value as stored');
 });
+
+t.test('percent-encoded as other encoders write it (strict RFC 3986, a slash kept, lower-case hex) and HTML-escaped, the value is redacted too', async (t) => {
+  const value = "ab/c+d=e!(x)'&<y>";
+  const spellings = new Set(secretSpellings(value).map((b) => b.toString('utf8')));
+  for (const [encoder, form] of <Array<[string, string]>>[
+    ["PHP rawurlencode / Python quote(safe='')", 'ab%2Fc%2Bd%3De%21%28x%29%27%26%3Cy%3E'],
+    ["Python quote (safe='/')", 'ab/c%2Bd%3De%21%28x%29%27%26%3Cy%3E'],
+    ['.NET HttpUtility.UrlEncode (lower-case hex)', 'ab%2fc%2bd%3de!(x)%27%26%3cy%3e'],
+    ['HTML entities', 'ab/c+d=e!(x)&#39;&amp;&lt;y&gt;'],
+  ]) {
+    t.ok(spellings.has(form), `${encoder}: ${form}`);
+  }
+});
