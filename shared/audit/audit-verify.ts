@@ -105,7 +105,7 @@ export async function verifyAudit(store: AuditStore, orgId: string, options: Ver
   // The rest of each chain is checked by the store, in sums: seqs 1..last with no
   // gap, and the last seal against its recorded head.
   const meeting = await store.listSeals(orgId, options);
-  const chains = await store.sealChains(orgId);
+  const chains = await store.sealChains(orgId, options);
   const seals: Seal[] = [];
   const spans = new Map<string, { from: number; to: number }>();
   for (const s of meeting) {
@@ -114,7 +114,20 @@ export async function verifyAudit(store: AuditStore, orgId: string, options: Ver
   }
   // One past the run's end too: a seal re-dated out of the window (its entries
   // deleted) would otherwise never be read, and its chain would look whole.
-  for (const [writer, span] of spans) seals.push(...(await store.sealRange(orgId, writer, span.from - 1, span.to + 1)));
+  // For a chain with seals on both sides of the window, the last seal wholly
+  // before it and the first wholly after it too: when every seal of the window
+  // was re-dated out of it, none met it, and the one of them nearest the window
+  // in seq is one of those two (usually they are the run's neighbours anyway).
+  for (const chain of chains) {
+    const span = spans.get(chain.writer);
+    let from = span === undefined ? Infinity : span.from - 1;
+    let to = span === undefined ? -Infinity : span.to + 1;
+    if (chain.beforeSeq > 0 && chain.afterSeq > 0) {
+      from = Math.min(from, chain.beforeSeq, chain.afterSeq);
+      to = Math.max(to, chain.beforeSeq, chain.afterSeq);
+    }
+    if (from <= to) seals.push(...(await store.sealRange(orgId, chain.writer, from, to)));
+  }
   await checkChains(store, orgId, seals, chains, options, report);
 
   const since = options.since.getTime();

@@ -75,6 +75,9 @@ export interface SealChain {
   lastHash: string;
   /** ISO 8601. */
   firstCreatedAt: string;
+  /** With a window: the last seq of a seal wholly before it, and the first of one wholly after it (0: none). */
+  beforeSeq: number;
+  afterSeq: number;
 }
 
 /** The instants a verification reads with. */
@@ -167,7 +170,7 @@ export interface AuditStore {
   /** How many of the org's seals meet [since, until). */
   countSeals(orgId: string, window: { since: Date; until: Date }): Promise<number>;
   /** Each chain (writer) of the org, summed up by the store: first and last seq, how many seals, the last seal's hash, the earliest created_at. */
-  sealChains(orgId: string): Promise<SealChain[]>;
+  sealChains(orgId: string, window?: { since: Date; until: Date }): Promise<SealChain[]>;
   /** The first seq of the chain after `afterSeq` whose predecessor is missing, or null (a gap: a seal removed). */
   firstSealGap(orgId: string, writer: string, afterSeq: number): Promise<number | null>;
   /** One chain's seals with seq in [fromSeq, toSeq], by seq. */

@@ -70,7 +70,7 @@ export async function openAuditStoreWhenReachable(config: Readonly<Config>, onWa
     count: async (orgId) => (await ready()).count(orgId),
     listSeals: async (orgId, window, limit, newestFirst) => (await ready()).listSeals(orgId, window, limit, newestFirst),
     countSeals: async (orgId, window) => (await ready()).countSeals(orgId, window),
-    sealChains: async (orgId) => (await ready()).sealChains(orgId),
+    sealChains: async (orgId, window) => (await ready()).sealChains(orgId, window),
     firstSealGap: async (orgId, writer, afterSeq) => (await ready()).firstSealGap(orgId, writer, afterSeq),
     sealRange: async (orgId, writer, fromSeq, toSeq) => (await ready()).sealRange(orgId, writer, fromSeq, toSeq),
     sealsOfBatches: async (orgId, batchIds) => (await ready()).sealsOfBatches(orgId, batchIds),

@@ -35,7 +35,7 @@ const since = new Date(Date.now() - 60_000).toISOString();
 interface Entry { id: string; timestamp: string; entry_hash: string; [k: string]: unknown }
 interface SealJson { id: string; seq: number; batch_id: string; first_at: string; last_at: string; root: string }
 
-const KINDS = ['clean', 'edited', 'removed', 'reordered', 'added', 'seal_removed', 'seal_altered', 'truncated', 'tail_redated', 'added_future_written', 'org_deleted', 'seal_removed_behind_zero', 'number_overflow', 'signature_respelled'] as const;
+const KINDS = ['clean', 'edited', 'removed', 'reordered', 'added', 'seal_removed', 'seal_altered', 'truncated', 'tail_redated', 'added_future_written', 'org_deleted', 'seal_removed_behind_zero', 'number_overflow', 'signature_respelled', 'window_redated'] as const;
 type Kind = (typeof KINDS)[number];
 const orgs = new Map<Kind, { session: Session; orgId: string; entries: Entry[]; seals: SealJson[] }>();
 
@@ -54,7 +54,7 @@ for (const kind of KINDS) {
 }
 
 async function verify(kind: Kind): Promise<{ ok: boolean; entries: number; first_problem: { reason: string; audit_id?: string; seal_id?: string } | null }> {
-  const res = await api(service.url, orgs.get(kind)!.session, 'GET', `/audit/verify?since=${windowStart.get(kind) ?? since}`);
+  const res = await api(service.url, orgs.get(kind)!.session, 'GET', `/audit/verify?since=${windowStart.get(kind) ?? since}${windowEnd.has(kind) ? `&until=${windowEnd.get(kind)}` : ''}`);
   if (res.status !== 200) throw new Error(`GET /audit/verify ${res.status} ${res.text}`);
   return res.json as never;
 }
@@ -79,6 +79,8 @@ function hashOf(entry: Entry): string {
 
 /** Kinds verified from a later instant than the rest (a window that leaves the chain's first seal out). */
 const windowStart = new Map<Kind, string>();
+/** Kinds verified up to an instant (default: now). */
+const windowEnd = new Map<Kind, string>();
 /** Kinds the offline run (the whole retention window) names otherwise than the window's verify. */
 const offlineReason = new Map<Kind, string>();
 const ch = (iso: string) => iso.replace('T', ' ').replace('Z', '');
@@ -171,6 +173,17 @@ t.test('tampering through chDB while the service is stopped', async (t) => {
     const respelled = org('signature_respelled').seals[0]!;
     await run(`ALTER TABLE audit_seals UPDATE signature = replaceAll(signature, '=', '') WHERE id = '${respelled.id}'`);
     expected.set('signature_respelled', { reason: 'seal_altered', seal_id: respelled.id });
+
+    // A window holding one batch: its entries deleted, its seal re-dated out of
+    // it. No seal meets the window any more; the one re-dated is read as the
+    // chain's last seal before it, and its own fields tell.
+    const [w1, w2, w3] = org('window_redated').seals;
+    await run(`ALTER TABLE audit_log DELETE WHERE batch_id = '${w2!.batch_id}'`);
+    await run(`ALTER TABLE audit_seals UPDATE first_at = toDateTime64('2000-01-01 00:00:00', 3, 'UTC'), last_at = toDateTime64('2000-01-01 00:00:00', 3, 'UTC') WHERE id = '${w2!.id}'`);
+    t.ok(w1!.last_at < w2!.first_at && w2!.last_at < w3!.first_at, 'the three batches are apart in time');
+    windowStart.set('window_redated', w2!.first_at);
+    windowEnd.set('window_redated', w3!.first_at);
+    expected.set('window_redated', { reason: 'seal_altered', seal_id: w2!.id });
 
     // Every row and seal of an org: its chain heads, kept in the metadata store, still name it.
     await run(`ALTER TABLE audit_log DELETE WHERE org_id = '${org('org_deleted').orgId}'`);

@@ -92,7 +92,7 @@ export async function openAuditStoreOnDemand(): Promise<AuditStoreOnDemand> {
     count: (orgId) => real.count(orgId),
     listSeals: (orgId, window, limit, newestFirst) => real.listSeals(orgId, window, limit, newestFirst),
     countSeals: (orgId, window) => real.countSeals(orgId, window),
-    sealChains: (orgId) => real.sealChains(orgId),
+    sealChains: (orgId, window) => real.sealChains(orgId, window),
     firstSealGap: (orgId, writer, afterSeq) => real.firstSealGap(orgId, writer, afterSeq),
     sealRange: (orgId, writer, fromSeq, toSeq) => real.sealRange(orgId, writer, fromSeq, toSeq),
     sealsOfBatches: (orgId, batchIds) => real.sealsOfBatches(orgId, batchIds),

@@ -354,15 +354,25 @@ export class ClickHouseAuditStore implements AuditStore {
     return Number(rows[0]?.n ?? 0);
   }
 
-  async sealChains(orgId: string): Promise<SealChain[]> {
+  async sealChains(orgId: string, window?: { since: Date; until: Date }): Promise<SealChain[]> {
     if (!UUID_RE.test(orgId)) return [];
-    const rows = await this.#query<{ writer: string; first_seq: number | string; last_seq: number | string; n: number | string; distinct_seqs: number | string; last_hash: string; first_created: string }>(
+    const params: QueryParams = { org: orgId };
+    let around = '0 AS before_seq, 0 AS after_seq';
+    if (window !== undefined) {
+      around = "maxIf(seq, last_at < {since:DateTime64(3, 'UTC')}) AS before_seq, minIf(seq, first_at >= {until:DateTime64(3, 'UTC')}) AS after_seq";
+      params.since = toChDateTime(window.since);
+      params.until = toChDateTime(window.until);
+    }
+    const rows = await this.#query<{ writer: string; first_seq: number | string; last_seq: number | string; n: number | string; distinct_seqs: number | string; last_hash: string; first_created: string; before_seq: number | string; after_seq: number | string }>(
       `SELECT toString(writer) AS writer, min(seq) AS first_seq, max(seq) AS last_seq, count() AS n, uniqExact(seq) AS distinct_seqs, argMax(seal_hash, seq) AS last_hash,
-              toString(min(created_at)) AS first_created
+              toString(min(created_at)) AS first_created, ${around}
        FROM ${SEALS_TABLE} WHERE org_id = {org:UUID} GROUP BY writer`,
-      { org: orgId },
+      params,
     );
-    return rows.map((r) => ({ writer: r.writer, firstSeq: Number(r.first_seq), lastSeq: Number(r.last_seq), count: Number(r.n), distinctSeqs: Number(r.distinct_seqs), lastHash: r.last_hash, firstCreatedAt: isoFromCh(r.first_created) }));
+    return rows.map((r) => ({
+      writer: r.writer, firstSeq: Number(r.first_seq), lastSeq: Number(r.last_seq), count: Number(r.n), distinctSeqs: Number(r.distinct_seqs), lastHash: r.last_hash, firstCreatedAt: isoFromCh(r.first_created),
+      beforeSeq: Number(r.before_seq), afterSeq: Number(r.after_seq),
+    }));
   }
 
   async firstSealGap(orgId: string, writer: string, afterSeq: number): Promise<number | null> {
