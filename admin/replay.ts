@@ -7,7 +7,7 @@
 // allowed call it would hold is allow_to_deny (its sample says approve), a denied
 // one stays unchanged. POST /policy/replay answers with this; bench/micro/replay.ts times it.
 import { evaluatePolicy, type CompiledPolicy, type PolicyDecision, type RuleVerdict } from '../shared/policy/index.js';
-import type { AuditStore, ReplayGroupKey } from '../shared/stores/audit-store.js';
+import { REPLAY_SAMPLE_GROUPS, type AuditStore, type ReplayGroupKey } from '../shared/stores/audit-store.js';
 import { normalizePolicyPath } from '../shared/target.js';
 
 /** Changed calls listed, at most. */
@@ -32,43 +32,48 @@ export interface ReplayResult {
 }
 
 export async function replayPolicy(store: AuditStore, orgId: string, agentId: string, since: Date, until: Date, candidate: CompiledPolicy): Promise<ReplayResult> {
-  const groups = await store.replayGroups(orgId, agentId, since, until);
   let total = 0;
   let allowToDeny = 0;
   let denyToAllow = 0;
   const byTool = new Map<string, ReplayResult['by_tool'][number]>();
-  const changed: (ReplayGroupKey & { calls: number })[] = [];
-  const wouldOf = new Map<string, { decision: PolicyDecision; path: string }>();
-  for (const group of groups) {
-    total += group.calls;
-    const toolKey = `${group.toolName}\n${group.action}`;
-    let tool = byTool.get(toolKey);
-    if (tool === undefined) byTool.set(toolKey, (tool = { tool_name: group.toolName, action: group.action, calls: 0, allow_to_deny: 0, deny_to_allow: 0 }));
-    tool.calls += group.calls;
-    // Calls another stage decided (SSRF guard, limits, a bad target) keep their decision.
-    if (!group.policyDecided) continue;
-    // Normalised again even when stored so (idempotent): a row from before raw
-    // characters were escaped (2026-11-27) meets a candidate's escaped globs as
-    // the proxy would now read its path.
-    const path = normalizePolicyPath(group.path) ?? group.path;
-    const mcp = group.mcpMethod === '' ? null : { method: group.mcpMethod, tool: group.mcpTool === '' ? null : group.mcpTool };
-    const would = evaluatePolicy(candidate, group.toolName, group.action, path, mcp);
-    const forwards = would.decision === 'allow';
-    if (group.decision === 'allowed' && !forwards) {
-      allowToDeny += group.calls;
-      tool.allow_to_deny += group.calls;
-    } else if (group.decision === 'denied' && forwards) {
-      denyToAllow += group.calls;
-      tool.deny_to_allow += group.calls;
-    } else {
-      continue;
+  // The largest changed groups, at most twice the few thousand a sample query names between trims.
+  let changed: Changed[] = [];
+  const trim = (): void => {
+    changed.sort((a, b) => b.calls - a.calls);
+    if (changed.length > REPLAY_SAMPLE_GROUPS) changed = changed.slice(0, REPLAY_SAMPLE_GROUPS);
+  };
+  await store.replayGroups(orgId, agentId, since, until, (groups) => {
+    for (const group of groups) {
+      total += group.calls;
+      const toolKey = `${group.toolName}\n${group.action}`;
+      let tool = byTool.get(toolKey);
+      if (tool === undefined) byTool.set(toolKey, (tool = { tool_name: group.toolName, action: group.action, calls: 0, allow_to_deny: 0, deny_to_allow: 0 }));
+      tool.calls += group.calls;
+      // Calls another stage decided (SSRF guard, limits, a bad target) keep their decision.
+      if (!group.policyDecided) continue;
+      // Normalised again even when stored so (idempotent): a row from before raw
+      // characters were escaped (2026-11-27) meets a candidate's escaped globs as
+      // the proxy would now read its path.
+      const path = normalizePolicyPath(group.path) ?? group.path;
+      const mcp = group.mcpMethod === '' ? null : { method: group.mcpMethod, tool: group.mcpTool === '' ? null : group.mcpTool };
+      const would = evaluatePolicy(candidate, group.toolName, group.action, path, mcp);
+      const forwards = would.decision === 'allow';
+      if (group.decision === 'allowed' && !forwards) {
+        allowToDeny += group.calls;
+        tool.allow_to_deny += group.calls;
+      } else if (group.decision === 'denied' && forwards) {
+        denyToAllow += group.calls;
+        tool.deny_to_allow += group.calls;
+      } else {
+        continue;
+      }
+      changed.push({ group: { toolName: group.toolName, action: group.action, path: group.path, mcpMethod: group.mcpMethod, mcpTool: group.mcpTool, decision: group.decision }, key: group.key, calls: group.calls, would, path });
+      if (changed.length >= 2 * REPLAY_SAMPLE_GROUPS) trim();
     }
-    changed.push({ toolName: group.toolName, action: group.action, path: group.path, mcpMethod: group.mcpMethod, mcpTool: group.mcpTool, decision: group.decision, calls: group.calls });
-    wouldOf.set(replayKey(group), { decision: would, path });
-  }
-  // The largest changed groups first: the store names at most a few thousand in its query.
-  changed.sort((a, b) => b.calls - a.calls);
-  const rows = await store.replaySamples(orgId, agentId, since, until, changed, REPLAY_SAMPLES);
+  });
+  trim();
+  const wouldOf = new Map(changed.map((c) => [replayKey(c.group), c]));
+  const rows = await store.replaySamples(orgId, agentId, since, until, changed.map((c) => c.key), REPLAY_SAMPLES);
   const samples: ReplayResult['samples'] = [];
   for (const row of rows) {
     const would = wouldOf.get(replayKey(row));
@@ -80,8 +85,8 @@ export async function replayPolicy(store: AuditStore, orgId: string, agentId: st
       action: row.action,
       path: would.path,
       decision: row.decision,
-      would_decision: would.decision.decision,
-      would_rule: would.decision.ruleMatched,
+      would_decision: would.would.decision,
+      would_rule: would.would.ruleMatched,
     });
   }
   return {
@@ -92,6 +97,15 @@ export async function replayPolicy(store: AuditStore, orgId: string, agentId: st
     by_tool: [...byTool.values()].sort((a, b) => b.calls - a.calls || a.tool_name.localeCompare(b.tool_name) || a.action.localeCompare(b.action)),
     samples,
   };
+}
+
+/** A changed group: its key for the samples, its calls, what the candidate decides and on which path. */
+interface Changed {
+  group: ReplayGroupKey;
+  key: string;
+  calls: number;
+  would: PolicyDecision;
+  path: string;
 }
 
 function replayKey(g: ReplayGroupKey): string {

@@ -48,10 +48,15 @@ export interface ReplayGroup {
   /** The policy gave the decision (else it is kept as it is). */
   policyDecided: boolean;
   calls: number;
+  /** A hash of toolName, action, path, mcpMethod, mcpTool and decision, as the store computes it: what replaySamples is asked for. */
+  key: string;
 }
 
 /** A group's key, to ask for sample rows of it. */
 export type ReplayGroupKey = Pick<ReplayGroup, 'toolName' | 'action' | 'path' | 'mcpMethod' | 'mcpTool' | 'decision'>;
+
+/** The changed groups a sample query names, at most (their keys travel as query parameters). Beyond it the samples come from the largest changed groups. */
+export const REPLAY_SAMPLE_GROUPS = 2_000;
 
 export interface ReplaySample {
   id: string;
@@ -158,10 +163,14 @@ export interface AuditStore {
   /** Newest first, with the total number of rows matching the filter. */
   list(orgId: string, filter: AuditFilter, limit: number, offset: number): Promise<AuditPage>;
   report(orgId: string, since: Date, until: Date, maxEntries: number, topN: number): Promise<AuditReportData>;
-  /** The agent's proxied calls in [since, until), grouped by decision inputs (one row per distinct input and outcome). */
-  replayGroups(orgId: string, agentId: string, since: Date, until: Date): Promise<ReplayGroup[]>;
-  /** The newest `limit` policy-decided calls of the given groups in [since, until). */
-  replaySamples(orgId: string, agentId: string, since: Date, until: Date, groups: readonly ReplayGroupKey[], limit: number): Promise<ReplaySample[]>;
+  /**
+   * The agent's proxied calls in [since, until), grouped by decision inputs (one
+   * row per distinct input and outcome), handed to `onGroups` in parts of a
+   * bounded size: paths with ids make about a group a call, millions in a week.
+   */
+  replayGroups(orgId: string, agentId: string, since: Date, until: Date, onGroups: (groups: ReplayGroup[]) => void): Promise<void>;
+  /** The newest `limit` policy-decided calls in [since, until) of the groups with these keys (ReplayGroup.key; at most REPLAY_SAMPLE_GROUPS are read). */
+  replaySamples(orgId: string, agentId: string, since: Date, until: Date, keys: readonly string[], limit: number): Promise<ReplaySample[]>;
   /**
    * The org's seals whose time range meets [since, until) (every seal when no
    * window), by first_at, then writer and seq; at most `limit`.

@@ -292,3 +292,44 @@ t.test('a million audit rows replay in under 10 s', async (t) => {
   t.equal(replay.json.samples.length, 100);
   t.ok(seconds < 10, `replayed ${ROWS.toLocaleString('en-US')} rows in ${seconds.toFixed(2)} s`);
 });
+
+t.test('a window of more groups than one query reads (paths with ids: a group a call) replays in parts, with the same counts', async (t) => {
+  const agent = await createAgent(service.url, owner, 'ids', 'none');
+  const ROWS = 250_000; // 2.5 parts of 100,000 groups
+  const CHUNK = 50_000;
+  const base = Date.now() - 2 * 86_400_000;
+  let expectedDeletes = 0;
+  for (let start = 0; start < ROWS; start += CHUNK) {
+    let body = '';
+    for (let i = start; i < start + CHUNK; i++) {
+      const action = i % 4 === 0 ? 'DELETE' : 'GET';
+      if (action === 'DELETE') expectedDeletes++;
+      body += service.auditStore.encode(auditRecord(ownerOrg, {
+        agentId: agent.id,
+        agentName: 'ids',
+        timestamp: new Date(base + i * 100).toISOString(),
+        toolName: 'api.example.com',
+        action,
+        toolUrl: `https://api.example.com/items/${i}`,
+        policyPath: `/items/${i}`,
+        policyDecided: true,
+        ruleMatched: 'default',
+      }));
+    }
+    await service.auditStore.insertEncoded(body, `ids-${start}`);
+  }
+  const replay = await api(service.url, owner, 'POST', '/policy/replay', {
+    agent_id: agent.id,
+    rules_yaml: 'version: "1"\nrules:\n  - name: no-deletes\n    tool: "*"\n    action: DELETE\n    decision: deny\n  - name: rest\n    tool: "*"\n    action: "*"\n    decision: allow\n',
+  });
+  t.equal(replay.status, 200, replay.text.slice(0, 200));
+  t.match(replay.json, { total: ROWS, allow_to_deny: expectedDeletes, deny_to_allow: 0, unchanged: ROWS - expectedDeletes });
+  t.strictSame(replay.json.by_tool.map((r: any) => [r.action, r.calls, r.allow_to_deny]).sort(), [['DELETE', expectedDeletes, expectedDeletes], ['GET', ROWS - expectedDeletes, 0]]);
+  t.equal(replay.json.samples.length, 100, 'samples of the changed groups, named by their keys');
+  t.ok(replay.json.samples.every((s: any) => s.action === 'DELETE' && s.would_decision === 'deny' && /^\/items\/\d+$/.test(s.path)));
+  // What the service holds at once: a part, never the window's every group.
+  const parts: number[] = [];
+  await service.auditStore.replayGroups(ownerOrg, agent.id, new Date(base - 1000), new Date(), (groups) => parts.push(groups.length));
+  t.ok(parts.length >= 3 && Math.max(...parts) <= 100_000, `read in ${parts.length} parts of ${parts.join(', ')} groups`);
+  t.equal(parts.reduce((a, b) => a + b, 0), ROWS, 'every group once');
+});

@@ -29,7 +29,7 @@ import {
 import { AUDIT_EXACT_FILTERS, type AuditFilter, type AuditRecord } from '../../types.js';
 import { isoFromCh } from '../../audit/ch-instant.js';
 import { decodeSealRow, SEAL_COLUMNS, splitBatchBody, type Seal } from '../../audit/seal.js';
-import type { AuditPage, AuditReportData, BatchParts, AuditStore, EntryRef, ReplayGroup, ReplayGroupKey, ReplaySample, SealChain, VerifyGroup, VerifyScan, WrittenId } from '../audit-store.js';
+import { REPLAY_SAMPLE_GROUPS, type AuditPage, type AuditReportData, type BatchParts, type AuditStore, type EntryRef, type ReplayGroup, type ReplaySample, type SealChain, type VerifyGroup, type VerifyScan, type WrittenId } from '../audit-store.js';
 import { guardBoundary, unreachableClassifier } from '../store-boundary.js';
 import { isProcessAlive } from '../../pid.js';
 import { engineThreadNicer } from './thread-nice.js';
@@ -199,15 +199,32 @@ export class ClickHouseAuditStore implements AuditStore {
     return { rows: rows.map(decodeAuditRow), total: Number(counted[0]?.total ?? 0) };
   }
 
-  async replayGroups(orgId: string, agentId: string, since: Date, until: Date): Promise<ReplayGroup[]> {
-    if (!UUID_RE.test(orgId) || !UUID_RE.test(agentId)) return [];
-    // One row per distinct decision input and outcome: the service evaluates the
-    // candidate once per group, not once per call (1M calls are a few thousand groups).
-    const rows = await this.#query<{ tool_name: string; action: string; path: string; normalised: number | boolean; mcp_method: string; mcp_tool: string; decision: string; policy_decided: number | boolean; calls: number | string }>(
-      `SELECT tool_name, action, ${REPLAY_PATH} AS path, policy_path != '' AS normalised, mcp_method, mcp_tool, decision, policy_decided, count() AS calls
-       FROM ${AUDIT_TABLE} WHERE ${REPLAY_WINDOW}
-       GROUP BY tool_name, action, path, normalised, mcp_method, mcp_tool, decision, policy_decided`,
-      replayParams(orgId, agentId, since, until),
+  async replayGroups(orgId: string, agentId: string, since: Date, until: Date, onGroups: (groups: ReplayGroup[]) => void): Promise<void> {
+    if (!UUID_RE.test(orgId) || !UUID_RE.test(agentId)) return;
+    const params = replayParams(orgId, agentId, since, until);
+    // One query in the usual case (a few thousand groups for a million calls);
+    // more groups than a part holds are read again in parts, split by a hash of
+    // the group, each about a part's size, so that neither the engine's answer
+    // nor the service's objects grow with the window.
+    const first = await this.#replayGroupsPart(params, null, REPLAY_GROUPS_PER_PART + 1);
+    if (first.length <= REPLAY_GROUPS_PER_PART) {
+      onGroups(first);
+      return;
+    }
+    const counted = await this.#query<{ n: number | string }>(`SELECT uniq(${REPLAY_GROUP_HASH}) AS n FROM ${AUDIT_TABLE} WHERE ${REPLAY_WINDOW}`, params);
+    const parts = Math.ceil((Number(counted[0]?.n ?? 0) * 1.25) / REPLAY_GROUPS_PER_PART) || 1;
+    for (let part = 0; part < parts; part++) onGroups(await this.#replayGroupsPart(params, { parts, part }, 0));
+  }
+
+  async #replayGroupsPart(params: QueryParams, split: { parts: number; part: number } | null, limit: number): Promise<ReplayGroup[]> {
+    const where = split === null ? REPLAY_WINDOW : `${REPLAY_WINDOW} AND ${REPLAY_GROUP_HASH} % {parts:UInt32} = {part:UInt32}`;
+    const rows = await this.#query<{ tool_name: string; action: string; path: string; normalised: number | boolean; mcp_method: string; mcp_tool: string; decision: string; policy_decided: number | boolean; calls: number | string; key: string }>(
+      `SELECT tool_name, action, ${REPLAY_PATH} AS path, policy_path != '' AS normalised, mcp_method, mcp_tool, decision, policy_decided, count() AS calls,
+              toString(${REPLAY_SAMPLE_KEY}) AS key
+       FROM ${AUDIT_TABLE} WHERE ${where}
+       GROUP BY tool_name, action, path, normalised, mcp_method, mcp_tool, decision, policy_decided
+       ${limit > 0 ? 'LIMIT {limit:UInt32}' : ''}`,
+      { ...params, ...(split ?? {}), ...(limit > 0 ? { limit } : {}) },
     );
     return rows.map((r) => ({
       toolName: r.tool_name,
@@ -219,26 +236,21 @@ export class ClickHouseAuditStore implements AuditStore {
       decision: r.decision as 'allowed' | 'denied',
       policyDecided: truthyValue(r.policy_decided),
       calls: Number(r.calls),
+      key: r.key,
     }));
   }
 
-  async replaySamples(orgId: string, agentId: string, since: Date, until: Date, groups: readonly ReplayGroupKey[], limit: number): Promise<ReplaySample[]> {
-    if (!UUID_RE.test(orgId) || !UUID_RE.test(agentId) || groups.length === 0) return [];
-    if (groups.length > REPLAY_SAMPLE_GROUPS) groups = groups.slice(0, REPLAY_SAMPLE_GROUPS);
+  async replaySamples(orgId: string, agentId: string, since: Date, until: Date, keys: readonly string[], limit: number): Promise<ReplaySample[]> {
+    if (!UUID_RE.test(orgId) || !UUID_RE.test(agentId) || keys.length === 0) return [];
     const params = replayParams(orgId, agentId, since, until);
-    params.tools = groups.map((g) => g.toolName);
-    params.actions = groups.map((g) => g.action);
-    params.paths = groups.map((g) => g.path);
-    params.mcpMethods = groups.map((g) => g.mcpMethod);
-    params.mcpTools = groups.map((g) => g.mcpTool);
-    params.decisions = groups.map((g) => g.decision);
+    // Hashes, not the groups' fields: 2,000 paths (or one tool name of a megabyte)
+    // would pass ClickHouse's 128 KiB limit on a query parameter over HTTP.
+    params.keys = keys.slice(0, REPLAY_SAMPLE_GROUPS);
     params.limit = nonNegativeInt(limit, 'limit');
     const rows = await this.#query<{ id: string; timestamp: string; tool_name: string; action: string; path: string; mcp_method: string; mcp_tool: string; decision: string }>(
       `SELECT id, timestamp, tool_name, action, ${REPLAY_PATH} AS path, mcp_method, mcp_tool, decision
        FROM ${AUDIT_TABLE}
-       WHERE ${REPLAY_WINDOW} AND policy_decided
-         AND (tool_name, action, path, mcp_method, mcp_tool, toString(decision)) IN (
-               SELECT arrayJoin(arrayZip({tools:Array(String)}, {actions:Array(String)}, {paths:Array(String)}, {mcpMethods:Array(String)}, {mcpTools:Array(String)}, {decisions:Array(String)})))
+       WHERE ${REPLAY_WINDOW} AND policy_decided AND toString(${REPLAY_SAMPLE_KEY}) IN {keys:Array(String)}
        ${NEWEST_FIRST} LIMIT {limit:UInt32}`,
       params,
     );
@@ -827,12 +839,12 @@ const REPLAY_WINDOW =
   "org_id = {org:UUID} AND agent_id = {agentId:UUID} AND source = 'proxy' AND timestamp >= {since:DateTime64(3, 'UTC')} AND timestamp < {until:DateTime64(3, 'UTC')}";
 /** The policy path, or for rows written before it was recorded, the raw path of the URL (normalised by the service). */
 const REPLAY_PATH = "if(policy_path != '', policy_path, if(path(tool_url) = '', '/', path(tool_url)))";
-/**
- * The changed groups a sample query names, at most: the keys travel as query
- * parameters (in the URL over HTTP). Beyond it the samples come from the
- * largest changed groups.
- */
-export const REPLAY_SAMPLE_GROUPS = 2_000;
+/** Groups a replay reads per query, at most: more are read in parts (replayGroups). */
+const REPLAY_GROUPS_PER_PART = 100_000;
+/** What splits a window's groups into parts: every call of a group has the same. */
+const REPLAY_GROUP_HASH = `cityHash64(tool_name, action, ${REPLAY_PATH}, mcp_method, mcp_tool)`;
+/** A group's key for its samples (ReplayGroup.key). */
+const REPLAY_SAMPLE_KEY = `cityHash64(tool_name, action, ${REPLAY_PATH}, mcp_method, mcp_tool, toString(decision))`;
 
 function replayParams(orgId: string, agentId: string, since: Date, until: Date): QueryParams {
   return { org: orgId, agentId, since: toChDateTime(since), until: toChDateTime(until) };
