@@ -425,7 +425,12 @@ export class AuditBatcher {
       }
       try {
         if (this.#stopped) return;
-        await this.#store.insertEncoded(body, spooled.token);
+        // Its seals stored: the batch landed before (an acknowledgement lost, a
+        // kill after the insert). ClickHouse drops a repeated token only within
+        // its last 10,000 inserts, which many proxies pass in minutes: a later
+        // replay would write every row twice, and verify would call it tampering.
+        // Counted as written, as it is, once.
+        if (!(await this.#store.batchSealed(spooled.token))) await this.#store.insertEncoded(body, spooled.token);
         if (this.#stopped) return; // written; its file stays for the next start, whose copy the token makes a no-op
         this.#options.onBodyWritten?.(body);
         const rows = countEncodedRows(body);

@@ -22,6 +22,8 @@ export interface InsertAttempt {
 export interface AuditStoreOnDemand {
   /** The store to hand to the code under test. */
   store: AuditStore;
+  /** The stand-in's URL, for a test's own SQL (a table setting, say). */
+  url: string;
   /** Every insertEncoded call, in order, whether it succeeded or not. */
   attempts: InsertAttempt[];
   down(): void;
@@ -85,6 +87,7 @@ export async function openAuditStoreOnDemand(): Promise<AuditStoreOnDemand> {
     list: (orgId, filter, limit, offset) => real.list(orgId, filter, limit, offset),
     report: (orgId, since, until, maxEntries, topN) => real.report(orgId, since, until, maxEntries, topN),
     replayGroups: (orgId, agentId, since, until, onGroups) => real.replayGroups(orgId, agentId, since, until, onGroups),
+    batchSealed: (batchId) => real.batchSealed(batchId),
     replaySamples: (orgId, agentId, since, until, keys, limit) => real.replaySamples(orgId, agentId, since, until, keys, limit),
     clockMs: () => real.clockMs(),
     writtenSince: (orgIds, sinceMs) => real.writtenSince(orgIds, sinceMs),
@@ -104,6 +107,7 @@ export async function openAuditStoreOnDemand(): Promise<AuditStoreOnDemand> {
   };
   return {
     store,
+    url: server.url,
     attempts,
     down: () => server.pause(),
     up: () => {

@@ -7,6 +7,7 @@ import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
+import { createClient } from '@clickhouse/client';
 import t, { type Test } from 'tap';
 import { countEncodedRows, parseSpoolFileName } from '../../shared/audit/audit-codec.js';
 import { AuditBatcher, type AuditBatcherOptions } from '../../shared/audit/audit-batcher.js';
@@ -181,6 +182,32 @@ t.test('a replay of a batch whose acknowledgement was lost writes no row twice',
   t.equal(attempts.length, 2, 'written once, replayed once');
   t.equal(attempts[1]?.token, attempts[0]?.token, 'the replay reused the token');
   t.equal(await store.count(org), 4, 'the store dropped the replayed copy');
+});
+
+t.test("a spooled batch whose seals are stored is not replayed: past ClickHouse's deduplication window its rows would be written twice", async (t) => {
+  const sealer = new Sealer(signingKeyFromPem(generateKeyPairSync('ed25519').privateKey.export({ type: 'pkcs8', format: 'pem' }).toString()));
+  const org = randomUUID();
+  const token = randomUUID();
+  const rows = [auditRecord(org), auditRecord(org)].map((record) => store.encode(record, token));
+  const lines = [...rows, ...sealer.sealLines(rows).lines];
+  await store.insertEncoded(lines.join(''), token); // it landed; its acknowledgement was lost, so it was spooled too
+  const client = createClient({ url: audit.url });
+  t.teardown(async () => {
+    for (const table of ['audit_log', 'audit_seals']) await client.command({ query: `ALTER TABLE ${table} MODIFY SETTING non_replicated_deduplication_window = 10000` });
+    await client.close();
+  });
+  // Many inserts since (other processes'): ClickHouse no longer remembers the token.
+  for (const table of ['audit_log', 'audit_seals']) await client.command({ query: `ALTER TABLE ${table} MODIFY SETTING non_replicated_deduplication_window = 1` });
+  await store.insertEncoded(store.encode(auditRecord(randomUUID()), randomUUID()), randomUUID());
+  const dir = spoolDir(t);
+  const spool = AuditSpool.open(dir, 1 << 20);
+  await spool.write(lines, token);
+  const before = audit.attempts.length;
+  const { batcher } = batcherFor(t, { maxRows: 100, maxDelayMs: 60_000, maxQueued: 100, spool });
+  await eventually(async () => (batcher.spooledBatches === 0 ? true : undefined));
+  t.equal(audit.attempts.length, before, 'no insert');
+  t.equal(await store.count(org), 2, 'each row once');
+  t.equal((await store.listSeals(org)).length, 1, 'its seal once');
 });
 
 t.test('with a sealer, a batch and its seals are spooled together and replayed once, after a lost acknowledgement too', async (t) => {

@@ -532,6 +532,12 @@ export class ClickHouseAuditStore implements AuditStore {
     return rows.map((r) => r.org_id);
   }
 
+  async batchSealed(batchId: string): Promise<boolean> {
+    if (!UUID_RE.test(batchId)) return false;
+    const rows = await this.#query<{ one: number }>(`SELECT 1 AS one FROM ${SEALS_TABLE} WHERE batch_id = {batch:UUID} LIMIT 1`, { batch: batchId });
+    return rows.length > 0;
+  }
+
   async count(orgId?: string): Promise<number> {
     if (orgId !== undefined && !UUID_RE.test(orgId)) return 0;
     const rows = orgId === undefined
