@@ -1,50 +1,120 @@
 // URL references an upstream's answer hands the agent (Location, Content-Location,
-// Link, Refresh; the MCP SSE endpoint event): a relative one is the upstream's,
-// but the agent's client resolves it against the guard's URL,
-// /proxy/{key}/{authority}/{path}. There `../../api.github.com/user` climbs out of
-// the tool's prefix into another tool's, which the guard then calls with that
-// tool's stored credential: a tool (hostile, or with an open redirect) would pick
-// calls made to another. A relative reference is resolved against the upstream
-// URL it came from, as the upstream means it, and put back under the tool's
-// prefix; an absolute one is left as it is.
+// Link, Refresh): a relative one is the upstream's, but the agent's client
+// resolves it against the guard's URL, /proxy/{key}/{authority}/{path}. There
+// `../../api.github.com/user` climbs out of the tool's prefix into another
+// tool's, which the guard then calls with that tool's stored credential: a tool
+// (hostile, or with an open redirect) would pick calls made to another. A
+// relative reference is resolved against the upstream URL it came from, as the
+// upstream means it, and put back under the tool's prefix; an absolute one is
+// left as it is. Every scan here is linear in the header (up to 64 KiB from any
+// upstream): no regular expression with quantifiers that can match the same text.
+import { isUtf8 } from 'node:buffer';
 
 /** A URI with a scheme (RFC 3986 §3.1): absolute, not resolved against anything of ours. */
 const HAS_SCHEME = /^[a-z][a-z0-9+.-]*:/i;
+/** Refresh's `url=` after the delay's separator. */
+const REFRESH_URL_KEY = /^[ \t]*url[ \t]*=[ \t]*/i;
 
 /**
  * `ref` as the upstream at `base` means it, written for a client that resolves it
  * against the guard: same origin, the tool's prefix and the resolved path; an
- * origin of its own (`//host/x`, `\\host/x`), the absolute URL.
+ * origin of its own (`//host/x`, `\\host/x`), the absolute URL. An empty or
+ * absolute reference is returned as it is.
  */
 export function rebaseReference(ref: string, base: string, prefix: string): string {
-  // Leading and trailing C0 controls and spaces are dropped by URL parsers; a scheme after them is still a scheme.
-  const trimmed = ref.replace(/^[\x00-\x20]+|[\x00-\x20]+$/g, '');
-  if (HAS_SCHEME.test(trimmed.replace(/[\t\n\r]/g, ''))) return ref;
+  // URL parsers drop leading and trailing C0 controls and spaces, and tabs and newlines anywhere.
+  let start = 0;
+  let end = ref.length;
+  while (start < end && ref.charCodeAt(start) <= 0x20) start++;
+  while (end > start && ref.charCodeAt(end - 1) <= 0x20) end--;
+  if (start === end) return ref;
+  let text = ref.slice(start, end);
+  if (text.includes('\t') || text.includes('\n') || text.includes('\r')) text = text.replace(/[\t\n\r]/g, '');
+  if (HAS_SCHEME.test(text)) return ref;
+  // A header's bytes come as Latin-1: UTF-8 ones are read as the client reads them.
+  if (hasHighByte(text)) {
+    const bytes = Buffer.from(text, 'latin1');
+    if (isUtf8(bytes)) text = bytes.toString('utf8');
+  }
   let url: URL;
   try {
-    url = new URL(trimmed, base);
+    url = new URL(text, base);
   } catch {
     return ref;
   }
-  const origin = new URL(base).origin;
-  if (url.origin !== origin) return url.href;
+  if (url.origin !== new URL(base).origin) return url.href;
   return `${prefix}${url.pathname}${url.search}${url.hash}`;
 }
 
-/** Link: each `<uri-reference>` (RFC 8288). */
-const LINK_TARGET = /<([^>]*)>/g;
-/** Refresh: `N; url=uri-reference` (the URL runs to the end; quotes are taken off). */
-const REFRESH_URL = /^(\s*\d*[^;,]*[;,]\s*url\s*=\s*)(['"]?)(.*?)\2\s*$/i;
+function hasHighByte(text: string): boolean {
+  for (let i = 0; i < text.length; i++) if (text.charCodeAt(i) > 0x7f) return true;
+  return false;
+}
 
 /**
  * A response header's value with its relative references rebased (above);
- * `name` lower-case, one of location, content-location, link, refresh.
+ * `name` lower-case, one of location, content-location, link, refresh. A value
+ * that does not parse as its header's syntax is returned as it is.
  */
 export function rebaseHeader(name: string, value: string, base: string, prefix: string): string {
-  if (name === 'link') return value.replace(LINK_TARGET, (_m, ref: string) => `<${rebaseReference(ref, base, prefix)}>`);
-  if (name === 'refresh') {
-    const m = REFRESH_URL.exec(value);
-    return m === null ? value : `${m[1]}${m[2]}${rebaseReference(m[3]!, base, prefix)}${m[2]}`;
-  }
+  if (name === 'link') return rebaseLink(value, base, prefix);
+  if (name === 'refresh') return rebaseRefresh(value, base, prefix);
   return rebaseReference(value, base, prefix);
+}
+
+/** Link (RFC 8288): `<target>` then parameters (quoted strings may hold `<`, `>` and commas), comma-separated. */
+function rebaseLink(value: string, base: string, prefix: string): string {
+  let out = '';
+  let i = 0;
+  const n = value.length;
+  while (i < n) {
+    let j = i;
+    while (j < n && (value[j] === ' ' || value[j] === '\t' || value[j] === ',')) j++;
+    out += value.slice(i, j);
+    i = j;
+    if (i >= n) break;
+    if (value[i] !== '<') return value;
+    const close = value.indexOf('>', i + 1);
+    if (close === -1) return value;
+    out += `<${rebaseReference(value.slice(i + 1, close), base, prefix)}>`;
+    i = close + 1;
+    let quoted = false;
+    for (j = i; j < n; j++) {
+      const c = value[j];
+      if (quoted) {
+        if (c === '\\') j++;
+        else if (c === '"') quoted = false;
+      } else if (c === '"') {
+        quoted = true;
+      } else if (c === ',') {
+        break;
+      }
+    }
+    out += value.slice(i, j);
+    i = j;
+  }
+  return out;
+}
+
+/** Refresh: `N; url=reference` (or `N, url=...`; the reference may be quoted and runs to the end). */
+function rebaseRefresh(value: string, base: string, prefix: string): string {
+  let sep = -1;
+  for (let i = 0; i < value.length; i++) {
+    if (value[i] === ';' || value[i] === ',') {
+      sep = i;
+      break;
+    }
+  }
+  if (sep === -1) return value;
+  const key = REFRESH_URL_KEY.exec(value.slice(sep + 1));
+  if (key === null) return value;
+  const head = value.slice(0, sep + 1 + key[0].length);
+  let ref = value.slice(head.length);
+  let quote = '';
+  const first = ref[0];
+  if ((first === '"' || first === "'") && ref.length >= 2 && ref.endsWith(first)) {
+    quote = first;
+    ref = ref.slice(1, -1);
+  }
+  return `${head}${quote}${rebaseReference(ref, base, prefix)}${quote}`;
 }

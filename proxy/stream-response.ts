@@ -140,15 +140,18 @@ export class UpstreamResponse {
           // Any line that is not identity: a later `identity` line does not undo a `gzip` one.
           if (rawHeaders[i + 1]!.toString('latin1').trim().toLowerCase() !== 'identity') this.#ex.responseEncoded = true;
         } else if (URL_HEADERS.has(lower)) {
+          const before = rawHeaders[i + 1]!.length;
+          // A redirect that keeps the query (a trailing slash added, a login bounce),
+          // or a pagination or refresh link built from the request URL, would hand
+          // the agent the injected query credential: it never gets it. Redacted
+          // first, as the upstream wrote it: rebasing re-encodes characters.
+          if (this.#ex.credential !== null) rawHeaders[i + 1] = redactCapture(rawHeaders[i + 1]!, this.#ex.credential.spellings, false);
           // Relative references resolved as the upstream means them, under the tool's prefix (response-urls.ts).
           const target = this.#ex.target!;
           const value = rawHeaders[i + 1]!.toString('latin1');
           const rebased = rebaseHeader(lower, value, `https://${target.authority}${target.path}`, this.#ex.proxyPrefix());
-          if (rebased !== value) rawHeaders[i + 1] = Buffer.from(rebased, 'latin1');
-          // A redirect that keeps the query (a trailing slash added, a login bounce),
-          // or a pagination or refresh link built from the request URL, would hand
-          // the agent the injected query credential: it never gets it.
-          if (this.#ex.credential !== null) rawHeaders[i + 1] = redactCapture(rawHeaders[i + 1]!, this.#ex.credential.spellings, false);
+          if (rebased !== value) rawHeaders[i + 1] = Buffer.from(rebased, 'latin1'); // what it rebased is ASCII (a URL's serialisation); the rest as it came
+          headBytes += rawHeaders[i + 1]!.length - before; // the head's size decides how its first piece is corked
         }
       }
     }

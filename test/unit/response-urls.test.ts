@@ -34,3 +34,34 @@ t.test('Link rebases each target; Refresh its url', async (t) => {
   t.equal(rebaseHeader('refresh', '5;URL="/y"', BASE, PREFIX), `5;URL="${PREFIX}/y"`);
   t.equal(rebaseHeader('refresh', '5', BASE, PREFIX), '5', 'no url: as it was');
 });
+
+t.test('linear in the header: values an upstream may send up to 64 KiB take no time (no backtracking)', async (t) => {
+  const long = 60_000;
+  for (const [name, value] of <Array<[string, string]>>[
+    ['refresh', '1'.repeat(long)],
+    ['refresh', `1;${' '.repeat(long)}`],
+    ['link', '<'.repeat(long)],
+    ['link', `<a>; title="${'<'.repeat(long)}`],
+    ['location', `a${' '.repeat(long)}b`],
+    ['location', `${'\t'.repeat(long)}x`],
+  ]) {
+    const started = performance.now();
+    rebaseHeader(name, value, BASE, PREFIX);
+    const ms = performance.now() - started;
+    t.ok(ms < 50, `${name}: ${value.slice(0, 12)}… (${value.length} chars) in ${ms.toFixed(1)} ms`);
+  }
+});
+
+t.test('edge cases are left as they came: an empty reference, a quoted Link parameter, a Refresh with no url', async (t) => {
+  t.equal(rebaseReference('', BASE, PREFIX), '', 'empty');
+  t.equal(rebaseReference('   ', BASE, PREFIX), '   ', 'blank');
+  t.equal(rebaseHeader('link', '<p2>; title="x <y>, z"; rel="next"', BASE, PREFIX), `<${PREFIX}/api/v1/p2>; title="x <y>, z"; rel="next"`, 'a quoted parameter holds < > and , untouched');
+  t.equal(rebaseHeader('link', 'not a link', BASE, PREFIX), 'not a link');
+  t.equal(rebaseHeader('refresh', '5; urn=x', BASE, PREFIX), '5; urn=x');
+  t.equal(rebaseHeader('refresh', '5; url="/x', BASE, PREFIX), `5; url=${PREFIX}/api/v1/%22/x`, 'an unclosed quote is part of the reference, as a browser reads it');
+});
+
+t.test('a UTF-8 reference (its bytes read as Latin-1 from the header) is resolved as the client decodes it', async (t) => {
+  const latin1 = Buffer.from('Café/ü?q=ß', 'utf8').toString('latin1');
+  t.equal(rebaseReference(latin1, BASE, PREFIX), `${PREFIX}/api/v1/Caf%C3%A9/%C3%BC?q=%C3%9F`);
+});
