@@ -20,9 +20,9 @@ import type { AuditStore } from '../stores/audit-store.js';
 import type { AuditRecord } from '../types.js';
 import { countEncodedRows } from './audit-codec.js';
 import type { AuditJournal, JournalWaiter } from './audit-journal.js';
-import type { AuditSpool } from './audit-spool.js';
+import { SpoolFileUnreadable, type AuditSpool } from './audit-spool.js';
 import { RowBytes } from './row-bytes.js';
-import { SealColumns, sealRows, type Sealer } from './seal.js';
+import { SealColumns, sealHeadsOf, sealRows, type Sealer } from './seal.js';
 
 export interface AuditBatcherOptions {
   maxRows: number;
@@ -410,6 +410,13 @@ export class AuditBatcher {
       try {
         body = await spool.read(spooled);
       } catch (err) {
+        if (!(err instanceof SpoolFileUnreadable)) {
+          // A read that may work next time (EMFILE, EIO): tried again after the back-off.
+          this.stats.failedAttempts += 1;
+          this.#options.onError?.(err, 0, 'replay');
+          this.#backOff();
+          return;
+        }
         // Damaged (or gone): waiting on it would hold every batch behind it in the
         // spool for good. It is set aside for an operator, and the replay goes on.
         this.#options.onError?.(err, 0, 'unreadable');
@@ -429,8 +436,10 @@ export class AuditBatcher {
         // kill after the insert). ClickHouse drops a repeated token only within
         // its last 10,000 inserts, which many proxies pass in minutes: a later
         // replay would write every row twice, and verify would call it tampering.
-        // Counted as written, as it is, once.
-        if (!(await this.#store.batchSealed(spooled.token))) await this.#store.insertEncoded(body, spooled.token);
+        // Counted as written, as it is, once. (One seal, read by the table's key.)
+        const seal = sealHeadsOf(body)[0];
+        const landed = seal !== undefined && (await this.#store.sealStored(seal.org_id, seal.writer, seal.seq, seal.seal_hash));
+        if (!landed) await this.#store.insertEncoded(body, spooled.token);
         if (this.#stopped) return; // written; its file stays for the next start, whose copy the token makes a no-op
         this.#options.onBodyWritten?.(body);
         const rows = countEncodedRows(body);

@@ -43,6 +43,14 @@ function refuseLegacyHolder(dir: string): void {
   rmSync(file, { force: true });
 }
 
+/** A spooled file that is gone or damaged: no retry will read it. */
+export class SpoolFileUnreadable extends Error {
+  constructor(file: string, cause: unknown) {
+    super(`spooled batch ${file} cannot be read: ${cause instanceof Error ? cause.message : String(cause)}`, { cause });
+    this.name = 'SpoolFileUnreadable';
+  }
+}
+
 export class AuditSpool {
   readonly dir: string;
   readonly maxBytes: number;
@@ -121,9 +129,24 @@ export class AuditSpool {
     this.#bytes += payload.length;
   }
 
-  /** The batch's encoded rows, concatenated, ready for insertEncoded. */
+  /**
+   * The batch's encoded rows, concatenated, ready for insertEncoded. A file that
+   * is gone or does not decode throws SpoolFileUnreadable; a read that fails
+   * otherwise (EMFILE, EIO) throws as it failed: it may work next time.
+   */
   async read(batch: SpooledBatch): Promise<string> {
-    return decodeSpoolFile(await readFile(join(this.dir, batch.file)));
+    let payload: Buffer;
+    try {
+      payload = await readFile(join(this.dir, batch.file));
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code === 'ENOENT') throw new SpoolFileUnreadable(batch.file, err);
+      throw err;
+    }
+    try {
+      return await decodeSpoolFile(payload);
+    } catch (err) {
+      throw new SpoolFileUnreadable(batch.file, err);
+    }
   }
 
   /**

@@ -169,11 +169,8 @@ export interface AuditStore {
    * bounded size: paths with ids make about a group a call, millions in a week.
    */
   replayGroups(orgId: string, agentId: string, since: Date, until: Date, onGroups: (groups: ReplayGroup[]) => void): Promise<void>;
-  /**
-   * Whether a seal of the batch with this id (its token) is stored: the batch's
-   * rows and seals both landed (rows go first). False for an id that is no UUID.
-   */
-  batchSealed(batchId: string): Promise<boolean>;
+  /** Whether this seal is stored (read by the table's key): its batch's rows and seals both landed (rows go first). */
+  sealStored(orgId: string, writer: string, seq: number, sealHash: string): Promise<boolean>;
   /** The newest `limit` policy-decided calls in [since, until) of the groups with these keys (ReplayGroup.key; at most REPLAY_SAMPLE_GROUPS are read). */
   replaySamples(orgId: string, agentId: string, since: Date, until: Date, keys: readonly string[], limit: number): Promise<ReplaySample[]>;
   /**

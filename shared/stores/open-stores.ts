@@ -63,7 +63,7 @@ export async function openAuditStoreWhenReachable(config: Readonly<Config>, onWa
     list: async (orgId, filter, limit, offset) => (await ready()).list(orgId, filter, limit, offset),
     report: async (orgId, since, until, maxEntries, topN) => (await ready()).report(orgId, since, until, maxEntries, topN),
     replayGroups: async (orgId, agentId, since, until, onGroups) => (await ready()).replayGroups(orgId, agentId, since, until, onGroups),
-    batchSealed: async (batchId) => (await ready()).batchSealed(batchId),
+    sealStored: async (orgId, writer, seq, sealHash) => (await ready()).sealStored(orgId, writer, seq, sealHash),
     replaySamples: async (orgId, agentId, since, until, keys, limit) => (await ready()).replaySamples(orgId, agentId, since, until, keys, limit),
     clockMs: async () => (await ready()).clockMs(),
     writtenSince: async (orgIds, sinceMs) => (await ready()).writtenSince(orgIds, sinceMs),

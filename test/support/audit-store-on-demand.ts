@@ -87,7 +87,7 @@ export async function openAuditStoreOnDemand(): Promise<AuditStoreOnDemand> {
     list: (orgId, filter, limit, offset) => real.list(orgId, filter, limit, offset),
     report: (orgId, since, until, maxEntries, topN) => real.report(orgId, since, until, maxEntries, topN),
     replayGroups: (orgId, agentId, since, until, onGroups) => real.replayGroups(orgId, agentId, since, until, onGroups),
-    batchSealed: (batchId) => real.batchSealed(batchId),
+    sealStored: (orgId, writer, seq, sealHash) => real.sealStored(orgId, writer, seq, sealHash),
     replaySamples: (orgId, agentId, since, until, keys, limit) => real.replaySamples(orgId, agentId, since, until, keys, limit),
     clockMs: () => real.clockMs(),
     writtenSince: (orgIds, sinceMs) => real.writtenSince(orgIds, sinceMs),

@@ -3,8 +3,7 @@
 // stand-in, which goes down and comes back on demand (test/support/audit-store-on-demand.ts).
 import { spawn } from 'node:child_process';
 import { randomBytes, randomUUID } from 'node:crypto';
-import { spawnSync } from 'node:child_process';
-import { closeSync, existsSync, mkdtempSync, openSync, readdirSync, readFileSync, rmSync, unlinkSync, writeFileSync, writeSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, unlinkSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import t, { type Test } from 'tap';
@@ -14,19 +13,14 @@ import { AuditSpool, UNREADABLE_DIR } from '../../shared/audit/audit-spool.js';
 import { auditRecord } from '../support/audit-records.js';
 import { openAuditStoreOnDemand } from '../support/audit-store-on-demand.js';
 import { eventually } from '../support/eventually.js';
+import { fillDisk, mountSmallDisk } from '../support/small-disk.js';
 
 const audit = await openAuditStoreOnDemand();
 t.teardown(() => audit.close());
 const { store } = audit;
 
-// A small disk to fill, as audit-journal.test.ts does (root may mount one; the test says why when not).
-const mountPoint = mkdtempSync(join(tmpdir(), 'tcg-spool-full-'));
-const mounted = spawnSync('mount', ['-t', 'tmpfs', '-o', 'size=64k', 'tmpfs', mountPoint], { encoding: 'utf8' });
-const noSmallDisk = mounted.status !== 0 && `cannot mount a small tmpfs to fill (${(mounted.stderr || mounted.error?.message || '').trim()})`;
-t.teardown(() => {
-  if (noSmallDisk === false) spawnSync('umount', [mountPoint]);
-  rmSync(mountPoint, { recursive: true, force: true });
-});
+// A small disk to fill (test/support/small-disk.ts).
+const { dir: mountPoint, skip: noSmallDisk } = mountSmallDisk(t, 'spool-full');
 
 function spoolDir(t: Test): string {
   const dir = mkdtempSync(join(tmpdir(), 'tcg-spool-'));
@@ -118,17 +112,31 @@ t.test('a corrupt spool file is reported, moved aside for an operator (kept, nev
   t.equal(reopened.batches.length, 1, 'an operator can replay it from there once mended (a spool of its own)');
 });
 
+t.test('a read that fails for another reason than damage (here EISDIR) is retried, not set aside; a file gone is set aside', async (t) => {
+  const dir = spoolDir(t);
+  const odd = spoolFileName(0, randomUUID());
+  mkdirSync(join(dir, odd)); // a directory where a batch's file should be: reading it fails, decoding never starts
+  const stages: string[] = [];
+  const spool = openSpool(t, dir);
+  const batcher = new AuditBatcher(store, {
+    maxRows: 100, maxDelayMs: 60_000, maxQueued: 1000, spool,
+    onError: (_err, _rows, stage) => stages.push(stage),
+  });
+  t.teardown(() => batcher.close(0));
+  await eventually(async () => (stages.filter((s) => s === 'replay').length >= 2 ? true : undefined));
+  t.notOk(stages.includes('unreadable'), 'not taken for a damaged file');
+  t.equal(existsSync(join(dir, UNREADABLE_DIR, odd)), false, 'not set aside');
+  t.equal(batcher.spooledBatches, 1, 'still waiting in the spool');
+  rmSync(join(dir, odd), { recursive: true });
+  await eventually(async () => (batcher.spooledBatches === 0 ? true : undefined), 10_000);
+  t.ok(stages.includes('unreadable'), 'gone: reported, and the spool goes on');
+});
+
 t.test('a spool write that fails part way leaves no temporary file to hold the disk', { skip: noSmallDisk }, async (t) => {
   const dir = join(mountPoint, 'spool');
   const spool = openSpool(t, dir);
   // The disk fills up: a filler takes all but a few blocks.
-  const filler = openSync(join(mountPoint, 'filler'), 'w');
-  try {
-    for (;;) writeSync(filler, Buffer.alloc(4096, 'f'));
-  } catch {
-    // ENOSPC: full
-  }
-  closeSync(filler);
+  fillDisk(join(mountPoint, 'filler'));
   // Random rows do not compress: far more than the space left.
   const big = Array.from({ length: 20 }, () => `${randomBytes(4096).toString('hex')}\n`);
   await t.rejects(spool.write(big, randomUUID()), { code: 'ENOSPC' });

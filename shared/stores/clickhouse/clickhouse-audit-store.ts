@@ -202,10 +202,10 @@ export class ClickHouseAuditStore implements AuditStore {
   async replayGroups(orgId: string, agentId: string, since: Date, until: Date, onGroups: (groups: ReplayGroup[]) => void): Promise<void> {
     if (!UUID_RE.test(orgId) || !UUID_RE.test(agentId)) return;
     const params = replayParams(orgId, agentId, since, until);
-    // One query in the usual case (a few thousand groups for a million calls);
-    // more groups than a part holds are read again in parts, split by a hash of
-    // the group, each about a part's size, so that neither the engine's answer
-    // nor the service's objects grow with the window.
+    // One query in the usual case (a few thousand groups for a million calls),
+    // which stops aggregating past a part's size; more groups are read again in
+    // parts, split by a hash of the group, each about a part's size, so that
+    // neither the engine's aggregation nor the service's objects grow with the window.
     const first = await this.#replayGroupsPart(params, null, REPLAY_GROUPS_PER_PART + 1);
     if (first.length <= REPLAY_GROUPS_PER_PART) {
       onGroups(first);
@@ -223,7 +223,7 @@ export class ClickHouseAuditStore implements AuditStore {
               toString(${REPLAY_SAMPLE_KEY}) AS key
        FROM ${AUDIT_TABLE} WHERE ${where}
        GROUP BY tool_name, action, path, normalised, mcp_method, mcp_tool, decision, policy_decided
-       ${limit > 0 ? 'LIMIT {limit:UInt32}' : ''}`,
+       ${limit > 0 ? `LIMIT {limit:UInt32} SETTINGS max_rows_to_group_by = ${limit}, group_by_overflow_mode = 'break'` : ''}`,
       { ...params, ...(split ?? {}), ...(limit > 0 ? { limit } : {}) },
     );
     return rows.map((r) => ({
@@ -532,9 +532,12 @@ export class ClickHouseAuditStore implements AuditStore {
     return rows.map((r) => r.org_id);
   }
 
-  async batchSealed(batchId: string): Promise<boolean> {
-    if (!UUID_RE.test(batchId)) return false;
-    const rows = await this.#query<{ one: number }>(`SELECT 1 AS one FROM ${SEALS_TABLE} WHERE batch_id = {batch:UUID} LIMIT 1`, { batch: batchId });
+  async sealStored(orgId: string, writer: string, seq: number, sealHash: string): Promise<boolean> {
+    if (!UUID_RE.test(orgId) || !UUID_RE.test(writer) || !Number.isSafeInteger(seq) || seq < 0) return false;
+    const rows = await this.#query<{ one: number }>(
+      `SELECT 1 AS one FROM ${SEALS_TABLE} WHERE org_id = {org:UUID} AND writer = {writer:UUID} AND seq = {seq:UInt64} AND seal_hash = {hash:String} LIMIT 1`,
+      { org: orgId, writer, seq, hash: sealHash },
+    );
     return rows.length > 0;
   }
 
