@@ -3,12 +3,12 @@
 // after it; seal closes a segment with
 // its token; a restart recovers sealed and unsealed segments; a torn last line
 // is dropped.
-import { spawnSync } from 'node:child_process';
-import { appendFileSync, closeSync, mkdtempSync, openSync, readdirSync, readFileSync, rmSync, symlinkSync, unlinkSync, writeSync } from 'node:fs';
+import { appendFileSync, mkdtempSync, readdirSync, readFileSync, rmSync, symlinkSync, unlinkSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import t, { type Test } from 'tap';
 import { AuditJournal } from '../../shared/audit/audit-journal.js';
+import { fillDisk, mountSmallDisk } from '../support/small-disk.js';
 
 function dir(t: Test): string {
   const d = mkdtempSync(join(tmpdir(), 'tcg-journal-'));
@@ -185,14 +185,8 @@ t.test('an unsealed segment found at start is sealed with its fresh token (a tor
   again.journal.close();
 });
 
-// A small tmpfs of its own to fill (root and CAP_SYS_ADMIN, as on the CI machine; skipped with the reason otherwise).
-const mountPoint = mkdtempSync(join(tmpdir(), 'tcg-journal-full-'));
-const mounted = spawnSync('mount', ['-t', 'tmpfs', '-o', 'size=64k', 'tmpfs', mountPoint], { encoding: 'utf8' });
-const noSmallDisk = mounted.status !== 0 && `cannot mount a small tmpfs to fill (${(mounted.stderr || mounted.error?.message || '').trim()})`;
-t.teardown(() => {
-  if (noSmallDisk === false) spawnSync('umount', [mountPoint]);
-  rmSync(mountPoint, { recursive: true, force: true });
-});
+// A small disk to fill (test/support/small-disk.ts).
+const { dir: mountPoint, skip: noSmallDisk } = mountSmallDisk(t, 'journal-full');
 
 t.test('a write that fails part way on a full disk is cut back: lines written once space is freed do not follow a fragment', { skip: noSmallDisk }, async (t) => {
   const d = join(mountPoint, 'journal');
@@ -203,13 +197,7 @@ t.test('a write that fails part way on a full disk is cut back: lines written on
   for (const line of whole) journal.append(line);
   await turn();
   // The disk fills up: a filler takes every free block.
-  const filler = openSync(join(mountPoint, 'filler'), 'w');
-  try {
-    for (;;) writeSync(filler, Buffer.alloc(4096, 'f'));
-  } catch {
-    // ENOSPC: full
-  }
-  closeSync(filler);
+  fillDisk(join(mountPoint, 'filler'));
   journal.append(`${'x'.repeat(16_384)}\n`); // part of it fits in the segment's last block
   await turn();
   t.equal(errors.length, 1, 'the failed write is reported');
