@@ -77,6 +77,7 @@ export class ProxyExchange {
   /** Request headers an MCP-aware policy checks (null: absent). */
   contentEncoding: string | null = null;
   contentType: string | null = null;
+  contentTypeRepeated = false;
   mcpMethodHeader: string | null = null;
   mcpNameHeader: string | null = null;
   /** An MCP-aware policy read the body: its JSON-RPC requests (null elements are not requests), for the limits. */
@@ -189,7 +190,9 @@ export class ProxyExchange {
         // Repeated, its lines joined: `br` then `identity` is not identity (a server may read the first).
         this.contentEncoding = this.contentEncoding === null ? value : `${this.contentEncoding}, ${value}`;
       } else if (name === 'content-type') {
-        this.contentType = this.contentType === null ? value : `${this.contentType}, ${value}`;
+        // Repeated: servers differ on which line counts (a flag, not a join: nothing grows per line).
+        if (this.contentType === null) this.contentType = value;
+        else this.contentTypeRepeated = true;
       } else if (name === 'mcp-method') {
         // Repeated, the field is its lines joined (RFC 9110 §5.3), which then matches no body: checked whole, not the last copy.
         this.mcpMethodHeader = this.mcpMethodHeader === null ? value : `${this.mcpMethodHeader}, ${value}`;

@@ -25,10 +25,10 @@ export function createInspectMcp(): Stage {
     if (encoding !== undefined && encoding !== '' && encoding !== 'identity') {
       return enforcing ? uninspectable(ex, `a body with Content-Encoding: ${ex.contentEncoding!.slice(0, 40)}`) : decideOnHead(ex, policy);
     }
-    if (ex.contentType !== null && !readsAsUtf8(ex.contentType)) {
+    if (ex.contentType !== null && (ex.contentTypeRepeated || !readsAsUtf8(ex.contentType))) {
       // A charset the server decodes by (body-parser and the MCP SDK honour
       // utf-7): `+AGQ-elete_repo` is `delete_repo` to it, and no tool name to the policy.
-      return enforcing ? uninspectable(ex, `a body in another charset than UTF-8 (Content-Type: ${ex.contentType.slice(0, 60)})`) : decideOnHead(ex, policy);
+      return enforcing ? uninspectable(ex, ex.contentTypeRepeated ? 'a body with two Content-Types' : `a body in another charset than UTF-8 (Content-Type: ${ex.contentType.slice(0, 60)})`) : decideOnHead(ex, policy);
     }
     if (ex.contentLength > MCP_INSPECT_MAX_BYTES) return enforcing ? uninspectable(ex, 'a body over 1 MiB') : decideOnHead(ex, policy);
     // A chunked body could outgrow the cap after part of it was read: only a rule that decides may refuse it.
