@@ -43,12 +43,13 @@ function policyText(count: number): string {
 /**
  * The policy compiled as the proxy compiles it. 10,000 such rules (MAX_POLICY_RULES)
  * take ~1.2 MB of YAML, more than MAX_POLICY_BYTES (256 KiB, about 2,200 of
- * them) lets a policy be: the byte bound is raised here, as the policy tests
- * do, and the rule bound kept. What a decision costs depends on the compiled
- * rules, not on the text.
+ * them) lets a policy be, and their path globs of two wildcards ~64,000
+ * characters, more than MAX_PATTERN_PATH_CHARS (16,384): both bounds are raised
+ * here, as the policy tests do, and the rule bound kept. What a decision costs
+ * depends on the compiled rules, not on the text.
  */
 function compiled(count: number): CompiledPolicy {
-  const policy = parsePolicy(policyText(count), { ...POLICY_LIMITS, maxBytes: 8 * 1024 * 1024 });
+  const policy = parsePolicy(policyText(count), { ...POLICY_LIMITS, maxBytes: 8 * 1024 * 1024, maxPatternPathChars: 1024 * 1024 });
   if (policy.rules.length !== count) throw new Error(`${policy.rules.length} rules compiled, not ${count}`);
   return policy;
 }

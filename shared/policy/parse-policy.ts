@@ -70,6 +70,8 @@ export const MAX_PATTERN_PATH_CHARS = 16_384;
 /** The policy being compiled: its wildcard bound, and what is left of its characters of such globs (parsing is synchronous: set at its start). */
 let pathGlobWildcards = MAX_PATH_GLOB_WILDCARDS;
 let patternPathBudget = MAX_PATTERN_PATH_CHARS;
+/** The budget the policy being compiled started with (its limits'), for the message. */
+let patternPathLimit = MAX_PATTERN_PATH_CHARS;
 let refuseUnmatchable = true;
 
 export interface PolicyLimits {
@@ -142,7 +144,7 @@ export function parsePolicy(yamlText: string, limits: PolicyLimits = POLICY_LIMI
   // walk below refuses duplicate keys itself; every map it does not walk is refused
   // anyway (it sits under an unknown key or where a string belongs).
   pathGlobWildcards = limits.maxPathGlobWildcards;
-  patternPathBudget = limits.maxPatternPathChars;
+  patternPathBudget = patternPathLimit = limits.maxPatternPathChars;
   refuseUnmatchable = limits.refuseUnmatchable;
   const lines = new LineCounter();
   const doc = parseDocument(yamlText, { lineCounter: lines, prettyErrors: false, uniqueKeys: false, strict: true });
@@ -617,7 +619,7 @@ function compilePathGlob(glob: string, where: string): PathMatcher {
   if (wildcards > pathGlobWildcards) fail(`${where}: 'path' may hold at most ${pathGlobWildcards} wildcards (this one has ${formatCount(wildcards)})`);
   patternPathBudget -= glob.length;
   if (patternPathBudget < 0) {
-    fail(`${where}: the policy's path globs of two or more wildcards come to more than ${formatCount(MAX_PATTERN_PATH_CHARS)} characters, the most allowed`);
+    fail(`${where}: the policy's path globs of two or more wildcards come to more than ${formatCount(patternPathLimit)} characters, the most allowed`);
   }
   return { match: PathMatch.Pattern, text: '', prefix: '', regExp: pathGlobMatcher(glob) };
 }
