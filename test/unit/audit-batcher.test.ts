@@ -41,6 +41,15 @@ function spoolDir(t: Test): string {
   return dir;
 }
 
+/** The rows and batches the spool in `dir` holds, read as the next start would. */
+async function spooled(t: Test, dir: string): Promise<{ rows: number; batches: number }> {
+  const reopened = AuditSpool.open(dir, 1 << 20);
+  t.teardown(() => reopened.close());
+  let rows = 0;
+  for (const batch of reopened.batches) rows += countEncodedRows(await reopened.read(batch));
+  return { rows, batches: reopened.batches.length };
+}
+
 function enqueue(batcher: AuditBatcher, org: string, n: number): void {
   for (let i = 0; i < n; i++) batcher.enqueue(auditRecord(org));
 }
@@ -377,10 +386,7 @@ t.test('close does not wait out its deadline for a spool the store cannot take: 
   t.equal(await batcher.close(8000), 0, 'nothing unwritten');
   const took = performance.now() - started;
   t.ok(took < 3000, `closed after ${took.toFixed(0)} ms, not the 8 s deadline`);
-  const reopened = AuditSpool.open(dir, 1 << 20);
-  t.teardown(() => reopened.close());
-  let rows = 0;
-  for (const batch of reopened.batches) rows += countEncodedRows(await reopened.read(batch));
+  const { rows } = await spooled(t, dir);
   t.equal(rows, 7, 'every record is in the spool');
 });
 
@@ -437,10 +443,7 @@ t.test('close spools what the store does not take by the deadline, and reports n
   const started = performance.now();
   t.equal(await batcher.close(300), 0);
   t.ok(performance.now() - started < 3000, 'the deadline bounded the wait');
-  const reopened = AuditSpool.open(dir, 1 << 20);
-  t.teardown(() => reopened.close());
-  let rows = 0;
-  for (const batch of reopened.batches) rows += countEncodedRows(await reopened.read(batch));
+  const { rows } = await spooled(t, dir);
   t.equal(rows, 7, 'every record is in the spool');
 });
 
@@ -476,11 +479,8 @@ t.test('an insert that fails after close() took its batch over touches nothing: 
   enqueue(batcher, org, 5);
   t.equal(await batcher.close(0), 0, 'close spooled both batches');
   await sleep(1200); // the insert has failed by now
-  const reopened = AuditSpool.open(dir, 1 << 20);
-  t.teardown(() => reopened.close());
-  let rows = 0;
-  for (const batch of reopened.batches) rows += countEncodedRows(await reopened.read(batch));
-  t.equal(reopened.batches.length, 2, 'two batches in the spool, each once');
+  const { rows, batches } = await spooled(t, dir);
+  t.equal(batches, 2, 'two batches in the spool, each once');
   t.equal(rows, 10);
   t.notOk(errors.includes('spool'), 'no spool write after close');
   t.equal(batcher.pending, 0, 'nothing counted as held twice');

@@ -34,6 +34,18 @@ function openSpool(t: Test, dir: string, maxBytes = 1 << 20): AuditSpool {
   return spool;
 }
 
+/** A batcher replaying the spool in `dir`, with the stages of its errors collected. */
+function replaying(t: Test, dir: string): { spool: AuditSpool; batcher: AuditBatcher; stages: string[] } {
+  const stages: string[] = [];
+  const spool = openSpool(t, dir);
+  const batcher = new AuditBatcher(store, {
+    maxRows: 100, maxDelayMs: 60_000, maxQueued: 1000, spool,
+    onError: (_err, _rows, stage) => stages.push(stage),
+  });
+  t.teardown(() => batcher.close(0));
+  return { spool, batcher, stages };
+}
+
 function lines(org: string, n: number): string[] {
   return Array.from({ length: n }, () => store.encode(auditRecord(org)));
 }
@@ -94,13 +106,7 @@ t.test('a corrupt spool file is reported, moved aside for an operator (kept, nev
   const first = AuditSpool.open(dir, 1 << 20);
   await first.write(lines(org, 3), randomUUID()); // behind the corrupt one
   first.close();
-  const stages: string[] = [];
-  const spool = openSpool(t, dir);
-  const batcher = new AuditBatcher(store, {
-    maxRows: 100, maxDelayMs: 60_000, maxQueued: 1000, spool,
-    onError: (_err, _rows, stage) => stages.push(stage),
-  });
-  t.teardown(() => batcher.close(0));
+  const { spool, batcher, stages } = replaying(t, dir);
   await audit.rowsLanded(org, 3);
   await eventually(async () => (batcher.spooledBatches === 0 ? true : undefined));
   t.strictSame(stages, ['unreadable'], 'reported once');
@@ -116,13 +122,7 @@ t.test('a read that fails for another reason than damage (here EISDIR) is retrie
   const dir = spoolDir(t);
   const odd = spoolFileName(0, randomUUID());
   mkdirSync(join(dir, odd)); // a directory where a batch's file should be: reading it fails, decoding never starts
-  const stages: string[] = [];
-  const spool = openSpool(t, dir);
-  const batcher = new AuditBatcher(store, {
-    maxRows: 100, maxDelayMs: 60_000, maxQueued: 1000, spool,
-    onError: (_err, _rows, stage) => stages.push(stage),
-  });
-  t.teardown(() => batcher.close(0));
+  const { spool, batcher, stages } = replaying(t, dir);
   await eventually(async () => (stages.filter((s) => s === 'replay').length >= 2 ? true : undefined));
   t.notOk(stages.includes('unreadable'), 'not taken for a damaged file');
   t.equal(existsSync(join(dir, UNREADABLE_DIR, odd)), false, 'not set aside');
