@@ -34,6 +34,18 @@ export type StageResult = undefined | false | Promise<undefined | false>;
  */
 export type Stage = (ex: ProxyExchange) => StageResult;
 
+/** Why the proxy ends a call it had let through: the drain deadline of a shutdown, or its agent deleted. */
+export type EndReason = 'shutdown' | 'agent_deleted';
+
+/** The upstream request's abort reason (never sent anywhere; undici's error). */
+export const END_REASONS: Readonly<Record<EndReason, string>> = { shutdown: 'shutting down', agent_deleted: 'agent deleted' };
+
+/** The answer to a call ended before its response began: 503 at shutdown, 401 once its agent is deleted (as for any unknown key). */
+export function answerEnded(ex: ProxyExchange, why: EndReason, decision: AuditDecision): void {
+  if (why === 'shutdown') ex.answerError('unavailable', 'The service is shutting down; retry.', undefined, decision, true);
+  else ex.answerError('invalid_api_key', undefined, undefined, decision, true);
+}
+
 export class ProxyExchange {
   readonly res: HttpResponse;
   readonly id = randomUUID();
@@ -404,8 +416,8 @@ export class ProxyExchange {
   /** Set by the proxy: calls `ex.journaled()` once the records queued so far are in the journal (the batcher's afterJournaled). */
   waitForJournal: ((ex: ProxyExchange) => void) | null = null;
 
-  /** The upstream response once its head arrived (stream-response.ts); shutdown ends it through it. */
-  upstream: { endEarly(): void } | null = null;
+  /** The upstream response once its head arrived (stream-response.ts); shutdown and an agent's deletion end it through it. */
+  upstream: { endEarly(why: EndReason): void } | null = null;
 
   /**
    * Shutdown's drain deadline has passed: a streaming response ends as a
@@ -418,13 +430,29 @@ export class ProxyExchange {
       this.holdRelease(true);
       return;
     }
+    this.#endNow('shutdown');
+  }
+
+  /**
+   * The agent was deleted: its call ends now, as at shutdown (a streaming
+   * response complete when its framing allows, else cut), but a call not yet
+   * answered gets 401 invalid_api_key, and its upstream request is aborted, a
+   * body still arriving unfinished. A held call is hold.ts's to answer.
+   */
+  endForAgentDeleted(): void {
+    if (this.finished || this.aborted || this.holdRelease !== null) return;
+    this.#endNow('agent_deleted');
+  }
+
+  #endNow(why: EndReason): void {
     if (this.upstream !== null) {
-      this.upstream.endEarly();
+      this.upstream.endEarly(why);
       return;
     }
-    // Allowed by the policy, unless it needs an approval it does not have (hold.ts).
-    this.answerError('unavailable', 'The service is shutting down; retry.', undefined, this.auditDecision, true);
-    this.abortUpstream?.(new Error('shutting down'));
+    // Shutdown: allowed by the policy, unless it needs an approval it does not
+    // have (hold.ts). Deleted: allowed once it went upstream; else refused here.
+    answerEnded(this, why, why === 'shutdown' || this.forwardedAt > 0 ? this.auditDecision : 'denied');
+    this.abortUpstream?.(new Error(END_REASONS[why]));
   }
 
   /** The target URL as the agent sent it (no injected query credential). */

@@ -9,6 +9,7 @@ import { FIELD, type Logger } from '../shared/log.js';
 import type { ApprovalStats, Metrics, RateLimitStats } from '../shared/metrics.js';
 import type { MetadataStore } from '../shared/stores/metadata-store.js';
 import { createAdmit } from './admit.js';
+import { endCallsOfDeletedAgents } from './agent-deletions.js';
 import { ApprovalWebhook } from './approval-webhook.js';
 import { createAuthorize } from './authorize.js';
 import { createProxyCaches, type ProxyCaches } from './caches.js';
@@ -125,6 +126,7 @@ export function createProxyPipeline(deps: {
 
   /** Exchanges started and not yet done (shutdown ends what is left of them). */
   const running = new InFlight();
+  const stopEndingDeleted = endCallsOfDeletedAgents({ store: deps.store, running, log });
 
   /**
    * The record, queued before the answer's last bytes. A failure to queue it is
@@ -211,6 +213,7 @@ export function createProxyPipeline(deps: {
     },
     async close() {
       clearInterval(sweeper);
+      stopEndingDeleted();
       held.close();
       webhook?.close();
       await rateSync?.stop();

@@ -16,7 +16,7 @@
 // each: a larger write can lose its bytes (shared/uws-write.ts says how).
 import { PROXIED_RESPONSE_HEADER_BYTES, PROXIED_RESPONSE_HEADERS, RESPONSE_DROP, statusLine } from '../shared/http.js';
 import { CORK_PIECE_BYTES } from '../shared/uws-write.js';
-import { redactCapture, type ProxyExchange } from './exchange.js';
+import { answerEnded, END_REASONS, redactCapture, type EndReason, type ProxyExchange } from './exchange.js';
 import type { UpstreamBudget } from './upstream-pools.js';
 import { rebaseHeader } from './response-urls.js';
 import { SseEndpointRewriter } from './sse-endpoint.js';
@@ -186,8 +186,8 @@ export class UpstreamResponse {
     this.#ex.res.write(SSE_OPENING);
   }
 
-  /** Shutdown: end the response now, as a complete one when its framing allows (chunked), else cut. */
-  endEarly(): void {
+  /** Shutdown, or the agent deleted: end the response now, as a complete one when its framing allows (chunked), else cut. */
+  endEarly(why: EndReason): void {
     const ex = this.#ex;
     if (ex.aborted || ex.finished) return;
     if (this.#lastQueued) {
@@ -205,7 +205,7 @@ export class UpstreamResponse {
     if (this.#eventStream || this.#headOnly) {
       this.#queueLast(this.#sendEnd); // a complete (chunked) response: an event-stream client reconnects
     } else if (!this.#headWritten && this.#gathered.length === 0) {
-      ex.answerError('unavailable', 'The service is shutting down; retry.', undefined, 'allowed', true);
+      answerEnded(ex, why, 'allowed');
     } else {
       // Any other body (a Content-Length one, or chunked JSON still coming)
       // cannot end early and look complete: cut, as on an upstream failure,
@@ -217,7 +217,7 @@ export class UpstreamResponse {
       ex.finish();
       ex.res.close();
     }
-    ex.abortUpstream?.(new Error('shutting down'));
+    ex.abortUpstream?.(new Error(END_REASONS[why]));
   }
 
   onData(chunk: Buffer): boolean {
