@@ -14,21 +14,42 @@ function lockDir(t: Test): string {
   return dir;
 }
 
-/** A child that tries the lock once, says whether it got it, and holds it for `holdMs`. */
-function contender(dir: string, holdMs: number): Promise<'held' | 'refused' | string> {
+/**
+ * A child that tries the lock once, says whether it got it, and keeps it until
+ * `release` ends its stdin: every contender of a round reports while the
+ * others still hold what they got. (A fixed hold let a child that a loaded
+ * machine started late find the lock free and take it: two "held" in a round.)
+ */
+function contender(dir: string): { outcome: Promise<'held' | 'refused' | string>; release(): Promise<void> } {
   const child = spawn(process.execPath, [...process.execArgv, '--input-type=module', '-e',
     `const { DirLock } = await import(${JSON.stringify(MODULE)});
-     try { DirLock.acquire(${JSON.stringify(dir)}, 'test.lockdb', 'test dir'); console.log('held'); setTimeout(() => {}, ${holdMs}); }
-     catch (err) { console.log(/in use by/.test(err.message) ? 'refused' : 'error: ' + err.message); }`], { stdio: ['ignore', 'pipe', 'inherit'] });
+     try { DirLock.acquire(${JSON.stringify(dir)}, 'test.lockdb', 'test dir'); console.log('held'); }
+     catch (err) { console.log(/in use by/.test(err.message) ? 'refused' : 'error: ' + err.message); }
+     process.stdin.resume(); process.stdin.on('end', () => process.exit(0));`], { stdio: ['pipe', 'pipe', 'inherit'] });
   let out = '';
-  child.stdout!.setEncoding('utf8').on('data', (chunk: string) => { out += chunk; });
-  return new Promise((resolve) => child.once('exit', () => resolve(out.trim())));
+  const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
+  const outcome = new Promise<string>((resolve) => {
+    child.stdout!.setEncoding('utf8').on('data', (chunk: string) => {
+      out += chunk;
+      if (out.includes('\n')) resolve(out.trim());
+    });
+    void exited.then(() => resolve(out.trim() || 'exited without an answer'));
+  });
+  return {
+    outcome,
+    release() {
+      child.stdin!.end();
+      return exited;
+    },
+  };
 }
 
 t.test('processes that start at the same moment: exactly one holds the lock', async (t) => {
   for (let round = 0; round < 8; round++) {
     const dir = lockDir(t);
-    const outcomes = await Promise.all(Array.from({ length: 4 }, () => contender(dir, 1500)));
+    const contenders = Array.from({ length: 4 }, () => contender(dir));
+    const outcomes = await Promise.all(contenders.map((c) => c.outcome));
+    await Promise.all(contenders.map((c) => c.release()));
     t.equal(outcomes.filter((o) => o === 'held').length, 1, `round ${round}: one holder (${outcomes.join(', ')})`);
     t.equal(outcomes.filter((o) => o === 'refused').length, 3, `round ${round}: the others refused`);
   }
