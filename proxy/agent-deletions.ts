@@ -2,7 +2,8 @@
 // MCP session's event stream, a download still streaming, an upload still
 // arriving, a call waiting for its upstream. Without it a deleted agent's open
 // stream went on for hours with its organization's credential. Held calls are
-// hold.ts's (it answers them 401 the same way). The change reaches this process
+// hold.ts's (it answers them 401 the same way, and ends one its approval
+// released while it read the agent). The change reaches this process
 // at once, or through the change log within CHANGE_POLL_MS (split mode).
 import { FIELD, type Logger } from '../shared/log.js';
 import type { MetadataStore } from '../shared/stores/metadata-store.js';
@@ -13,7 +14,15 @@ export function endCallsOfDeletedAgents(deps: { store: MetadataStore; running: I
   const { store, running, log } = deps;
 
   function endCalls(agentId: string): void {
-    for (const ex of running.list()) if (ex.agent?.id === agentId) ex.endForAgentDeleted();
+    for (const ex of running.list()) {
+      if (ex.agent?.id !== agentId) continue;
+      try {
+        ex.endForAgentDeleted();
+      } catch (err) {
+        // One call's failure must neither spare the agent's other calls nor take the process down (this runs from a timer).
+        log.error('a deleted agent\'s call could not be ended', { [FIELD.agentId]: agentId, [FIELD.requestId]: ex.requestId || ex.id, [FIELD.err]: err });
+      }
+    }
   }
 
   /** The feed lost its place, so a deletion may have been missed: each agent with calls in flight is read again. */

@@ -12,6 +12,7 @@ import type { CompiledPolicy, CompiledRule, McpCall, PolicyDecision } from '../s
 import type { Agent, Approval, AuditDecision, AuditRecord } from '../shared/types.js';
 import type { InjectedCredential } from './caches.js';
 import type { RequestBody } from './request-body.js';
+import { referenceRoot } from './response-urls.js';
 import type { ParsedTarget } from '../shared/target.js';
 
 const EMPTY_SHA256 = oneShotHash('sha256', '', 'hex');
@@ -401,6 +402,11 @@ export class ProxyExchange {
     return `${this.url.slice(0, this.proxyKeyEnd)}/${target.slice(0, end)}`;
   }
 
+  /** What a reference the agent's client resolves against this call's URL writes for the tool's root (response-urls.ts: `../`, not the key). */
+  referenceRoot(): string {
+    return referenceRoot(this.url, this.proxyPrefix());
+  }
+
   /** Mcp-Session-Id of the request, else of the response (stream-response.ts); recorded in the audit. */
   mcpSessionId: string | null = null;
 
@@ -450,8 +456,9 @@ export class ProxyExchange {
       return;
     }
     // Shutdown: allowed by the policy, unless it needs an approval it does not
-    // have (hold.ts). Deleted: allowed once it went upstream; else refused here.
-    answerEnded(this, why, why === 'shutdown' || this.forwardedAt > 0 ? this.auditDecision : 'denied');
+    // have (hold.ts). Deleted: allowed once it is being sent upstream (undici's
+    // onConnect gave its abort); else refused here.
+    answerEnded(this, why, why === 'shutdown' || this.abortUpstream !== null ? this.auditDecision : 'denied');
     this.abortUpstream?.(new Error(END_REASONS[why]));
   }
 

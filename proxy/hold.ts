@@ -117,8 +117,13 @@ export function createHeldCalls(deps: {
 
   function answerAgentGone(waiter: Waiter): void {
     // Released while the agent was read (its approval came first, on a store
-    // whose reads take a round-trip): that call is on its way, not answered here.
-    if (waiting.get(waiter.approval.id)?.has(waiter) !== true) return;
+    // whose reads take a round-trip): that call is on its way, past the check
+    // agent-deletions.ts made while it was held, so it is ended as that ends a
+    // deleted agent's calls (next turn: it may be in a stage's synchronous run).
+    if (waiting.get(waiter.approval.id)?.has(waiter) !== true) {
+      setImmediate(() => waiter.ex.endForAgentDeleted());
+      return;
+    }
     stopWaiting(waiter);
     waiter.resolve(waiter.ex.answerError('invalid_api_key'));
   }

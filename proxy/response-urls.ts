@@ -6,8 +6,11 @@
 // (hostile, or with an open redirect) would pick calls made to another. A
 // relative reference is resolved against the upstream URL it came from, as the
 // upstream means it, and put back under the tool's prefix; an absolute one is
-// left as it is. Every scan here is linear in the header (up to 64 KiB from any
-// upstream): no regular expression with quantifiers that can match the same text.
+// left as it is. It is written relative to the request's own URL where that
+// URL allows (`../next`, `./login`), so that the agent's key, which the
+// absolute form `/proxy/{key}/...` repeats, is not in links agent frameworks log
+// (referenceRoot). Every scan here is linear in the header (up to 64 KiB from
+// any upstream): no regular expression with quantifiers that can match the same text.
 import { isUtf8 } from 'node:buffer';
 
 /** A URI with a scheme (RFC 3986 §3.1): absolute, not resolved against anything of ours. */
@@ -16,12 +19,49 @@ const HAS_SCHEME = /^[a-z][a-z0-9+.-]*:/i;
 const REFRESH_URL_KEY = /^[ \t]*url[ \t]*=[ \t]*/i;
 
 /**
- * `ref` as the upstream at `base` means it, written for a client that resolves it
- * against the guard: same origin, the tool's prefix and the resolved path; an
- * origin of its own (`//host/x`, `\\host/x`), the absolute URL. An empty or
- * absolute reference is returned as it is.
+ * What stands for the tool's root (`https://{authority}/`) in a reference the
+ * agent's client resolves against the request's URL, `requestPath` (under the
+ * tool's `prefix`, `/proxy/{key}/{authority}`): `./` or as many `../` as the
+ * path has directories below the prefix, so no key. The absolute
+ * `{prefix}/` where the path cannot be counted so (no `/` after the prefix; a
+ * dot segment, raw or escaped, or a backslash, which a client that sent them
+ * may resolve otherwise).
  */
-export function rebaseReference(ref: string, base: string, prefix: string): string {
+export function referenceRoot(requestPath: string, prefix: string): string {
+  const absolute = `${prefix}/`;
+  if (!requestPath.startsWith(absolute)) return absolute;
+  let depth = 0;
+  let segment = prefix.length + 1;
+  for (let i = segment; i <= requestPath.length; i++) {
+    const c = i === requestPath.length ? 47 : requestPath.charCodeAt(i);
+    if (c === 92) return absolute; // '\\': '/' to a WHATWG parser
+    if (c !== 47) continue;
+    if (isDotSegment(requestPath, segment, i)) return absolute;
+    if (i < requestPath.length) depth++;
+    segment = i + 1;
+  }
+  return depth === 0 ? './' : '../'.repeat(depth);
+}
+
+/** `path[from, to)` is `.` or `..`, a dot written `%2e` or `%2E` too. */
+function isDotSegment(path: string, from: number, to: number): boolean {
+  let dots = 0;
+  for (let i = from; i < to; dots++) {
+    if (path.charCodeAt(i) === 46) i++;
+    else if (path.charCodeAt(i) === 37 && path.charCodeAt(i + 1) === 50 && (path.charCodeAt(i + 2) | 0x20) === 101) i += 3;
+    else return false;
+  }
+  return dots === 1 || dots === 2;
+}
+
+/**
+ * `ref` as the upstream at `base` means it, written for a client that resolves it
+ * against the guard: same origin, `root` (referenceRoot: the tool's root) and
+ * the resolved path; an origin of its own (`//host/x`, `\\host/x`), the absolute
+ * URL, or with `otherOrigin` 'root' the tool's root (where a client must not
+ * leave the guard). An empty or absolute reference is returned as it is.
+ */
+export function rebaseReference(ref: string, base: string, root: string, otherOrigin: 'absolute' | 'root' = 'absolute'): string {
   // URL parsers drop leading and trailing C0 controls and spaces, and tabs and newlines anywhere.
   let start = 0;
   let end = ref.length;
@@ -42,8 +82,8 @@ export function rebaseReference(ref: string, base: string, prefix: string): stri
   } catch {
     return ref;
   }
-  if (url.origin !== new URL(base).origin) return url.href;
-  return `${prefix}${url.pathname}${url.search}${url.hash}`;
+  if (url.origin !== new URL(base).origin) return otherOrigin === 'root' ? root : url.href;
+  return `${root}${url.pathname.slice(1)}${url.search}${url.hash}`;
 }
 
 function hasHighByte(text: string): boolean {
@@ -56,14 +96,14 @@ function hasHighByte(text: string): boolean {
  * `name` lower-case, one of location, content-location, link, refresh. A value
  * that does not parse as its header's syntax is returned as it is.
  */
-export function rebaseHeader(name: string, value: string, base: string, prefix: string): string {
-  if (name === 'link') return rebaseLink(value, base, prefix);
-  if (name === 'refresh') return rebaseRefresh(value, base, prefix);
-  return rebaseReference(value, base, prefix);
+export function rebaseHeader(name: string, value: string, base: string, root: string): string {
+  if (name === 'link') return rebaseLink(value, base, root);
+  if (name === 'refresh') return rebaseRefresh(value, base, root);
+  return rebaseReference(value, base, root);
 }
 
 /** Link (RFC 8288): `<target>` then parameters (quoted strings may hold `<`, `>` and commas), comma-separated. */
-function rebaseLink(value: string, base: string, prefix: string): string {
+function rebaseLink(value: string, base: string, root: string): string {
   let out = '';
   let i = 0;
   const n = value.length;
@@ -76,7 +116,7 @@ function rebaseLink(value: string, base: string, prefix: string): string {
     if (value[i] !== '<') return value;
     const close = value.indexOf('>', i + 1);
     if (close === -1) return value;
-    out += `<${rebaseReference(value.slice(i + 1, close), base, prefix)}>`;
+    out += `<${rebaseReference(value.slice(i + 1, close), base, root)}>`;
     i = close + 1;
     let quoted = false;
     for (j = i; j < n; j++) {
@@ -97,7 +137,7 @@ function rebaseLink(value: string, base: string, prefix: string): string {
 }
 
 /** Refresh: `N; url=reference` (or `N, url=...`; the reference may be quoted and runs to the end). */
-function rebaseRefresh(value: string, base: string, prefix: string): string {
+function rebaseRefresh(value: string, base: string, root: string): string {
   let sep = -1;
   for (let i = 0; i < value.length; i++) {
     if (value[i] === ';' || value[i] === ',') {
@@ -116,5 +156,5 @@ function rebaseRefresh(value: string, base: string, prefix: string): string {
     quote = first;
     ref = ref.slice(1, -1);
   }
-  return `${head}${quote}${rebaseReference(ref, base, prefix)}${quote}`;
+  return `${head}${quote}${rebaseReference(ref, base, root)}${quote}`;
 }

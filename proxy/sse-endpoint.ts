@@ -1,25 +1,34 @@
 // The older MCP transport (HTTP+SSE, protocol 2024-11-05) opens with an event
 //   event: endpoint
 //   data: /messages?sessionId=…
-// whose data is an absolute path the client resolves against the stream's URL:
-// through the guard that lands outside /proxy/{key}/{host}/, so every POST is 404.
-// This rewrites that one event's data to the same path under the agent's proxy
-// prefix. It looks only at the start of an event stream: until its first
+// whose data is a reference the client resolves against the stream's URL:
+// through the guard an absolute path lands outside /proxy/{key}/{host}/, so
+// every POST is 404, and a relative one may climb into another tool's prefix
+// (`../api.github.com/x`), which the guard would call with that tool's
+// credential. This rewrites that one event's data as the upstream means it,
+// under the tool's root, as a Location is (response-urls.ts; a reference to
+// another origin becomes the tool's root: the client must not leave the
+// guard). It looks only at the start of an event stream: until its first
 // complete event, or 4 KiB; every other byte passes untouched.
 import { redactCapture } from './exchange.js';
+import { rebaseReference } from './response-urls.js';
 
 const MAX_SCAN_BYTES = 4096;
 const EVENT_END = /\r\n\r\n|\n\n|\r\r/;
 
 export class SseEndpointRewriter {
-  readonly #prefix: string;
+  /** The upstream URL of the stream, which the upstream's reference is relative to. */
+  readonly #base: string;
+  /** The tool's root as the client is to write it (referenceRoot). */
+  readonly #root: string;
   /** An injected credential's spellings, kept out of the endpoint's URL as out of a Location (redactCapture). */
   readonly #secrets: readonly Buffer[];
   #held = '';
   #done = false;
 
-  constructor(prefix: string, secrets: readonly Buffer[] = []) {
-    this.#prefix = prefix;
+  constructor(base: string, root: string, secrets: readonly Buffer[] = []) {
+    this.#base = base;
+    this.#root = root;
     this.#secrets = secrets;
   }
 
@@ -40,7 +49,7 @@ export class SseEndpointRewriter {
     const event = text.slice(0, boundary.index);
     if (/(?:^|[\r\n])event: ?endpoint(?:[\r\n]|$)/.test(event)) {
       // An endpoint built from the request's URL would hand the agent a query credential.
-      const rewritten = redactCapture(Buffer.from(rewriteEndpoint(event, this.#prefix), 'latin1'), this.#secrets, false).toString('latin1');
+      const rewritten = redactCapture(Buffer.from(rewriteEndpoint(event, this.#base, this.#root), 'latin1'), this.#secrets, false).toString('latin1');
       return this.#finish(rewritten + text.slice(boundary.index, end) + text.slice(end));
     }
     // A first event of another kind (a comment, a message): the stream is not the old transport's opening.
@@ -61,20 +70,10 @@ export class SseEndpointRewriter {
 
 const EMPTY = Buffer.alloc(0);
 
-/** The event with its `data:` line's absolute path put under `prefix`; other lines as they were. */
-export function rewriteEndpoint(event: string, prefix: string): string {
-  return event.replace(/(^|[\r\n])data: ?(\/(?!\/)[^\r\n]*)/, (_m, start: string, path: string) => `${start}data: ${prefix}${withoutDotSegments(path)}`);
-}
-
-/**
- * The path as the client will resolve it (WHATWG URL: dot segments, raw or
- * escaped, '\\' read as '/', tabs and newlines dropped), resolved against the
- * upstream's root first: under the prefix, `/../evil.example/m` or
- * `/..\\evil.example/m` would make the client post to /proxy/{key}/evil.example/m,
- * another tool. A fragment is the client's own and is kept.
- */
-function withoutDotSegments(path: string): string {
-  const url = new URL(path, 'http://upstream.invalid');
-  if (url.origin !== 'http://upstream.invalid') return '/'; // another origin spelled as a path: nothing of it is kept
-  return `${url.pathname}${url.search}${url.hash}`;
+/** The event with its `data:` line's reference rebased (rebaseReference); other lines as they were. */
+export function rewriteEndpoint(event: string, base: string, root: string): string {
+  return event.replace(/(^|[\r\n])data: ?([^\r\n]*)/, (whole, start: string, ref: string) => {
+    const rebased = rebaseReference(ref, base, root, 'root');
+    return rebased === ref ? whole : `${start}data: ${rebased}`;
+  });
 }

@@ -149,7 +149,7 @@ export class UpstreamResponse {
           // Relative references resolved as the upstream means them, under the tool's prefix (response-urls.ts).
           const target = this.#ex.target!;
           const value = rawHeaders[i + 1]!.toString('latin1');
-          const rebased = rebaseHeader(lower, value, `https://${target.authority}${target.path}`, this.#ex.proxyPrefix());
+          const rebased = rebaseHeader(lower, value, `https://${target.authority}${target.path}`, this.#ex.referenceRoot());
           if (rebased !== value) rawHeaders[i + 1] = Buffer.from(rebased, 'latin1'); // what it rebased is ASCII (a URL's serialisation); the rest as it came
           headBytes += rawHeaders[i + 1]!.length - before; // the head's size decides how its first piece is corked
         }
@@ -169,7 +169,8 @@ export class UpstreamResponse {
     // Not a compressed one: its bytes are not events (no boundary to rewrite at,
     // and the opening comment line would corrupt the compressed stream).
     if (eventStream && !this.#ex.responseEncoded && !this.#headOnly && status !== 204 && status !== 304 && this.#length < 0 && !this.#ex.aborted) {
-      this.#endpoint = new SseEndpointRewriter(this.#ex.proxyPrefix(), this.#ex.credential?.spellings);
+      const target = this.#ex.target!;
+      this.#endpoint = new SseEndpointRewriter(`https://${target.authority}${target.path}`, this.#ex.referenceRoot(), this.#ex.credential?.spellings);
       // An event stream's head goes out now, not with its first event (which may
       // be seconds away). uWS sends a head only together with body bytes, so it
       // goes with an SSE comment line (":"), which every event-stream parser
@@ -202,9 +203,12 @@ export class UpstreamResponse {
     }
     // The client's response ends first: aborting upstream reports an error
     // (onError), which must find the end queued, not cut it.
-    if (this.#eventStream || this.#headOnly) {
+    if ((this.#eventStream && this.#length < 0) || this.#headOnly) {
       this.#queueLast(this.#sendEnd); // a complete (chunked) response: an event-stream client reconnects
     } else if (!this.#headWritten && this.#gathered.length === 0) {
+      // The agent gets the proxy's answer, not the upstream's head: no output of it is recorded.
+      ex.hashing = false;
+      ex.capture = null;
       answerEnded(ex, why, 'allowed');
     } else {
       // Any other body (a Content-Length one, or chunked JSON still coming)

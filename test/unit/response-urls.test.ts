@@ -1,10 +1,12 @@
 // Relative references in an upstream's answer, rebased under the tool's prefix
 // (proxy/response-urls.ts): what the upstream means, where the client will go.
 import t from 'tap';
-import { rebaseHeader, rebaseReference } from '../../proxy/response-urls.js';
+import { rebaseHeader, rebaseReference, referenceRoot } from '../../proxy/response-urls.js';
 
 const BASE = 'https://tools.example.com/api/v1/items';
 const PREFIX = '/proxy/agk_KEY/tools.example.com';
+/** The tool's root written absolute (referenceRoot's fallback): the output shows the prefix. */
+const ROOT = `${PREFIX}/`;
 
 t.test('a relative reference is resolved against the upstream URL and put under the prefix; an absolute one is left alone', async (t) => {
   for (const [ref, out] of <Array<[string, string]>>[
@@ -20,19 +22,19 @@ t.test('a relative reference is resolved against the upstream URL and put under 
     ['\\\\elsewhere.example/x', 'https://elsewhere.example/x'],
     ['mailto:a@example.com', 'mailto:a@example.com'],
   ]) {
-    t.equal(rebaseReference(ref, BASE, PREFIX), out, ref);
+    t.equal(rebaseReference(ref, BASE, ROOT), out, ref);
     // Where a client at the guard's URL then goes.
     const guardUrl = new URL(`http://guard.example${PREFIX}/api/v1/items`);
-    const lands = new URL(rebaseReference(ref, BASE, PREFIX), guardUrl);
+    const lands = new URL(rebaseReference(ref, BASE, ROOT), guardUrl);
     if (lands.origin === guardUrl.origin) t.ok(lands.pathname.startsWith(`${PREFIX}/`), `${ref}: stays under the tool's prefix (${lands.pathname})`);
   }
 });
 
 t.test('Link rebases each target; Refresh its url', async (t) => {
-  t.equal(rebaseHeader('link', '<../p2>; rel="next", <https://x.example/>; rel="help"', BASE, PREFIX), `<${PREFIX}/api/p2>; rel="next", <https://x.example/>; rel="help"`);
-  t.equal(rebaseHeader('refresh', '5; url=../x', BASE, PREFIX), `5; url=${PREFIX}/api/x`);
-  t.equal(rebaseHeader('refresh', '5;URL="/y"', BASE, PREFIX), `5;URL="${PREFIX}/y"`);
-  t.equal(rebaseHeader('refresh', '5', BASE, PREFIX), '5', 'no url: as it was');
+  t.equal(rebaseHeader('link', '<../p2>; rel="next", <https://x.example/>; rel="help"', BASE, ROOT), `<${PREFIX}/api/p2>; rel="next", <https://x.example/>; rel="help"`);
+  t.equal(rebaseHeader('refresh', '5; url=../x', BASE, ROOT), `5; url=${PREFIX}/api/x`);
+  t.equal(rebaseHeader('refresh', '5;URL="/y"', BASE, ROOT), `5;URL="${PREFIX}/y"`);
+  t.equal(rebaseHeader('refresh', '5', BASE, ROOT), '5', 'no url: as it was');
 });
 
 t.test('linear in the header: values an upstream may send up to 64 KiB take no time (no backtracking)', async (t) => {
@@ -46,22 +48,54 @@ t.test('linear in the header: values an upstream may send up to 64 KiB take no t
     ['location', `${'\t'.repeat(long)}x`],
   ]) {
     const started = performance.now();
-    rebaseHeader(name, value, BASE, PREFIX);
+    rebaseHeader(name, value, BASE, ROOT);
     const ms = performance.now() - started;
     t.ok(ms < 50, `${name}: ${value.slice(0, 12)}… (${value.length} chars) in ${ms.toFixed(1)} ms`);
   }
 });
 
 t.test('edge cases are left as they came: an empty reference, a quoted Link parameter, a Refresh with no url', async (t) => {
-  t.equal(rebaseReference('', BASE, PREFIX), '', 'empty');
-  t.equal(rebaseReference('   ', BASE, PREFIX), '   ', 'blank');
-  t.equal(rebaseHeader('link', '<p2>; title="x <y>, z"; rel="next"', BASE, PREFIX), `<${PREFIX}/api/v1/p2>; title="x <y>, z"; rel="next"`, 'a quoted parameter holds < > and , untouched');
-  t.equal(rebaseHeader('link', 'not a link', BASE, PREFIX), 'not a link');
-  t.equal(rebaseHeader('refresh', '5; urn=x', BASE, PREFIX), '5; urn=x');
-  t.equal(rebaseHeader('refresh', '5; url="/x', BASE, PREFIX), `5; url=${PREFIX}/api/v1/%22/x`, 'an unclosed quote is part of the reference, as a browser reads it');
+  t.equal(rebaseReference('', BASE, ROOT), '', 'empty');
+  t.equal(rebaseReference('   ', BASE, ROOT), '   ', 'blank');
+  t.equal(rebaseHeader('link', '<p2>; title="x <y>, z"; rel="next"', BASE, ROOT), `<${PREFIX}/api/v1/p2>; title="x <y>, z"; rel="next"`, 'a quoted parameter holds < > and , untouched');
+  t.equal(rebaseHeader('link', 'not a link', BASE, ROOT), 'not a link');
+  t.equal(rebaseHeader('refresh', '5; urn=x', BASE, ROOT), '5; urn=x');
+  t.equal(rebaseHeader('refresh', '5; url="/x', BASE, ROOT), `5; url=${PREFIX}/api/v1/%22/x`, 'an unclosed quote is part of the reference, as a browser reads it');
 });
 
 t.test('a UTF-8 reference (its bytes read as Latin-1 from the header) is resolved as the client decodes it', async (t) => {
   const latin1 = Buffer.from('Café/ü?q=ß', 'utf8').toString('latin1');
-  t.equal(rebaseReference(latin1, BASE, PREFIX), `${PREFIX}/api/v1/Caf%C3%A9/%C3%BC?q=%C3%9F`);
+  t.equal(rebaseReference(latin1, BASE, ROOT), `${PREFIX}/api/v1/Caf%C3%A9/%C3%BC?q=%C3%9F`);
+});
+
+t.test('referenceRoot: as many ../ as the request path has directories below the prefix; the absolute root where it cannot count them', async (t) => {
+  for (const [path, root] of <Array<[string, string]>>[
+    [`${PREFIX}/`, './'],
+    [`${PREFIX}/items`, './'],
+    [`${PREFIX}/api/v1/items`, '../../'],
+    [`${PREFIX}/api/v1/`, '../../'],
+    [`${PREFIX}//x`, '../'], // an empty segment is a directory to a URL parser too
+    [`${PREFIX}/a%2Eb/c`, '../'], // a dot inside a segment is no dot segment
+    [PREFIX, ROOT], // no '/' after the prefix
+    [`${PREFIX}/a/../b`, ROOT],
+    [`${PREFIX}/a/%2e%2E/b`, ROOT],
+    [`${PREFIX}/a/.`, ROOT],
+    [`${PREFIX}/a\\b/c`, ROOT],
+    ['/proxy/agk_OTHER/tools.example.com/x', ROOT],
+  ]) {
+    t.equal(referenceRoot(path, PREFIX), root, path);
+  }
+});
+
+t.test('a reference written from the request\'s directory lands where the absolute one does, without the key', async (t) => {
+  for (const path of [`${PREFIX}/api/v1/items`, `${PREFIX}/x`, `${PREFIX}/`, `${PREFIX}//deep/er/`]) {
+    const guardUrl = new URL(`http://guard.example${path}`);
+    const root = referenceRoot(path, PREFIX);
+    for (const ref of ['../../../api.github.com/user/repos', '/login?next=%2Fx', 'next?page=2', '?page=2', '#top', '/', '/a:b', '//elsewhere.example/x', '/..\\evil.example/m']) {
+      const relative = rebaseReference(ref, BASE, root);
+      const absolute = rebaseReference(ref, BASE, ROOT);
+      if (new URL(absolute, guardUrl).origin === guardUrl.origin) t.notMatch(relative, /agk_/, `${path} ${ref}: ${relative}`);
+      t.equal(new URL(relative, guardUrl).href, new URL(absolute, guardUrl).href, `${path} ${ref}: the same URL`);
+    }
+  }
 });
