@@ -12,7 +12,6 @@ import type { CompiledPolicy, CompiledRule, McpCall, PolicyDecision } from '../s
 import type { Agent, Approval, AuditDecision, AuditRecord } from '../shared/types.js';
 import type { InjectedCredential } from './caches.js';
 import type { RequestBody } from './request-body.js';
-import { referenceRoot } from './response-urls.js';
 import type { ParsedTarget } from '../shared/target.js';
 
 const EMPTY_SHA256 = oneShotHash('sha256', '', 'hex');
@@ -402,9 +401,9 @@ export class ProxyExchange {
     return `${this.url.slice(0, this.proxyKeyEnd)}/${target.slice(0, end)}`;
   }
 
-  /** What a reference the agent's client resolves against this call's URL writes for the tool's root (response-urls.ts: `../`, not the key). */
+  /** The tool's root at the guard, `/proxy/{key}/{authority}/`: what a rebased reference is written under (response-urls.ts). */
   referenceRoot(): string {
-    return referenceRoot(this.url, this.proxyPrefix());
+    return `${this.proxyPrefix()}/`;
   }
 
   /** Mcp-Session-Id of the request, else of the response (stream-response.ts); recorded in the audit. */

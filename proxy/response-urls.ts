@@ -6,11 +6,14 @@
 // (hostile, or with an open redirect) would pick calls made to another. A
 // relative reference is resolved against the upstream URL it came from, as the
 // upstream means it, and put back under the tool's prefix; an absolute one is
-// left as it is. It is written relative to the request's own URL where that
-// URL allows (`../next`, `./login`), so that the agent's key, which the
-// absolute form `/proxy/{key}/...` repeats, is not in links agent frameworks log
-// (referenceRoot). Every scan here is linear in the header (up to 64 KiB from
-// any upstream): no regular expression with quantifiers that can match the same text.
+// left as it is. It is written as an absolute path, `/proxy/{key}/{authority}/...`,
+// the key and all: a form relative to the call's URL (`../next`) would keep
+// the key out of logged links, but clients resolve against different bases
+// (the URL first opened, before a redirect: the MCP SDKs' endpoint) and some
+// drop empty segments of the base (Python's urljoin), and either way a
+// relative form climbs into another tool's prefix. Every scan here is linear
+// in the header (up to 64 KiB from any upstream): no regular expression with
+// quantifiers that can match the same text.
 import { isUtf8 } from 'node:buffer';
 
 /** A URI with a scheme (RFC 3986 §3.1): absolute, not resolved against anything of ours. */
@@ -19,45 +22,9 @@ const HAS_SCHEME = /^[a-z][a-z0-9+.-]*:/i;
 const REFRESH_URL_KEY = /^[ \t]*url[ \t]*=[ \t]*/i;
 
 /**
- * What stands for the tool's root (`https://{authority}/`) in a reference the
- * agent's client resolves against the request's URL, `requestPath` (under the
- * tool's `prefix`, `/proxy/{key}/{authority}`): `./` or as many `../` as the
- * path has directories below the prefix, so no key. The absolute
- * `{prefix}/` where the path cannot be counted so (no `/` after the prefix; a
- * dot segment, raw or escaped, or a backslash, which a client that sent them
- * may resolve otherwise).
- */
-export function referenceRoot(requestPath: string, prefix: string): string {
-  const absolute = `${prefix}/`;
-  if (!requestPath.startsWith(absolute)) return absolute;
-  let depth = 0;
-  let segment = prefix.length + 1;
-  for (let i = segment; i <= requestPath.length; i++) {
-    const c = i === requestPath.length ? 47 : requestPath.charCodeAt(i);
-    if (c === 92) return absolute; // '\\': '/' to a WHATWG parser
-    if (c !== 47) continue;
-    if (isDotSegment(requestPath, segment, i)) return absolute;
-    if (i < requestPath.length) depth++;
-    segment = i + 1;
-  }
-  return depth === 0 ? './' : '../'.repeat(depth);
-}
-
-/** `path[from, to)` is `.` or `..`, a dot written `%2e` or `%2E` too. */
-function isDotSegment(path: string, from: number, to: number): boolean {
-  let dots = 0;
-  for (let i = from; i < to; dots++) {
-    if (path.charCodeAt(i) === 46) i++;
-    else if (path.charCodeAt(i) === 37 && path.charCodeAt(i + 1) === 50 && (path.charCodeAt(i + 2) | 0x20) === 101) i += 3;
-    else return false;
-  }
-  return dots === 1 || dots === 2;
-}
-
-/**
  * `ref` as the upstream at `base` means it, written for a client that resolves it
- * against the guard: same origin, `root` (referenceRoot: the tool's root) and
- * the resolved path; an origin of its own (`//host/x`, `\\host/x`), the absolute
+ * against the guard: same origin, `root` (`/proxy/{key}/{authority}/`, the
+ * tool's root) and the resolved path; an origin of its own (`//host/x`, `\\host/x`), the absolute
  * URL, or with `otherOrigin` 'root' the tool's root (where a client must not
  * leave the guard). An empty or absolute reference is returned as it is.
  */
