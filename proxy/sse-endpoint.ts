@@ -150,6 +150,8 @@ export class SseEndpointRewriter {
     const line = this.#line + rest;
     this.#line = '';
     if (line.length === 0) return this.#dispatch() + eol; // the blank line: the event is complete
+    // A comment between events (a server's keep-alive) goes at once: holding it would starve a client's idle timer.
+    if (this.#lines.length === 0 && line.charCodeAt(first && line.startsWith(BOM) ? BOM.length : 0) === 58) return line + eol;
     if (first && line.startsWith(BOM)) this.#bomFirst = true;
     this.#lines.push(line + eol);
     this.#heldBytes += line.length + eol.length;

@@ -134,6 +134,13 @@ t.test('an event too long to hold passes as it comes; if it is an endpoint event
   t.same(clientEvents(out).map(([type]) => type), ['message', 'message'], 'the long event reaches the client as a message; the next event is untouched');
 });
 
+t.test('a comment between events (a keep-alive) goes at once; lines of an event wait for its blank line', async (t: Test) => {
+  const r = new SseEndpointRewriter(BASE, ROOT);
+  t.equal(r.feed(Buffer.from(': ping\n')).toString(), ': ping\n', 'a keep-alive comment without a blank line');
+  t.equal(r.feed(Buffer.from('data: x\n')).toString(), '', 'an event\'s line: held');
+  t.equal(r.feed(Buffer.from('\n: ping\r\n')).toString(), 'data: x\n\n: ping\r\n', 'with its blank line; the next comment at once');
+});
+
 t.test('an injected credential in the endpoint event (built from the request URL) is redacted, as in a Location', async (t: Test) => {
   const r = new SseEndpointRewriter(BASE, ROOT, [Buffer.from('sk_live_123'), Buffer.from('sk%5Flive%5F123')]);
   const out = r.feed(Buffer.from('event: endpoint\ndata: /messages?sessionId=1&api_key=sk_live_123\n\ndata: sk_live_123 in a later event\n\n', 'latin1')).toString('latin1');
