@@ -28,7 +28,7 @@
 // calls all reach one proxy of P gets 1/P of it there: docs/api.md "Rate
 // limits" says so, and why (a split that follows the load needs a store round
 // trip per grant, or admits more than the quota while views are stale).
-import { matchesAnyCall, type CompiledLimit, type McpCall } from '../shared/policy/index.js';
+import { countMatchingCalls, type CompiledLimit, type McpCall } from '../shared/policy/index.js';
 import type { RateCountRow } from '../shared/stores/metadata-driver.js';
 
 /** Sub-windows per window: a refusal comes at most W/SLOTS early. */
@@ -101,6 +101,8 @@ export class RateLimiter {
 
   /** Scratch for one decision (decisions are synchronous). */
   readonly #matched: CompiledLimit[] = [];
+  /** How many calls each matched limit counts (an MCP batch: its matching requests). */
+  readonly #weights: number[] = [];
   readonly #counters: number[] = [];
   /** The instant of the last decide: with #counters, what it counted (lastCharge). */
   #decidedAt = 0;
@@ -123,12 +125,17 @@ export class RateLimiter {
    */
   decide(agentId: string, limits: readonly CompiledLimit[], tool: string, action: string, path: string, mcp: readonly (McpCall | null)[] | null = null): RateVerdict | null {
     const matched = this.#matched;
+    const weights = this.#weights;
     const counters = this.#counters;
     matched.length = 0;
+    weights.length = 0;
     counters.length = 0;
     for (let i = 0; i < limits.length; i++) {
-      // An MCP batch is counted once when any of its requests matches.
-      if (matchesAnyCall(limits[i]!, tool, action, path, mcp)) matched.push(limits[i]!);
+      const weight = countMatchingCalls(limits[i]!, tool, action, path, mcp);
+      if (weight > 0) {
+        matched.push(limits[i]!);
+        weights.push(weight);
+      }
     }
     if (matched.length === 0) return null;
 
@@ -138,6 +145,7 @@ export class RateLimiter {
     let refusedCounter = -1;
     for (let i = 0; i < matched.length; i++) {
       const limit = matched[i]!;
+      const weight = weights[i]!;
       const table = this.#table(limit.key, limit.quota, limit.windowMs);
       const counter = this.#counter(table, agentId);
       counters.push(counter);
@@ -154,12 +162,14 @@ export class RateLimiter {
       this.#advance(counter, slot);
       const counted = this.#counted(counter);
       let freeAt = -1;
-      if (counted + 1 > table.quota) freeAt = this.#roomAt(counter, table, slot, counted);
+      // A batch of more matching requests than the quota never fits: refused for the window, the agent must split it.
+      if (weight > table.quota) freeAt = now + table.windowMs;
+      else if (counted + weight > table.quota) freeAt = this.#roomAt(counter, table, slot, counted, weight);
       else if (this.#syncing && !this.#active(now)) freeAt = Math.max(this.#activeAt, now + this.#syncMs);
       else if (this.#nodes > 1) {
         const part = this.#partOf(table.quota);
         const own = this.#ownCounted(counter);
-        if (own + 1 > part) freeAt = part === 0 ? now + table.windowMs : this.#ownRoomAt(counter, table, slot, own, part);
+        if (own + weight > part) freeAt = weight > part ? now + table.windowMs : this.#ownRoomAt(counter, table, slot, own, part, weight);
       }
       if (freeAt >= 0 && (refused === null || freeAt > refusedAt)) {
         refused = limit;
@@ -188,8 +198,8 @@ export class RateLimiter {
       const table = this.#tableOf[counter]!;
       const slot = Math.floor(now / table.slotMs);
       const at = counter * RING + (slot % RING);
-      this.#own[at] = this.#own[at]! + 1;
-      if (this.#syncing) this.#addPending(counter, slot, 1);
+      this.#own[at] = this.#own[at]! + weights[i]!;
+      if (this.#syncing) this.#addPending(counter, slot, weights[i]!);
       const remaining = this.#remaining(counter, limit.quota, now);
       // Until every call counted now has left the window: the whole quota is back.
       const reset = Math.max(1, Math.ceil(((slot + RING) * table.slotMs - now) / 1000));
@@ -200,12 +210,13 @@ export class RateLimiter {
     return { refused: null, retryAfter: 0, policyHeader, stateHeader };
   }
 
-  /** What the last decide counted, when it admitted the call: counter, slot, slot length, ... for `refund`. */
+  /** What the last decide counted, when it admitted the call: counter, slot, slot length, calls, ... for `refund`. */
   lastCharge(): number[] {
     const charge: number[] = [];
-    for (const counter of this.#counters) {
+    for (let i = 0; i < this.#counters.length; i++) {
+      const counter = this.#counters[i]!;
       const slotMs = this.#tableOf[counter]!.slotMs;
-      charge.push(counter, Math.floor(this.#decidedAt / slotMs), slotMs);
+      charge.push(counter, Math.floor(this.#decidedAt / slotMs), slotMs, this.#weights[i]!);
     }
     return charge;
   }
@@ -218,16 +229,17 @@ export class RateLimiter {
    * window.
    */
   refund(charge: readonly number[]): void {
-    for (let i = 0; i < charge.length; i += 3) {
+    for (let i = 0; i < charge.length; i += 4) {
       const counter = charge[i]!;
       const slot = charge[i + 1]!;
+      const calls = charge[i + 3]!;
       if (this.#tableOf[counter]?.slotMs !== charge[i + 2] || this.#newest[counter]! - slot >= RING) continue; // reused, or past its ring
       const at = counter * RING + (slot % RING);
-      if (this.#own[at]! > 0) this.#own[at] = this.#own[at]! - 1;
+      this.#own[at] = Math.max(0, this.#own[at]! - calls);
       const pending = this.#pending.get(counter);
       const count = pending?.get(slot) ?? 0;
-      if (count > 1) pending!.set(slot, count - 1);
-      else if (count === 1) pending!.delete(slot);
+      if (count > calls) pending!.set(slot, count - calls);
+      else if (count > 0) pending!.delete(slot);
     }
   }
 
@@ -457,14 +469,14 @@ export class RateLimiter {
   }
 
   /** When, dropping the oldest slots, one more call fits: the epoch ms the last needed slot leaves. */
-  #roomAt(counter: number, table: LimitTable, slot: number, counted: number): number {
+  #roomAt(counter: number, table: LimitTable, slot: number, counted: number, calls: number): number {
     const base = counter * RING;
     let left = counted;
     for (let oldest = slot - SLOTS; oldest <= slot; oldest++) {
       const at = base + (oldest % RING);
       left -= this.#own[at]! + (this.#remote?.[at] ?? 0);
       // A call in slot `oldest` stops counting once slot oldest + RING begins.
-      if (left + 1 <= table.quota) return (oldest + RING) * table.slotMs;
+      if (left + calls <= table.quota) return (oldest + RING) * table.slotMs;
     }
     return (slot + RING) * table.slotMs;
   }
@@ -475,12 +487,12 @@ export class RateLimiter {
   }
 
   /** As #roomAt, for this proxy's own calls against its part. */
-  #ownRoomAt(counter: number, table: LimitTable, slot: number, own: number, part: number): number {
+  #ownRoomAt(counter: number, table: LimitTable, slot: number, own: number, part: number, calls: number): number {
     const base = counter * RING;
     let left = own;
     for (let oldest = slot - SLOTS; oldest <= slot; oldest++) {
       left -= this.#own[base + (oldest % RING)]!;
-      if (left + 1 <= part) return (oldest + RING) * table.slotMs;
+      if (left + calls <= part) return (oldest + RING) * table.slotMs;
     }
     return (slot + RING) * table.slotMs;
   }

@@ -98,6 +98,19 @@ export function matchesAnyCall(m: CallMatcher, tool: string, action: string, pat
   return false;
 }
 
+/**
+ * How many calls a limit counts in a call whose body holds `calls`: 1 when it
+ * matches (0 when not); one that names MCP fields, each request of an MCP
+ * batch it matches, so that a batch of 1,000 `tools/call send_email` is 1,000
+ * calls to a limit on `send_email`, not one.
+ */
+export function countMatchingCalls(m: CallMatcher, tool: string, action: string, path: string, calls: readonly (McpCall | null)[] | null): number {
+  if (!m.mcp || calls === null || calls.length === 0) return matchesCall(m, tool, action, path, null) ? 1 : 0;
+  let count = 0;
+  for (let i = 0; i < calls.length; i++) if (matchesCall(m, tool, action, path, calls[i]!)) count++;
+  return count;
+}
+
 /** The policy's limits that count a call (tool, action and path as for evaluatePolicy), in document order. */
 export function matchingLimits(policy: CompiledPolicy | null, tool: string, action: string, path: string, mcp: McpCall | null = null): CompiledLimit[] {
   if (policy === null) return [];

@@ -90,15 +90,39 @@ t.test('a call taken back (refund of lastCharge) frees its place in every limit 
   t.equal(limiter.decide('a', limits, 'h', 'GET', '/')!.refused, null);
   t.equal(limiter.decide('a', limits, 'h', 'GET', '/')!.refused, null);
   const charge = limiter.lastCharge();
-  t.equal(charge.length, 6, 'the second call, counted in two limits');
+  t.equal(charge.length, 8, 'the second call, counted in two limits');
   t.not(limiter.decide('a', limits, 'h', 'GET', '/')!.refused, null, 'the minute is full');
   limiter.refund(charge);
   clock.now += 1000;
   const again = limiter.decide('a', limits, 'h', 'GET', '/')!;
   t.equal(again.refused, null, 'room again after the refund');
   t.match(again.stateHeader, /"h";r=1/, 'the hour counts two calls, not three');
-  limiter.refund([charge[0]! + 999, 0, 1]); // a counter never used: ignored
+  limiter.refund([charge[0]! + 999, 0, 1, 1]); // a counter never used: ignored
   t.pass('a charge naming no live counter is ignored');
+});
+
+t.test('a limit on an MCP tool counts each request of a batch that names it; a batch over the quota never passes', async (t) => {
+  const clock = { now: 1_700_000_000_000 };
+  const limiter = limiterAt(clock);
+  const limits = limitsOf('  - name: mail\n    tool: "*"\n    mcp_tool: send_email\n    rate: 5/minute\n  - name: posts\n    tool: "*"\n    rate: 100/minute\n');
+  const call = (tool: string) => ({ method: 'tools/call', tool });
+  const batch = (n: number) => [...Array.from({ length: n }, () => call('send_email')), call('list_inbox')];
+  const first = limiter.decide('a', limits, 'h', 'POST', '/mcp', batch(3))!;
+  t.equal(first.refused, null, 'three of five');
+  t.match(first.stateHeader, /"mail";r=2/, 'two left: the batch counted three');
+  t.match(first.stateHeader, /"posts";r=99/, 'a limit without MCP fields counts the HTTP call once');
+  t.equal(limiter.decide('a', limits, 'h', 'POST', '/mcp', batch(3))!.refused?.name, 'mail', 'three more do not fit in two');
+  t.equal(limiter.decide('a', limits, 'h', 'POST', '/mcp', batch(2))!.refused, null, 'two do');
+  const charge = limiter.lastCharge();
+  limiter.refund(charge);
+  t.equal(limiter.decide('a', limits, 'h', 'POST', '/mcp', batch(2))!.refused, null, 'a refund gives back all two');
+  clock.now += 120_000;
+  const tooBig = limiter.decide('a', limits, 'h', 'POST', '/mcp', batch(1000))!;
+  t.equal(tooBig.refused?.name, 'mail', 'a batch of 1,000 against 5 a minute: refused at rest too');
+  t.equal(tooBig.retryAfter, 60, 'for the window');
+  const noTool = limiter.decide('a', limits, 'h', 'POST', '/mcp', [call('list_inbox')])!;
+  t.equal(noTool.refused, null);
+  t.notMatch(noTool.stateHeader, /"mail"/, 'a batch without the tool is not counted by the mail limit');
 });
 
 t.test('idle counters are swept; a table full of live counters refuses new ones', async (t) => {
