@@ -90,6 +90,8 @@ export class ProxyExchange {
   contentEncoding: string | null = null;
   contentType: string | null = null;
   contentTypeRepeated = false;
+  /** A method-override header (X-HTTP-Method-Override and its kin) named this one: the call is refused (parse-target.ts). */
+  methodOverride: string | null = null;
   mcpMethodHeader: string | null = null;
   mcpNameHeader: string | null = null;
   /** An MCP-aware policy read the body: its JSON-RPC requests (null elements are not requests), for the limits. */
@@ -210,6 +212,8 @@ export class ProxyExchange {
         this.mcpMethodHeader = this.mcpMethodHeader === null ? value : `${this.mcpMethodHeader}, ${value}`;
       } else if (name === 'mcp-name') {
         this.mcpNameHeader = this.mcpNameHeader === null ? value : `${this.mcpNameHeader}, ${value}`;
+      } else if (name === 'x-http-method-override' || name === 'x-http-method' || name === 'x-method-override') {
+        this.methodOverride = name;
       }
       this.headers.push(name, value);
     } else if (name === 'x-agent-reasoning') {

@@ -89,6 +89,22 @@ t.test("an upstream's relative Location, Content-Location, Link and Refresh stay
   t.equal(upstream.seen.at(-1)?.url, `/${other.authority}/echo/x?q=1`, 'the redirect went to the same tool, as the upstream meant');
 });
 
+t.test('a method-override header is refused: the policy decides on the method sent, an upstream that honours one would run another', async (t) => {
+  const agent = await createAgent(base, owner, 'override');
+  await setPolicy(agent.id, 'version: "1"\ndefault: allow\nrules:\n  - name: no-deletes\n    tool: "*"\n    action: DELETE\n    decision: deny\n');
+  const before = upstream.seen.length;
+  for (const name of ['X-HTTP-Method-Override', 'X-HTTP-Method', 'X-Method-Override']) {
+    const res = await proxied(agent.api_key, `${upstream.authority}/echo/repo`, { method: 'POST', body: '{}', headers: { [name]: 'DELETE' } });
+    t.equal(res.status, 400, name);
+    t.match(await res.json(), { error: 'invalid_request', message: new RegExp(`does not forward ${name.toLowerCase()}`) });
+  }
+  t.equal(upstream.seen.length, before, 'none reached the tool');
+  const plain = await proxied(agent.api_key, `${upstream.authority}/echo/repo`, { method: 'POST', body: '{}' });
+  t.equal(plain.status, 200, 'the POST itself is allowed');
+  const rows = await auditFor(owner, agent.id, 4);
+  t.equal(rows.filter((r) => r.status_code === 400 && r.decision === 'denied').length, 3, 'each refusal audited as denied');
+});
+
 t.test('the seven methods are forwarded; others are 405', async (t) => {
   const agent = await createAgent(base, owner, 'methods');
   for (const method of ['GET', 'POST', 'PUT', 'PATCH', 'DELETE', 'OPTIONS']) {
