@@ -158,8 +158,10 @@ export class RateLimiter {
         }
         continue;
       }
-      const slot = Math.floor(now / table.slotMs);
-      this.#advance(counter, slot);
+      this.#advance(counter, Math.floor(now / table.slotMs));
+      // The counter's newest slot, if the clock went back: a call counted in an
+      // older slot would leave the window early (past the ring, into a newer slot's cell).
+      const slot = this.#newest[counter]!;
       const counted = this.#counted(counter);
       let freeAt = -1;
       // A batch of more matching requests than the quota never fits: refused for the window, the agent must split it.
@@ -196,7 +198,7 @@ export class RateLimiter {
       const limit = matched[i]!;
       const counter = counters[i]!;
       const table = this.#tableOf[counter]!;
-      const slot = Math.floor(now / table.slotMs);
+      const slot = this.#newest[counter]!; // as above: decide advanced it to now's slot at least
       const at = counter * RING + (slot % RING);
       this.#own[at] = this.#own[at]! + weights[i]!;
       if (this.#syncing) this.#addPending(counter, slot, weights[i]!);
@@ -216,7 +218,7 @@ export class RateLimiter {
     for (let i = 0; i < this.#counters.length; i++) {
       const counter = this.#counters[i]!;
       const slotMs = this.#tableOf[counter]!.slotMs;
-      charge.push(counter, Math.floor(this.#decidedAt / slotMs), slotMs, this.#weights[i]!);
+      charge.push(counter, Math.max(Math.floor(this.#decidedAt / slotMs), this.#newest[counter]!), slotMs, this.#weights[i]!);
     }
     return charge;
   }

@@ -125,6 +125,17 @@ t.test('a limit on an MCP tool counts each request of a batch that names it; a b
   t.notMatch(noTool.stateHeader, /"mail"/, 'a batch without the tool is not counted by the mail limit');
 });
 
+t.test('a clock that goes back more than a window: calls counted meanwhile stay in the window, not in an older slot that leaves it early', async (t) => {
+  const clock = { now: 1_700_000_040_000 };
+  const limiter = limiterAt(clock);
+  const limits = limitsOf('  - name: m\n    tool: "*"\n    rate: 2/minute\n');
+  t.equal(limiter.decide('a', limits, 'h', 'GET', '/')!.refused, null, 'one of two');
+  clock.now -= 5 * 60_000;
+  t.equal(limiter.decide('a', limits, 'h', 'GET', '/')!.refused, null, 'two of two, the clock five minutes back');
+  clock.now += 5 * 60_000 + 20_000;
+  t.not(limiter.decide('a', limits, 'h', 'GET', '/')!.refused, null, 'back at the first call\'s time + 20 s: both still count');
+});
+
 t.test('idle counters are swept; a table full of live counters refuses new ones', async (t) => {
   const clock = { now: 5_000_000 };
   const limiter = limiterAt(clock, 1000);
