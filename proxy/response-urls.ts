@@ -16,8 +16,10 @@
 // quantifiers that can match the same text.
 import { isUtf8 } from 'node:buffer';
 
-/** A URI with a scheme (RFC 3986 §3.1): absolute, not resolved against anything of ours. */
-const HAS_SCHEME = /^[a-z][a-z0-9+.-]*:/i;
+/** A URI's scheme (RFC 3986 §3.1) and its colon. */
+const SCHEME = /^[a-z][a-z0-9+.-]*:/i;
+/** WHATWG URL's special schemes: `https:../x` (no `//` after it) is relative to a base of the same scheme. */
+const SPECIAL_SCHEMES: ReadonlySet<string> = new Set(['http:', 'https:', 'ws:', 'wss:', 'ftp:', 'file:']);
 /** Refresh's `url=` after the delay's separator. */
 const REFRESH_URL_KEY = /^[ \t]*url[ \t]*=[ \t]*/i;
 
@@ -37,7 +39,12 @@ export function rebaseReference(ref: string, base: string, root: string, otherOr
   if (start === end) return ref;
   let text = ref.slice(start, end);
   if (text.includes('\t') || text.includes('\n') || text.includes('\r')) text = text.replace(/[\t\n\r]/g, '');
-  if (HAS_SCHEME.test(text)) return ref;
+  const scheme = SCHEME.exec(text);
+  // Absolute: a scheme of its own, or a special one with an authority (`//`, or
+  // `\\` as a URL parser reads it). A special scheme without one (`https:../x`,
+  // `http:/proxy/...`) is relative to a client whose URL has that scheme: it
+  // is resolved as the upstream means it, below, like any relative reference.
+  if (scheme !== null && (!SPECIAL_SCHEMES.has(scheme[0].toLowerCase()) || isSlash(text, scheme[0].length) && isSlash(text, scheme[0].length + 1))) return ref;
   // A header's bytes come as Latin-1: UTF-8 ones are read as the client reads them.
   if (hasHighByte(text)) {
     const bytes = Buffer.from(text, 'latin1');
@@ -51,6 +58,12 @@ export function rebaseReference(ref: string, base: string, root: string, otherOr
   }
   if (url.origin !== new URL(base).origin) return otherOrigin === 'root' ? root : url.href;
   return `${root}${url.pathname.slice(1)}${url.search}${url.hash}`;
+}
+
+/** `text[i]` is `/` or `\\` (the same to a URL parser after a special scheme). */
+function isSlash(text: string, i: number): boolean {
+  const c = text.charCodeAt(i);
+  return c === 47 || c === 92;
 }
 
 function hasHighByte(text: string): boolean {

@@ -12,12 +12,12 @@
 // An upstream picks where and how the event comes, and MCP clients take every
 // `endpoint` event, not only the first, so the whole stream is read as an
 // event-stream parser reads it (WHATWG HTML §9.2.6): lines ending in CRLF, LF
-// or CR, a BOM at the start, the event's type its last `event` field, its data
-// every `data` line joined. Each event is held until its blank line (a client
-// acts on none before it), up to MAX_EVENT_BYTES; a longer one passes as it
-// comes, minus any `event: endpoint` line, so that it cannot become an
-// endpoint the guard did not rewrite. Comments and other events pass as they
-// came, byte for byte.
+// or CR, the event's type its last `event` field, its data every `data` line
+// joined. Each event is held until its blank line (a client acts on none
+// before it), up to MAX_EVENT_BYTES; a longer one passes as it comes, any
+// `event: endpoint` line of it made a comment (`:`, its line end kept), so
+// that it cannot become an endpoint the guard did not rewrite. Comments
+// between events and every other event pass as they came, byte for byte.
 import { redactCapture } from './exchange.js';
 import { rebaseReference } from './response-urls.js';
 
@@ -25,8 +25,6 @@ import { rebaseReference } from './response-urls.js';
 export const MAX_EVENT_BYTES = 64 * 1024;
 /** While an event passes unheld, this much of each line is kept: enough to read `event: endpoint`. */
 const LINE_HEAD = 32;
-/** A UTF-8 byte order mark read as Latin-1: a client drops it before the first field. */
-const BOM = '\u00ef\u00bb\u00bf';
 const EMPTY = Buffer.alloc(0);
 
 export class SseEndpointRewriter {
@@ -43,14 +41,10 @@ export class SseEndpointRewriter {
   #line = '';
   /** The current event outgrew MAX_EVENT_BYTES: its lines pass as they come. */
   #passing = false;
-  /** Passing: the current line is past LINE_HEAD and flows as it comes. */
+  /** Passing: the current line is past LINE_HEAD (so no `event: endpoint`) and flows as it comes. */
   #flowing = false;
-  /** The line before ended in CR and went nowhere (a dropped `event: endpoint`): an LF first in the next chunk goes nowhere too. */
-  #dropped = false;
   /** The last chunk ended in CR: an LF first in the next one ends the same line. */
   #afterCr = false;
-  /** No line has ended yet: the first may start with a BOM. */
-  #first = true;
 
   constructor(base: string, root: string, secrets: readonly Buffer[] = []) {
     this.#base = base;
@@ -60,6 +54,7 @@ export class SseEndpointRewriter {
 
   /** The bytes to send now for this chunk (maybe none yet: an event is held until it is complete). */
   feed(chunk: Buffer): Buffer {
+    if (chunk.length === 0) return EMPTY;
     const text = chunk.toString('latin1');
     let out = '';
     let start = 0;
@@ -70,13 +65,12 @@ export class SseEndpointRewriter {
         if (this.#lines.length > 0) {
           this.#lines[this.#lines.length - 1] += '\n';
           this.#heldBytes++;
-        } else if (!this.#dropped) {
+        } else {
           out += '\n';
         }
         start = 1;
       }
     }
-    this.#dropped = false;
     for (let i = start; i < text.length; i++) {
       const c = text.charCodeAt(i);
       if (c !== 10 && c !== 13) continue;
@@ -93,41 +87,54 @@ export class SseEndpointRewriter {
     return out.length === 0 ? EMPTY : Buffer.from(out, 'latin1');
   }
 
-  /** The stream ended: whatever is held goes out (an event without its blank line is never dispatched). */
+  /**
+   * The stream ended: whatever is held goes out. An event without its blank
+   * line is never dispatched by a conformant client; for one that dispatches
+   * it anyway, an endpoint event is rewritten, or its type line made a comment.
+   */
   flush(): Buffer {
-    const held = this.#lines.join('') + this.#line;
+    let out: string;
+    if (this.#passing) {
+      out = this.#flowing || !isEndpointType(this.#line) ? this.#line : ':';
+    } else {
+      if (this.#line.length > 0) this.#lines.push(this.#line);
+      out = this.#dispatch();
+    }
     this.#lines = [];
     this.#line = '';
     this.#heldBytes = 0;
-    return held.length === 0 ? EMPTY : Buffer.from(held, 'latin1');
+    return out.length === 0 ? EMPTY : Buffer.from(out, 'latin1');
   }
 
   /** Part of a line whose end has not come yet: what to send now. */
   #more(part: string): string {
     if (this.#passing) {
       if (this.#flowing) return part;
-      if (this.#line.length + part.length <= LINE_HEAD) {
-        this.#line += part; // it may still read `event: endpoint`
-        return '';
-      }
-      this.#flowing = true;
-      const out = this.#line + part;
-      this.#line = '';
-      return out;
+      return this.#checkHead(part);
     }
     this.#line += part;
     if (this.#heldBytes + this.#line.length <= MAX_EVENT_BYTES) return '';
-    // The event outgrew the hold: what was held goes now, the rest as it comes.
-    const out = this.#release() + this.#line;
+    // The event outgrew the hold: what was held goes now; the line so far is
+    // checked as a passing line's head is (it may be `event: endpoint`).
+    const line = this.#line;
     this.#line = '';
+    return this.#release() + this.#checkHead(line);
+  }
+
+  /** Passing, a line's beginning: held while it may still read `event: endpoint` (LINE_HEAD), else it and the rest flow. */
+  #checkHead(part: string): string {
+    if (this.#line.length + part.length <= LINE_HEAD) {
+      this.#line += part;
+      return '';
+    }
     this.#flowing = true;
+    const out = this.#line + part;
+    this.#line = '';
     return out;
   }
 
   /** A line ended (`eol` its CR, LF or CRLF; `rest` its last part): what to send now. */
   #endLine(rest: string, eol: string): string {
-    const first = this.#first;
-    this.#first = false;
     if (this.#passing) {
       if (this.#flowing) {
         this.#flowing = false;
@@ -139,20 +146,15 @@ export class SseEndpointRewriter {
         this.#passing = false; // the blank line: the event ends
         return eol;
       }
-      const field = parseField(line, first);
-      if (field !== null && field.name === 'event' && field.value === 'endpoint') {
-        // An endpoint event too long to hold: its type line goes nowhere, so no client takes it for one.
-        this.#dropped = eol === '\r';
-        return '';
-      }
-      return line + eol;
+      // An endpoint event too long to hold: its type line becomes a comment (its
+      // end kept, so client and guard end lines alike), and no client takes it for one.
+      return (isEndpointType(line) ? ':' : line) + eol;
     }
     const line = this.#line + rest;
     this.#line = '';
     if (line.length === 0) return this.#dispatch() + eol; // the blank line: the event is complete
     // A comment between events (a server's keep-alive) goes at once: holding it would starve a client's idle timer.
-    if (this.#lines.length === 0 && line.charCodeAt(first && line.startsWith(BOM) ? BOM.length : 0) === 58) return line + eol;
-    if (first && line.startsWith(BOM)) this.#bomFirst = true;
+    if (this.#lines.length === 0 && line.charCodeAt(0) === 58) return line + eol;
     this.#lines.push(line + eol);
     this.#heldBytes += line.length + eol.length;
     if (this.#heldBytes <= MAX_EVENT_BYTES) return '';
@@ -160,21 +162,18 @@ export class SseEndpointRewriter {
   }
 
   /**
-   * The held lines of an event that outgrew the hold, to pass on: without any
-   * `event: endpoint` line, as later lines of it will be, since its data can no
-   * longer be rewritten.
+   * The held lines of an event that outgrew the hold, to pass on: any
+   * `event: endpoint` line made a comment, as later lines of it will be, since
+   * its data can no longer be rewritten.
    */
   #release(): string {
     let out = '';
-    for (let i = 0; i < this.#lines.length; i++) {
-      const line = this.#lines[i]!;
-      const field = parseField(stripEol(line), i === 0 && this.#bomFirst);
-      if (field !== null && field.name === 'event' && field.value === 'endpoint') continue;
-      out += line;
+    for (const line of this.#lines) {
+      const content = stripEol(line);
+      out += isEndpointType(content) ? `:${line.slice(content.length)}` : line;
     }
     this.#lines = [];
     this.#heldBytes = 0;
-    this.#bomFirst = false;
     this.#passing = true;
     return out;
   }
@@ -189,7 +188,7 @@ export class SseEndpointRewriter {
     let data: string[] | null = null;
     let firstData = -1;
     for (let i = 0; i < lines.length; i++) {
-      const field = parseField(stripEol(lines[i]!), i === 0 && this.#bomFirst);
+      const field = parseField(stripEol(lines[i]!));
       if (field === null) continue;
       if (field.name === 'event') type = field.value;
       else if (field.name === 'data') {
@@ -197,7 +196,6 @@ export class SseEndpointRewriter {
         if (firstData === -1) firstData = i;
       }
     }
-    this.#bomFirst = false;
     const event = lines.join('');
     if (type !== 'endpoint' || data === null) return event;
     // The client joins data lines with LF, and its URL parser drops LF and tabs.
@@ -209,7 +207,7 @@ export class SseEndpointRewriter {
     for (let i = 0; i < lines.length; i++) {
       const line = lines[i]!;
       const content = stripEol(line);
-      const field = parseField(content, false);
+      const field = parseField(content);
       if (field !== null && field.name === 'data') {
         if (i === firstData) rewritten += `data: ${rebased}${line.slice(content.length)}`;
         continue;
@@ -218,9 +216,12 @@ export class SseEndpointRewriter {
     }
     return redactCapture(Buffer.from(rewritten, 'latin1'), this.#secrets, false).toString('latin1');
   }
+}
 
-  /** The first held line is the stream's first, and starts with a BOM that a client drops. */
-  #bomFirst = false;
+/** A line (without its end) that sets the event's type to `endpoint`. */
+function isEndpointType(line: string): boolean {
+  const field = parseField(line);
+  return field !== null && field.name === 'event' && field.value === 'endpoint';
 }
 
 /** The line without its end. */
@@ -230,9 +231,12 @@ function stripEol(line: string): string {
   return line.slice(0, end);
 }
 
-/** A line's field as a client reads it: null for a comment. */
-function parseField(line: string, first: boolean): { name: string; value: string } | null {
-  if (first && line.startsWith(BOM)) line = line.slice(BOM.length);
+/**
+ * A line's field as a client reads it: null for a comment. No BOM is looked
+ * for: the guard sends its own comment line first (stream-response.ts), so an
+ * upstream's BOM is no stream's start to the client, but part of a field name.
+ */
+function parseField(line: string): { name: string; value: string } | null {
   if (line.length === 0 || line.charCodeAt(0) === 58) return null;
   const colon = line.indexOf(':');
   if (colon === -1) return { name: line, value: '' };

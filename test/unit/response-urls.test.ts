@@ -21,6 +21,11 @@ t.test('a relative reference is resolved against the upstream URL and put under 
     ['//elsewhere.example/x', 'https://elsewhere.example/x'],
     ['\\\\elsewhere.example/x', 'https://elsewhere.example/x'],
     ['mailto:a@example.com', 'mailto:a@example.com'],
+    // A special scheme without '//' is relative to a URL of that scheme (WHATWG): resolved as the upstream means it.
+    ['https:../../../api.github.com/user/repos', `${PREFIX}/api.github.com/user/repos`],
+    ['https:/api.github.com/user', `${PREFIX}/api.github.com/user`],
+    ['http:/proxy/agk_KEY/api.github.com/x', 'http://proxy/agk_KEY/api.github.com/x'], // another scheme than the upstream's: an authority
+    ['https:\\\\elsewhere.example/x', 'https:\\\\elsewhere.example/x'],
   ]) {
     t.equal(rebaseReference(ref, BASE, ROOT), out, ref);
     // Where a client at the guard's URL then goes.

@@ -22,12 +22,16 @@ const everySplit = (t: Test, stream: string, want: string, what: string) => {
   }
 };
 
-/** The events a WHATWG event-stream parser dispatches from `stream` (HTML §9.2.6), as [type, data]. */
+/**
+ * The events a WHATWG event-stream parser dispatches from `stream` (HTML
+ * §9.2.6), as [type, data], after the guard's own opening comment line (so a
+ * BOM of the upstream's is no stream start).
+ */
 function clientEvents(stream: string): Array<[string, string]> {
   const events: Array<[string, string]> = [];
   let type = '';
   let data: string[] = [];
-  const text = stream.startsWith('\u00ef\u00bb\u00bf') ? stream.slice(3) : stream;
+  const text = `:\n${stream}`;
   for (const line of text.split(/\r\n|\r|\n/)) {
     if (line === '') {
       if (data.length > 0) events.push([type || 'message', data.join('\n')]);
@@ -67,7 +71,6 @@ t.test('every other event, comment and field passes byte for byte', async (t: Te
     ': comment\n\nretry: 10\n\nid: 7\n\n',
     `data: ${'x'.repeat(5000)}\n\n`,
     'partial without an end',
-    'event: endpoint\ndata: /x', // never dispatched: no blank line
     'héllo wörld in latin1 bytes \u00ff\n\n',
     '\n\n\r\n\r\r',
   ]) {
@@ -82,7 +85,12 @@ t.test('an endpoint event anywhere in the stream is rewritten, not only the firs
     'retry: 1\n\nevent: endpoint\ndata: //api.github.com/user\n\n',
     'event: endpoint\ndata: /ok\n\nevent: endpoint\ndata: ../../api.github.com/user\n\n',
     `data: ${'x'.repeat(5000)}\n\nevent: endpoint\ndata: /../api.github.com/user\n\n`,
-    '\u00ef\u00bb\u00bfevent: endpoint\ndata: ../../api.github.com/user\n\n', // a BOM, which clients drop
+    // A BOM, after the guard's opening line part of a field name: this first line is no data to a client.
+    '\u00ef\u00bb\u00bfdata: http://x\ndata: ../../api.github.com/x\nevent: endpoint\n\n',
+    // The same scheme as the client's URL, without '//': relative to it.
+    'event: endpoint\ndata: http:../../api.github.com/x\n\n',
+    'event: endpoint\ndata: http:/proxy/agk_KEY/api.github.com/x\n\n',
+    'event: endpoint\ndata: https:../../api.github.com/x\n\n',
     // Several data lines, which a client joins with LF (and its URL parser drops):
     'event: endpoint\ndata:\ndata: ../../api.github.com/user\n\n',
     'event: endpoint\ndata: x\ndata: /../../api.github.com/user\n\n',
@@ -130,8 +138,26 @@ t.test('an event too long to hold passes as it comes; if it is an endpoint event
     t.same(endpointsOf(out).filter((url) => !url.pathname.startsWith(ROOT)), [], `${what}: no endpoint the guard did not rewrite`);
     t.equal(run([...stream].reduce<string[]>((pieces, c, i) => (i % 4096 === 0 ? [...pieces, c] : [...pieces.slice(0, -1), pieces.at(-1)! + c]), [])), out, `${what}: the same in 4 KiB chunks`);
   }
+  // A lone CR ends a line before the type line: made a comment, not dropped, its end kept (a dropped one joined CR and LF into one end).
+  const pad = 'a'.repeat(70_000);
+  for (const chunks of [
+    [`data: ../../api.github.com/x\npad: ${pad}\nx: a\revent: endpoint\n\nevent: endpoint\n\n`],
+    // The hold outgrown in the middle of the type line, which ends in the next chunk.
+    [`data: ../../api.github.com/x\npad: ${'a'.repeat(MAX_EVENT_BYTES - 40)}\nevent: endpoint`, '\n\n'],
+    [`data: ../../api.github.com/x\npad: ${'a'.repeat(MAX_EVENT_BYTES - 40)}\nevent: end`, 'point\n\n'],
+    // An empty chunk between a CR and its LF.
+    ['event: endpoint\ndata: ../../api.github.com/x\r', '', '\nevent: endpoint\n\n'],
+  ]) {
+    const out = run(chunks);
+    t.same(endpointsOf(out).filter((url) => !url.pathname.startsWith(ROOT)).map((url) => url.pathname), [], `${JSON.stringify(chunks.map((c) => c.slice(-30)))}: no endpoint the guard did not rewrite`);
+  }
   const out = run([`data: ${long}\nevent: endpoint\n\ndata: next\n\n`]);
   t.same(clientEvents(out).map(([type]) => type), ['message', 'message'], 'the long event reaches the client as a message; the next event is untouched');
+});
+
+t.test('at the stream\'s end, an endpoint event without its blank line (never dispatched by a conformant client) is rewritten all the same', async (t: Test) => {
+  t.equal(run(['event: endpoint\ndata: ../../api.github.com/x']), `event: endpoint\ndata: ${PREFIX}/api.github.com/x`);
+  t.equal(run(['event: endpoint\ndata: ../../api.github.com/x\n']), `event: endpoint\ndata: ${PREFIX}/api.github.com/x\n`);
 });
 
 t.test('a comment between events (a keep-alive) goes at once; lines of an event wait for its blank line', async (t: Test) => {
