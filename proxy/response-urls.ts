@@ -41,10 +41,17 @@ export function rebaseReference(ref: string, base: string, root: string, otherOr
   if (text.includes('\t') || text.includes('\n') || text.includes('\r')) text = text.replace(/[\t\n\r]/g, '');
   const scheme = SCHEME.exec(text);
   // Absolute: a scheme of its own, or a special one with an authority (`//`, or
-  // `\\` as a URL parser reads it). A special scheme without one (`https:../x`,
-  // `http:/proxy/...`) is relative to a client whose URL has that scheme: it
-  // is resolved as the upstream means it, below, like any relative reference.
-  if (scheme !== null && (!SPECIAL_SCHEMES.has(scheme[0].toLowerCase()) || isSlash(text, scheme[0].length) && isSlash(text, scheme[0].length + 1))) return ref;
+  // `\\` as a WHATWG parser reads it, which Python's urljoin does not: such a
+  // one is written as WHATWG reads it, below). A special scheme without one
+  // (`https:../x`, `http:/proxy/...`) is relative to a client whose URL has
+  // that scheme: it is resolved as the upstream means it, like any relative
+  // reference. Where the client must not leave the guard ('root'), nothing is
+  // passed as it came.
+  let absolute = false;
+  if (scheme !== null && (!SPECIAL_SCHEMES.has(scheme[0].toLowerCase()) || isSlash(text, scheme[0].length) && isSlash(text, scheme[0].length + 1))) {
+    if (otherOrigin === 'absolute' && !text.includes('\\')) return ref;
+    absolute = true;
+  }
   // A header's bytes come as Latin-1: UTF-8 ones are read as the client reads them.
   if (hasHighByte(text)) {
     const bytes = Buffer.from(text, 'latin1');
@@ -54,8 +61,11 @@ export function rebaseReference(ref: string, base: string, root: string, otherOr
   try {
     url = new URL(text, base);
   } catch {
-    return ref;
+    // Not a URL to a WHATWG parser against the upstream's URL; another base (the
+    // guard's, of another scheme) or another parser may read it as relative.
+    return root;
   }
+  if (absolute && otherOrigin === 'absolute') return url.href;
   if (url.origin !== new URL(base).origin) return otherOrigin === 'root' ? root : url.href;
   return `${root}${url.pathname.slice(1)}${url.search}${url.hash}`;
 }

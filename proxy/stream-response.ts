@@ -168,7 +168,10 @@ export class UpstreamResponse {
     this.#eventStream = eventStream;
     // Not a compressed one: its bytes are not events (no boundary to rewrite at,
     // and the opening comment line would corrupt the compressed stream).
-    if (eventStream && !this.#ex.responseEncoded && !this.#headOnly && status !== 204 && status !== 304 && this.#length < 0 && !this.#ex.aborted) {
+    if (eventStream && !this.#ex.responseEncoded && !this.#headOnly && status !== 204 && status !== 304 && !this.#ex.aborted) {
+      // One with a Content-Length is read by clients as events all the same: it
+      // is watched too, and goes chunked (its endpoint event may change length).
+      this.#length = -1;
       const target = this.#ex.target!;
       this.#endpoint = new SseEndpointRewriter(`https://${target.authority}${target.path}`, this.#ex.referenceRoot(), this.#ex.credential?.spellings);
       // An event stream's head goes out now, not with its first event (which may

@@ -15,6 +15,7 @@ import { measureOutputHash } from './output-hash.js';
 import { measureParseTarget } from './parse-target.js';
 import { measureRateLimiter } from './rate-limiter.js';
 import { measureSeal } from './seal.js';
+import { measureSseEndpoint } from './sse-endpoint.js';
 import { resultTable, type MicroCases, type Result } from './measure.js';
 
 /** Every hot function's file, in the order a call meets them. */
@@ -27,6 +28,7 @@ const FILES: readonly (readonly [string, MicroCases])[] = [
   ['rate-limiter.ts', measureRateLimiter],
   ['classify-address.ts', measureClassifyAddress],
   ['output-hash.ts', measureOutputHash],
+  ['sse-endpoint.ts', measureSseEndpoint],
   ['audit-encoding.ts', measureAuditEncoding],
   ['seal.ts', measureSeal],
   ['audit-journal.ts', measureAuditJournal],

@@ -36,7 +36,7 @@ const routes: Record<string, Route> = {
   '/no-answer': (req, res) => {
     req.socket.on('close', () => res.destroy());
   },
-  // An event stream with a Content-Length (a buffered answer to a POST) that has not all come: it cannot end complete.
+  // An event stream with a Content-Length (a buffered answer to a POST) that has not all come: the guard sends it chunked, so it can end complete.
   '/sse-with-length': (req, res) => {
     res.writeHead(200, { 'content-type': 'text/event-stream', 'content-length': '1000' });
     res.write('data: a\n\n');
@@ -135,7 +135,7 @@ t.test('all-in-one: deleting an agent ends each of its calls in flight, audited;
   const started = performance.now();
   t.equal((await api(service.url, owner, 'DELETE', `/agents/${doomed.id}`)).status, 204);
   t.equal(await within(stream.rest), 'complete', 'the event stream ends as a complete response (its client reconnects, and its key is refused)');
-  t.equal(await within(withLength.rest), 'cut', 'an event stream with a Content-Length not yet met is cut: it cannot end complete');
+  t.equal(await within(withLength.rest), 'complete', 'an event stream with a Content-Length goes chunked (its endpoint events are watched): it ends complete too');
   t.equal(await within(jsonRead), 'cut', 'a chunked body still coming is cut, not ended as if complete');
   const answered = await waiting;
   t.equal(answered.status, 401, 'a call waiting for its upstream is answered 401');

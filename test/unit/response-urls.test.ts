@@ -25,7 +25,12 @@ t.test('a relative reference is resolved against the upstream URL and put under 
     ['https:../../../api.github.com/user/repos', `${PREFIX}/api.github.com/user/repos`],
     ['https:/api.github.com/user', `${PREFIX}/api.github.com/user`],
     ['http:/proxy/agk_KEY/api.github.com/x', 'http://proxy/agk_KEY/api.github.com/x'], // another scheme than the upstream's: an authority
-    ['https:\\\\elsewhere.example/x', 'https:\\\\elsewhere.example/x'],
+    // Backslashes after a special scheme: an authority to WHATWG, a path to Python's urljoin: written as WHATWG reads it.
+    ['https:\\\\elsewhere.example/x', 'https://elsewhere.example/x'],
+    ['https:\\\\x/../../../api.github.com/y', 'https://x/api.github.com/y'],
+    // Not a URL against the upstream's (an authority with a space): another base or parser might read a path; the tool's root.
+    ['http:x y/../../../api.github.com/user', `${PREFIX}/`],
+    ['http:[/../../api.github.com/user', `${PREFIX}/`],
   ]) {
     t.equal(rebaseReference(ref, BASE, ROOT), out, ref);
     // Where a client at the guard's URL then goes.

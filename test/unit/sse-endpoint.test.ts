@@ -65,7 +65,6 @@ t.test('the endpoint event, whole or split anywhere, gets the prefix; other byte
 t.test('every other event, comment and field passes byte for byte', async (t: Test) => {
   for (const stream of [
     'data: /not-an-endpoint\n\n',
-    'event: endpoint\ndata: https://elsewhere.example/messages\n\n', // an absolute URL (a client refuses another origin itself)
     'event: endpoint\nevent: message\ndata: /x\n\n', // the last event field is the type
     'event: endpoints\ndata: /x\n\n',
     ': comment\n\nretry: 10\n\nid: 7\n\n',
@@ -115,6 +114,11 @@ t.test('dot segments and other origins in the endpoint are resolved before the p
     ['/.\t./evil.example/m', '/evil.example/m'],
     ['/\\evil.example/m', '/'], // another origin to a client (//evil.example/m): nothing of it kept
     ['//evil.example/m', '/'],
+    ['https://elsewhere.example/messages', '/'], // an absolute URL of another origin: the client stays at the guard
+    ['https://api.example.com:8443/messages?s=1', '/messages?s=1'], // of the upstream's own: through the guard
+    ['https:\\\\x/../../../api.github.com/y', '/'], // an authority to WHATWG, a path to urljoin: neither kept
+    ['http:x y/../../../api.github.com/user', '/'], // no URL against the upstream's; relative against an http guard's
+    ['mailto:a@example.com', '/'],
     // Relative to the stream's URL (/mcp/sse upstream), as the client resolves it:
     ['messages?s=1', '/mcp/messages?s=1'],
     ['../../evil.example/m', '/evil.example/m'],
@@ -171,6 +175,17 @@ t.test('an injected credential in the endpoint event (built from the request URL
   const r = new SseEndpointRewriter(BASE, ROOT, [Buffer.from('sk_live_123'), Buffer.from('sk%5Flive%5F123')]);
   const out = r.feed(Buffer.from('event: endpoint\ndata: /messages?sessionId=1&api_key=sk_live_123\n\ndata: sk_live_123 in a later event\n\n', 'latin1')).toString('latin1');
   t.equal(out, `event: endpoint\ndata: ${PREFIX}/messages?sessionId=1&api_key=[REDACTED]\n\ndata: sk_live_123 in a later event\n\n`, 'the endpoint event only: later events pass untouched');
+});
+
+t.test('a chunk of whole events without an endpoint type line goes on as it is (no copy); one with it does not', async (t: Test) => {
+  const r = new SseEndpointRewriter(BASE, ROOT);
+  const plain = Buffer.from('event: message\ndata: {"jsonrpc":"2.0","id":1}\n\n');
+  t.equal(r.feed(plain), plain, 'the same Buffer');
+  const endpoint = Buffer.from('event: message\ndata: 1\n\nevent:endpoint\ndata: ../../api.github.com/x\n\n');
+  t.equal(r.feed(endpoint).toString(), `event: message\ndata: 1\n\nevent:endpoint\ndata: ${PREFIX}/api.github.com/x\n\n`);
+  t.equal(r.feed(Buffer.from('data: 2\n')).length, 0, 'half an event: held');
+  const rest = Buffer.from('\ndata: 3\n\n');
+  t.equal(r.feed(rest).toString(), 'data: 2\n\ndata: 3\n\n', 'what was held comes first');
 });
 
 t.test('linear in the stream: a megabyte of lines takes no time', async (t: Test) => {
