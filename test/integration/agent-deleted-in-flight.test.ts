@@ -12,7 +12,7 @@ import t from 'tap';
 import { api, createAgent, eventually, signup, startTestService } from '../support/service.js';
 import { spawnService } from '../support/spawn-service.js';
 import { startSplitDeployment } from '../support/split-mode.js';
-import { startUpstream, type Route } from '../support/upstream.js';
+import { startUpstream, unfinishedJson, type Route } from '../support/upstream.js';
 
 const sse = (res: ServerResponse) => res.writeHead(200, { 'content-type': 'text/event-stream', 'cache-control': 'no-cache' }).flushHeaders();
 const routes: Record<string, Route> = {
@@ -23,15 +23,7 @@ const routes: Record<string, Route> = {
     req.socket.on('close', () => res.destroy());
   },
   // A chunked JSON body that never ends.
-  '/unfinished-json': (req, res) => {
-    res.writeHead(200, { 'content-type': 'application/json' });
-    res.write('{"items":[');
-    const more = setInterval(() => res.write('1,'), 100);
-    req.socket.on('close', () => {
-      clearInterval(more);
-      res.destroy();
-    });
-  },
+  '/unfinished-json': unfinishedJson,
   // Takes the request and never answers.
   '/no-answer': (req, res) => {
     req.socket.on('close', () => res.destroy());

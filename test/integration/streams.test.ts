@@ -12,7 +12,7 @@ import { eventually } from '../support/eventually.js';
 import { api, createAgent, login, signup, TLS_DIR } from '../support/service.js';
 import { spawnService } from '../support/spawn-service.js';
 import { splitModeEnv } from '../support/split-mode.js';
-import { startUpstream, type Route } from '../support/upstream.js';
+import { startUpstream, unfinishedJson, type Route } from '../support/upstream.js';
 
 // Node sends a head only with the first body bytes unless flushed: an SSE server flushes it.
 const sse = (res: ServerResponse) => res.writeHead(200, { 'content-type': 'text/event-stream', 'cache-control': 'no-cache' }).flushHeaders();
@@ -23,15 +23,7 @@ const routes: Record<string, Route> = {
     setTimeout(() => res.end('data: late\n\n'), 1500);
   },
   // A chunked JSON body still being written (an export): at shutdown it must look cut, not complete.
-  '/unfinished-json': (req, res) => {
-    res.writeHead(200, { 'content-type': 'application/json' });
-    res.write('{"items":[');
-    const more = setInterval(() => res.write('1,'), 100);
-    req.socket.on('close', () => {
-      clearInterval(more);
-      res.destroy();
-    });
-  },
+  '/unfinished-json': unfinishedJson,
   // A compressed event stream (compression middleware that flushes each event): one event now, the end in 1.5 s.
   '/gzip-events': (_req, res) => {
     res.writeHead(200, { 'content-type': 'text/event-stream', 'content-encoding': 'gzip' });

@@ -62,6 +62,17 @@ function writeInPieces(res: ServerResponse, bytes: Buffer, then: () => void, siz
 
 const UNEVEN_PIECES = [700, 23_000, 5_000, 65_536, 1_200, 17_000, 9_000, 40_000, 16_380, 3];
 
+/** A chunked JSON body that never ends (an export still being written): a proxy that ends it early must cut it, not end it complete. */
+export const unfinishedJson: Route = (req, res) => {
+  res.writeHead(200, { 'content-type': 'application/json' });
+  res.write('{"items":[');
+  const more = setInterval(() => res.write('1,'), 100);
+  req.socket.on('close', () => {
+    clearInterval(more);
+    res.destroy();
+  });
+};
+
 export const DEFAULT_ROUTES: Record<string, Route> = {
   '/echo': (req, res, body) => {
     res.setHeader('content-type', 'application/json');
