@@ -30,7 +30,11 @@ export function createLimit(deps: { limiter: RateLimiter; metrics: Metrics | nul
     ex.addAnswerHeader('ratelimit', verdict.stateHeader);
     metrics?.recordRateLimited(refused.name, agentId);
     const burst = refused.burst > 0 ? ` with a burst of ${refused.burst}` : '';
-    return ex.answerError('rate_limited', `Rate limit '${refused.name}' (${refused.rate}${burst}) is used up; retry in ${retryAfter} s.`, {
+    const never = verdict.neverFits;
+    const message = never === null
+      ? `Rate limit '${refused.name}' (${refused.rate}${burst}) is used up; retry in ${retryAfter} s.`
+      : `Rate limit '${refused.name}' (${refused.rate}${burst}) counts ${never.calls} requests of this MCP batch, more than the ${never.most} it lets through${never.most < refused.quota ? ' on this proxy' : ''}; split the batch.`;
+    return ex.answerError('rate_limited', message, {
       limit: refused.name,
       retry_after: retryAfter,
     });

@@ -49,6 +49,8 @@ export interface RateVerdict {
   policyHeader: string;
   /** `RateLimit` of the matched limits (all of them, or the refusing one). */
   stateHeader: string;
+  /** Refused for good: an MCP batch of more requests the limit counts (`calls`) than it lets through at all (`most`: its quota, or this proxy's part of it). Null otherwise. */
+  neverFits: { calls: number; most: number } | null;
 }
 
 /** A limit as the counters know it: its window, its quota, and the agents counted under it. */
@@ -143,6 +145,7 @@ export class RateLimiter {
     let refused: CompiledLimit | null = null;
     let refusedAt = 0;
     let refusedCounter = -1;
+    let neverFits: { calls: number; most: number } | null = null;
     for (let i = 0; i < matched.length; i++) {
       const limit = matched[i]!;
       const weight = weights[i]!;
@@ -164,16 +167,28 @@ export class RateLimiter {
       const slot = this.#newest[counter]!;
       const counted = this.#counted(counter);
       let freeAt = -1;
-      // A batch of more matching requests than the quota never fits: refused for the window, the agent must split it.
-      if (weight > table.quota) freeAt = now + table.windowMs;
+      // A batch of more matching requests than the quota never fits: refused, the agent must split it.
+      let most = -1;
+      if (weight > table.quota) most = table.quota;
       else if (counted + weight > table.quota) freeAt = this.#roomAt(counter, table, slot, counted, weight);
       else if (this.#syncing && !this.#active(now)) freeAt = Math.max(this.#activeAt, now + this.#syncMs);
       else if (this.#nodes > 1) {
         const part = this.#partOf(table.quota);
         const own = this.#ownCounted(counter);
-        if (own + weight > part) freeAt = weight > part ? now + table.windowMs : this.#ownRoomAt(counter, table, slot, own, part, weight);
+        // Part 0 (more proxies than the quota): no call fits here for now, as before batches counted.
+        if (own + weight > part) freeAt = part === 0 ? now + table.windowMs : weight > part ? -1 : this.#ownRoomAt(counter, table, slot, own, part, weight);
+        if (part > 0 && weight > part) most = part;
       }
-      if (freeAt >= 0 && (refused === null || freeAt > refusedAt)) {
+      if (most >= 0) {
+        if (neverFits === null) {
+          neverFits = { calls: weight, most };
+          refused = limit;
+          refusedAt = now + table.windowMs;
+          refusedCounter = counter;
+        }
+        continue;
+      }
+      if (neverFits === null && freeAt >= 0 && (refused === null || freeAt > refusedAt)) {
         refused = limit;
         refusedAt = freeAt;
         refusedCounter = counter;
@@ -188,6 +203,7 @@ export class RateLimiter {
         retryAfter,
         policyHeader: refused.policyHeader,
         stateHeader: `${refused.headerName};r=${remaining};t=${retryAfter}`,
+        neverFits,
       };
     }
 
@@ -209,7 +225,7 @@ export class RateLimiter {
       policyHeader += sep + limit.policyHeader;
       stateHeader += `${sep}${limit.headerName};r=${remaining};t=${reset}`;
     }
-    return { refused: null, retryAfter: 0, policyHeader, stateHeader };
+    return { refused: null, retryAfter: 0, policyHeader, stateHeader, neverFits: null };
   }
 
   /** What the last decide counted, when it admitted the call: counter, slot, slot length, calls, ... for `refund`. */

@@ -119,7 +119,9 @@ t.test('a limit on an MCP tool counts each request of a batch that names it; a b
   clock.now += 120_000;
   const tooBig = limiter.decide('a', limits, 'h', 'POST', '/mcp', batch(1000))!;
   t.equal(tooBig.refused?.name, 'mail', 'a batch of 1,000 against 5 a minute: refused at rest too');
-  t.equal(tooBig.retryAfter, 60, 'for the window');
+  t.same(tooBig.neverFits, { calls: 1000, most: 5 }, 'refused for good: the agent is told to split it');
+  t.equal(limiter.decide('a', limits, 'h', 'POST', '/mcp', batch(5))!.neverFits, null, 'a batch that fits the quota is no such refusal');
+  t.equal(limiter.decide('a', limits, 'h', 'POST', '/mcp', batch(5))!.neverFits, null, 'nor when the window is only used up');
   const noTool = limiter.decide('a', limits, 'h', 'POST', '/mcp', [call('list_inbox')])!;
   t.equal(noTool.refused, null);
   t.notMatch(noTool.stateHeader, /"mail"/, 'a batch without the tool is not counted by the mail limit');
