@@ -405,11 +405,6 @@ export class ProxyExchange {
     return `${this.url.slice(0, this.proxyKeyEnd)}/${target.slice(0, end)}`;
   }
 
-  /** The tool's root at the guard, `/proxy/{key}/{authority}/`: what a rebased reference is written under (response-urls.ts). */
-  referenceRoot(): string {
-    return `${this.proxyPrefix()}/`;
-  }
-
   /** Mcp-Session-Id of the request, else of the response (stream-response.ts); recorded in the audit. */
   mcpSessionId: string | null = null;
 

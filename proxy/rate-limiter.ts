@@ -106,8 +106,6 @@ export class RateLimiter {
   /** How many calls each matched limit counts (an MCP batch: its matching requests). */
   readonly #weights: number[] = [];
   readonly #counters: number[] = [];
-  /** The instant of the last decide: with #counters, what it counted (lastCharge). */
-  #decidedAt = 0;
 
   constructor(options: RateLimiterOptions) {
     this.#maxCounters = options.maxCounters;
@@ -175,9 +173,9 @@ export class RateLimiter {
       else if (this.#nodes > 1) {
         const part = this.#partOf(table.quota);
         const own = this.#ownCounted(counter);
-        // Part 0 (more proxies than the quota): no call fits here for now, as before batches counted.
-        if (own + weight > part) freeAt = part === 0 ? now + table.windowMs : weight > part ? -1 : this.#ownRoomAt(counter, table, slot, own, part, weight);
         if (part > 0 && weight > part) most = part;
+        // Part 0 (more proxies than the quota): no call fits here for now.
+        else if (own + weight > part) freeAt = part === 0 ? now + table.windowMs : this.#ownRoomAt(counter, table, slot, own, part, weight);
       }
       if (most >= 0) {
         if (neverFits === null) {
@@ -209,7 +207,6 @@ export class RateLimiter {
 
     let policyHeader = '';
     let stateHeader = '';
-    this.#decidedAt = now;
     for (let i = 0; i < matched.length; i++) {
       const limit = matched[i]!;
       const counter = counters[i]!;
@@ -234,7 +231,7 @@ export class RateLimiter {
     for (let i = 0; i < this.#counters.length; i++) {
       const counter = this.#counters[i]!;
       const slotMs = this.#tableOf[counter]!.slotMs;
-      charge.push(counter, Math.max(Math.floor(this.#decidedAt / slotMs), this.#newest[counter]!), slotMs, this.#weights[i]!);
+      charge.push(counter, this.#newest[counter]!, slotMs, this.#weights[i]!); // the slot decide counted in
     }
     return charge;
   }

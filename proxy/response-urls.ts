@@ -25,12 +25,12 @@ const REFRESH_URL_KEY = /^[ \t]*url[ \t]*=[ \t]*/i;
 
 /**
  * `ref` as the upstream at `base` means it, written for a client that resolves it
- * against the guard: same origin, `root` (`/proxy/{key}/{authority}/`, the
- * tool's root) and the resolved path; an origin of its own (`//host/x`, `\\host/x`), the absolute
- * URL, or with `otherOrigin` 'root' the tool's root (where a client must not
+ * against the guard: same origin, the tool's prefix and the resolved path; an
+ * origin of its own (`//host/x`, `\\host/x`), the absolute URL, or with
+ * `otherOrigin` 'root' the tool's root, `{prefix}/` (where a client must not
  * leave the guard). An empty or absolute reference is returned as it is.
  */
-export function rebaseReference(ref: string, base: string, root: string, otherOrigin: 'absolute' | 'root' = 'absolute'): string {
+export function rebaseReference(ref: string, base: string, prefix: string, otherOrigin: 'absolute' | 'root' = 'absolute'): string {
   // URL parsers drop leading and trailing C0 controls and spaces, and tabs and newlines anywhere.
   let start = 0;
   let end = ref.length;
@@ -63,11 +63,11 @@ export function rebaseReference(ref: string, base: string, root: string, otherOr
   } catch {
     // Not a URL to a WHATWG parser against the upstream's URL; another base (the
     // guard's, of another scheme) or another parser may read it as relative.
-    return root;
+    return `${prefix}/`;
   }
   if (absolute && otherOrigin === 'absolute') return url.href;
-  if (url.origin !== new URL(base).origin) return otherOrigin === 'root' ? root : url.href;
-  return `${root}${url.pathname.slice(1)}${url.search}${url.hash}`;
+  if (url.origin !== new URL(base).origin) return otherOrigin === 'root' ? `${prefix}/` : url.href;
+  return `${prefix}${url.pathname}${url.search}${url.hash}`;
 }
 
 /** `text[i]` is `/` or `\\` (the same to a URL parser after a special scheme). */
@@ -86,14 +86,14 @@ function hasHighByte(text: string): boolean {
  * `name` lower-case, one of location, content-location, link, refresh. A value
  * that does not parse as its header's syntax is returned as it is.
  */
-export function rebaseHeader(name: string, value: string, base: string, root: string): string {
-  if (name === 'link') return rebaseLink(value, base, root);
-  if (name === 'refresh') return rebaseRefresh(value, base, root);
-  return rebaseReference(value, base, root);
+export function rebaseHeader(name: string, value: string, base: string, prefix: string): string {
+  if (name === 'link') return rebaseLink(value, base, prefix);
+  if (name === 'refresh') return rebaseRefresh(value, base, prefix);
+  return rebaseReference(value, base, prefix);
 }
 
 /** Link (RFC 8288): `<target>` then parameters (quoted strings may hold `<`, `>` and commas), comma-separated. */
-function rebaseLink(value: string, base: string, root: string): string {
+function rebaseLink(value: string, base: string, prefix: string): string {
   let out = '';
   let i = 0;
   const n = value.length;
@@ -106,7 +106,7 @@ function rebaseLink(value: string, base: string, root: string): string {
     if (value[i] !== '<') return value;
     const close = value.indexOf('>', i + 1);
     if (close === -1) return value;
-    out += `<${rebaseReference(value.slice(i + 1, close), base, root)}>`;
+    out += `<${rebaseReference(value.slice(i + 1, close), base, prefix)}>`;
     i = close + 1;
     let quoted = false;
     for (j = i; j < n; j++) {
@@ -127,7 +127,7 @@ function rebaseLink(value: string, base: string, root: string): string {
 }
 
 /** Refresh: `N; url=reference` (or `N, url=...`; the reference may be quoted and runs to the end). */
-function rebaseRefresh(value: string, base: string, root: string): string {
+function rebaseRefresh(value: string, base: string, prefix: string): string {
   let sep = -1;
   for (let i = 0; i < value.length; i++) {
     if (value[i] === ';' || value[i] === ',') {
@@ -146,5 +146,5 @@ function rebaseRefresh(value: string, base: string, root: string): string {
     quote = first;
     ref = ref.slice(1, -1);
   }
-  return `${head}${quote}${rebaseReference(ref, base, root)}${quote}`;
+  return `${head}${quote}${rebaseReference(ref, base, prefix)}${quote}`;
 }

@@ -30,8 +30,8 @@ const EMPTY = Buffer.alloc(0);
 export class SseEndpointRewriter {
   /** The upstream URL of the stream, which the upstream's reference is relative to. */
   readonly #base: string;
-  /** The tool's root at the guard, `/proxy/{key}/{authority}/` (ProxyExchange.referenceRoot). */
-  readonly #root: string;
+  /** The tool's prefix at the guard, `/proxy/{key}/{authority}` (ProxyExchange.proxyPrefix). */
+  readonly #prefix: string;
   /** An injected credential's spellings, kept out of the endpoint's URL as out of a Location (redactCapture). */
   readonly #secrets: readonly Buffer[];
   /** The current event's complete lines, raw (their ends included), while it is held. */
@@ -48,9 +48,9 @@ export class SseEndpointRewriter {
   /** A held line is `event: endpoint`: the held event may be an endpoint one (else it is not parsed at all). */
   #endpointHeld = false;
 
-  constructor(base: string, root: string, secrets: readonly Buffer[] = []) {
+  constructor(base: string, prefix: string, secrets: readonly Buffer[] = []) {
     this.#base = base;
-    this.#root = root;
+    this.#prefix = prefix;
     this.#secrets = secrets;
   }
 
@@ -233,7 +233,7 @@ export class SseEndpointRewriter {
     if (type !== 'endpoint' || data === null) return event;
     // The client joins data lines with LF, and its URL parser drops LF and tabs.
     const ref = data.join('\n');
-    const rebased = rebaseReference(ref, this.#base, this.#root, 'root');
+    const rebased = rebaseReference(ref, this.#base, this.#prefix, 'root');
     // Unchanged (an absolute URL, or nothing to resolve): as it came, its lines as they were.
     if (rebased === ref) return event;
     let rewritten = '';

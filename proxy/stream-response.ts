@@ -149,7 +149,7 @@ export class UpstreamResponse {
           // Relative references resolved as the upstream means them, under the tool's prefix (response-urls.ts).
           const target = this.#ex.target!;
           const value = rawHeaders[i + 1]!.toString('latin1');
-          const rebased = rebaseHeader(lower, value, `https://${target.authority}${target.path}`, this.#ex.referenceRoot());
+          const rebased = rebaseHeader(lower, value, `https://${target.authority}${target.path}`, this.#ex.proxyPrefix());
           if (rebased !== value) rawHeaders[i + 1] = Buffer.from(rebased, 'latin1'); // what it rebased is ASCII (a URL's serialisation); the rest as it came
           headBytes += rawHeaders[i + 1]!.length - before; // the head's size decides how its first piece is corked
         }
@@ -173,7 +173,7 @@ export class UpstreamResponse {
       // is watched too, and goes chunked (its endpoint event may change length).
       this.#length = -1;
       const target = this.#ex.target!;
-      this.#endpoint = new SseEndpointRewriter(`https://${target.authority}${target.path}`, this.#ex.referenceRoot(), this.#ex.credential?.spellings);
+      this.#endpoint = new SseEndpointRewriter(`https://${target.authority}${target.path}`, this.#ex.proxyPrefix(), this.#ex.credential?.spellings);
       // An event stream's head goes out now, not with its first event (which may
       // be seconds away). uWS sends a head only together with body bytes, so it
       // goes with an SSE comment line (":"), which every event-stream parser

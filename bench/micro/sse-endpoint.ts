@@ -7,7 +7,7 @@ import { SseEndpointRewriter } from '../../proxy/sse-endpoint.js';
 import { measure, runWhenMain, type MicroCases } from './measure.js';
 
 export const measureSseEndpoint: MicroCases = () => {
-  const rewriter = new SseEndpointRewriter('https://tools.example.com/mcp/sse', '/proxy/agk_KEY/tools.example.com/');
+  const rewriter = new SseEndpointRewriter('https://tools.example.com/mcp/sse', '/proxy/agk_KEY/tools.example.com');
   const answer = Buffer.from('event: message\ndata: {"jsonrpc":"2.0","id":1,"result":{"content":[{"type":"text","text":"ok"}]}}\n\n');
   const crlf = Buffer.from('event: message\r\ndata: {"jsonrpc":"2.0","id":1,"result":{"content":[{"type":"text","text":"ok"}]}}\r\n\r\n');
   const progress = Buffer.from('event: message\ndata: {"jsonrpc":"2.0","method":"notifications/progress","params":{"progress":1}}\n\n'.repeat(100));

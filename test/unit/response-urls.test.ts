@@ -5,7 +5,7 @@ import { rebaseHeader, rebaseReference } from '../../proxy/response-urls.js';
 
 const BASE = 'https://tools.example.com/api/v1/items';
 const PREFIX = '/proxy/agk_KEY/tools.example.com';
-/** The tool's root at the guard (ProxyExchange.referenceRoot). */
+/** The tool's root at the guard, under which rebased references land. */
 const ROOT = `${PREFIX}/`;
 
 t.test('a relative reference is resolved against the upstream URL and put under the prefix; an absolute one is left alone', async (t) => {
@@ -32,19 +32,19 @@ t.test('a relative reference is resolved against the upstream URL and put under 
     ['http:x y/../../../api.github.com/user', `${PREFIX}/`],
     ['http:[/../../api.github.com/user', `${PREFIX}/`],
   ]) {
-    t.equal(rebaseReference(ref, BASE, ROOT), out, ref);
+    t.equal(rebaseReference(ref, BASE, PREFIX), out, ref);
     // Where a client at the guard's URL then goes.
     const guardUrl = new URL(`http://guard.example${PREFIX}/api/v1/items`);
-    const lands = new URL(rebaseReference(ref, BASE, ROOT), guardUrl);
+    const lands = new URL(rebaseReference(ref, BASE, PREFIX), guardUrl);
     if (lands.origin === guardUrl.origin) t.ok(lands.pathname.startsWith(`${PREFIX}/`), `${ref}: stays under the tool's prefix (${lands.pathname})`);
   }
 });
 
 t.test('Link rebases each target; Refresh its url', async (t) => {
-  t.equal(rebaseHeader('link', '<../p2>; rel="next", <https://x.example/>; rel="help"', BASE, ROOT), `<${PREFIX}/api/p2>; rel="next", <https://x.example/>; rel="help"`);
-  t.equal(rebaseHeader('refresh', '5; url=../x', BASE, ROOT), `5; url=${PREFIX}/api/x`);
-  t.equal(rebaseHeader('refresh', '5;URL="/y"', BASE, ROOT), `5;URL="${PREFIX}/y"`);
-  t.equal(rebaseHeader('refresh', '5', BASE, ROOT), '5', 'no url: as it was');
+  t.equal(rebaseHeader('link', '<../p2>; rel="next", <https://x.example/>; rel="help"', BASE, PREFIX), `<${PREFIX}/api/p2>; rel="next", <https://x.example/>; rel="help"`);
+  t.equal(rebaseHeader('refresh', '5; url=../x', BASE, PREFIX), `5; url=${PREFIX}/api/x`);
+  t.equal(rebaseHeader('refresh', '5;URL="/y"', BASE, PREFIX), `5;URL="${PREFIX}/y"`);
+  t.equal(rebaseHeader('refresh', '5', BASE, PREFIX), '5', 'no url: as it was');
 });
 
 t.test('linear in the header: values an upstream may send up to 64 KiB take no time (no backtracking)', async (t) => {
@@ -58,30 +58,30 @@ t.test('linear in the header: values an upstream may send up to 64 KiB take no t
     ['location', `${'\t'.repeat(long)}x`],
   ]) {
     const started = performance.now();
-    rebaseHeader(name, value, BASE, ROOT);
+    rebaseHeader(name, value, BASE, PREFIX);
     const ms = performance.now() - started;
     t.ok(ms < 50, `${name}: ${value.slice(0, 12)}… (${value.length} chars) in ${ms.toFixed(1)} ms`);
   }
 });
 
 t.test('edge cases are left as they came: an empty reference, a quoted Link parameter, a Refresh with no url', async (t) => {
-  t.equal(rebaseReference('', BASE, ROOT), '', 'empty');
-  t.equal(rebaseReference('   ', BASE, ROOT), '   ', 'blank');
-  t.equal(rebaseHeader('link', '<p2>; title="x <y>, z"; rel="next"', BASE, ROOT), `<${PREFIX}/api/v1/p2>; title="x <y>, z"; rel="next"`, 'a quoted parameter holds < > and , untouched');
-  t.equal(rebaseHeader('link', 'not a link', BASE, ROOT), 'not a link');
-  t.equal(rebaseHeader('refresh', '5; urn=x', BASE, ROOT), '5; urn=x');
-  t.equal(rebaseHeader('refresh', '5; url="/x', BASE, ROOT), `5; url=${PREFIX}/api/v1/%22/x`, 'an unclosed quote is part of the reference, as a browser reads it');
+  t.equal(rebaseReference('', BASE, PREFIX), '', 'empty');
+  t.equal(rebaseReference('   ', BASE, PREFIX), '   ', 'blank');
+  t.equal(rebaseHeader('link', '<p2>; title="x <y>, z"; rel="next"', BASE, PREFIX), `<${PREFIX}/api/v1/p2>; title="x <y>, z"; rel="next"`, 'a quoted parameter holds < > and , untouched');
+  t.equal(rebaseHeader('link', 'not a link', BASE, PREFIX), 'not a link');
+  t.equal(rebaseHeader('refresh', '5; urn=x', BASE, PREFIX), '5; urn=x');
+  t.equal(rebaseHeader('refresh', '5; url="/x', BASE, PREFIX), `5; url=${PREFIX}/api/v1/%22/x`, 'an unclosed quote is part of the reference, as a browser reads it');
 });
 
 t.test('a UTF-8 reference (its bytes read as Latin-1 from the header) is resolved as the client decodes it', async (t) => {
   const latin1 = Buffer.from('Café/ü?q=ß', 'utf8').toString('latin1');
-  t.equal(rebaseReference(latin1, BASE, ROOT), `${PREFIX}/api/v1/Caf%C3%A9/%C3%BC?q=%C3%9F`);
+  t.equal(rebaseReference(latin1, BASE, PREFIX), `${PREFIX}/api/v1/Caf%C3%A9/%C3%BC?q=%C3%9F`);
 });
 
 t.test('written absolute, the reference lands under the prefix whatever base the client resolves it against: the URL it first opened (before a redirect), or with empty segments dropped (Python urljoin)', async (t) => {
   for (const base of [`${PREFIX}/api/v1/items`, `${PREFIX}/x`, `${PREFIX}//deep//er/`, '/proxy/agk_KEY/evil.example/sse']) {
     for (const ref of ['../../../api.github.com/user/repos', '/api.github.com/user', 'next?page=2', '?page=2', '//elsewhere.example/x']) {
-      const out = rebaseReference(ref, BASE, ROOT);
+      const out = rebaseReference(ref, BASE, PREFIX);
       const lands = new URL(out, `http://guard.example${base}`);
       if (lands.origin === 'http://guard.example') t.ok(lands.pathname.startsWith(ROOT), `${ref} from ${base}: ${lands.pathname}`);
       t.ok(out.startsWith(ROOT) || out.startsWith('https://'), `${ref}: absolute (${out})`);

@@ -10,7 +10,7 @@ const ROOT = `${PREFIX}/`;
 const BASE = 'https://api.example.com:8443/mcp/sse';
 const GUARD_URL = `http://guard.example${PREFIX}/mcp/sse`;
 const run = (chunks: string[]) => {
-  const r = new SseEndpointRewriter(BASE, ROOT);
+  const r = new SseEndpointRewriter(BASE, PREFIX);
   return chunks.map((c) => r.feed(Buffer.from(c, 'latin1')).toString('latin1')).join('') + r.flush().toString('latin1');
 };
 /** The stream fed one byte at a time, and whole: both must give `want`. */
@@ -165,20 +165,20 @@ t.test('at the stream\'s end, an endpoint event without its blank line (never di
 });
 
 t.test('a comment between events (a keep-alive) goes at once; lines of an event wait for its blank line', async (t: Test) => {
-  const r = new SseEndpointRewriter(BASE, ROOT);
+  const r = new SseEndpointRewriter(BASE, PREFIX);
   t.equal(r.feed(Buffer.from(': ping\n')).toString(), ': ping\n', 'a keep-alive comment without a blank line');
   t.equal(r.feed(Buffer.from('data: x\n')).toString(), '', 'an event\'s line: held');
   t.equal(r.feed(Buffer.from('\n: ping\r\n')).toString(), 'data: x\n\n: ping\r\n', 'with its blank line; the next comment at once');
 });
 
 t.test('an injected credential in the endpoint event (built from the request URL) is redacted, as in a Location', async (t: Test) => {
-  const r = new SseEndpointRewriter(BASE, ROOT, [Buffer.from('sk_live_123'), Buffer.from('sk%5Flive%5F123')]);
+  const r = new SseEndpointRewriter(BASE, PREFIX, [Buffer.from('sk_live_123'), Buffer.from('sk%5Flive%5F123')]);
   const out = r.feed(Buffer.from('event: endpoint\ndata: /messages?sessionId=1&api_key=sk_live_123\n\ndata: sk_live_123 in a later event\n\n', 'latin1')).toString('latin1');
   t.equal(out, `event: endpoint\ndata: ${PREFIX}/messages?sessionId=1&api_key=[REDACTED]\n\ndata: sk_live_123 in a later event\n\n`, 'the endpoint event only: later events pass untouched');
 });
 
 t.test('a chunk of whole events without an endpoint type line goes on as it is (no copy); one with it does not', async (t: Test) => {
-  const r = new SseEndpointRewriter(BASE, ROOT);
+  const r = new SseEndpointRewriter(BASE, PREFIX);
   const plain = Buffer.from('event: message\ndata: {"jsonrpc":"2.0","id":1}\n\n');
   t.equal(r.feed(plain), plain, 'the same Buffer');
   const endpoint = Buffer.from('event: message\ndata: 1\n\nevent:endpoint\ndata: ../../api.github.com/x\n\n');
@@ -189,7 +189,7 @@ t.test('a chunk of whole events without an endpoint type line goes on as it is (
 });
 
 t.test('linear in the stream: a megabyte of lines takes no time', async (t: Test) => {
-  const r = new SseEndpointRewriter(BASE, ROOT);
+  const r = new SseEndpointRewriter(BASE, PREFIX);
   const chunk = Buffer.from('data: 0123456789\n\n'.repeat(1000), 'latin1');
   const started = performance.now();
   for (let i = 0; i < 60; i++) r.feed(chunk);
