@@ -103,9 +103,14 @@ export class AuditSpool {
     return this.#bytes >= this.maxBytes;
   }
 
-  /** Writes a batch durably (fsync of the file and the directory). Throws when the spool is full. */
-  async write(lines: readonly (string | Uint8Array)[], token: string): Promise<void> {
-    if (this.full) throw new Error('audit spool is full');
+  /**
+   * Writes a batch durably (fsync of the file and the directory). Throws when the
+   * spool is full, unless `bounded` is false: records already on this disk
+   * elsewhere (a killed process's journal, forgotten once spooled) take no more
+   * room here, and must not wait for a restart because the spool filled.
+   */
+  async write(lines: readonly (string | Uint8Array)[], token: string, bounded = true): Promise<void> {
+    if (bounded && this.full) throw new Error('audit spool is full');
     const payload = await encodeSpoolFile(lines);
     const name = spoolFileName(this.#nextSeq++, token);
     const tmp = join(this.dir, `${name}.tmp`);

@@ -30,11 +30,16 @@ export async function recoverJournal(spool: AuditSpool, dir: string, sealer: Sea
     const sealLines = unsealed.length === 0 ? [] : sealer.sealLines(unsealed).lines;
     const lines = sealLines.length === 0 ? batch.lines : batch.lines.concat(sealLines);
     try {
-      await spool.write(lines, batch.token);
+      // Past SPOOL_MAX_BYTES too: the records are on this disk already (the
+      // segment is forgotten once they are spooled), and a spool a long outage
+      // filled must not keep them from ClickHouse until the next start. Until
+      // the spool drains back under its bound the proxy refuses new calls, as
+      // it does whenever the spool is full.
+      await spool.write(lines, batch.token, false);
     } catch (err) {
       // Its seals are not kept: the chain must not link to them.
       sealer.restore(before);
-      // Kept in the journal: the next start tries again.
+      // Kept in the journal: the next start tries again (a write that failed on the disk itself).
       log.error('audit records left in the journal could not be spooled; kept for the next start', { records: batch.lines.length, err });
       continue;
     }

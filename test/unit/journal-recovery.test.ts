@@ -48,3 +48,29 @@ t.test('an unsealed segment spooled by a start killed before it forgot the segme
   t.equal(countEncodedRows(await spool.read(spool.batches[0]!)), 3, 'its three records');
   t.notOk(readdirSync(journalDir).includes(segment!), 'the segment is gone');
 });
+
+t.test('a killed process\'s records are spooled at start even when the spool is already full', async (t) => {
+  const root = mkdtempSync(join(tmpdir(), 'tcg-recovery-'));
+  t.teardown(() => rmSync(root, { recursive: true, force: true }));
+  const spoolDir = join(root, 'spool');
+  const journalDir = join(spoolDir, 'journal');
+  const org = randomUUID();
+  // A long outage filled the spool (one batch over a 1-byte bound), then the process was killed mid-batch.
+  let spool = AuditSpool.open(spoolDir, 1);
+  await spool.write([encodeAuditRow(auditRecord(org), randomUUID())], randomUUID());
+  spool.close();
+  const writer = AuditJournal.open(journalDir).journal;
+  const batchId = randomUUID();
+  for (let i = 0; i < 2; i++) writer.append(encodeAuditRow(auditRecord(org), batchId));
+  await turn();
+  const [segment] = readdirSync(journalDir);
+
+  spool = AuditSpool.open(spoolDir, 1);
+  t.teardown(() => spool.close());
+  t.ok(spool.full, 'the spool is full before the start recovers the journal');
+  (await recoverJournal(spool, journalDir, new Sealer(key), createLogger('error', () => {}))).close();
+  t.equal(spool.batches.length, 2, 'the journal\'s batch is spooled behind the one waiting, not kept for a later start');
+  t.equal(countEncodedRows(await spool.read(spool.batches[1]!)), 2, 'its two records');
+  t.notOk(readdirSync(journalDir).includes(segment!), 'the segment is forgotten');
+  await t.rejects(spool.write([encodeAuditRow(auditRecord(org), randomUUID())], randomUUID()), /full/, 'new batches still meet the bound');
+});
