@@ -33,10 +33,11 @@ export function approvalHandlers(ctx: AdminContext) {
   const get: Handler = async (_req, caller, params) => json(200, approvalJson(await requireApproval(ctx, caller.orgId, params.id)));
 
   const decide = (verdict: 'approved' | 'denied'): Handler => async (req, caller, params) => {
+    // The approval before the body, as for an agent's policy (docs/api.md decision 5): an unknown id is 404 whatever the body.
+    const id = (await requireApproval(ctx, caller.orgId, params.id)).id;
     // The body is optional: no body (or an empty one) is a decision without a note.
     const body = req.body.length === 0 ? {} : readJsonObject(req);
     const note = stringField(body, 'note', { optional: true, max: NOTE_MAX_CHARS }) ?? null;
-    const id = (await requireApproval(ctx, caller.orgId, params.id)).id;
     const user = await ctx.store.findUserById(caller.userId);
     if (user === undefined) throw new GuardError('unauthorized', 'The account of this token no longer exists.');
     return json(200, approvalJson(await ctx.store.decideApproval(caller.orgId, id, verdict, user.email, note)));

@@ -290,6 +290,11 @@ t.test('an approval id the agent does not own is 404; X-Approval-Id on a call th
   t.equal((await api(service.url, stranger, 'GET', `/approvals/${id}`)).status, 404);
   t.equal((await api(service.url, stranger, 'POST', `/approvals/${id}/approve`)).status, 404);
   t.equal((await api(service.url, stranger, 'POST', `/approvals/${id}/deny`)).status, 404);
+  // The approval is looked up before the body is read (docs/api.md decision 5): 404, not 400, for a bad note.
+  t.equal((await api(service.url, stranger, 'POST', `/approvals/${id}/deny`, { note: 7 })).status, 404, "another org's approval with a bad body");
+  t.equal((await api(service.url, owner, 'POST', '/approvals/00000000-0000-4000-8000-000000000000/approve', { note: 7 })).status, 404, 'an unknown id with a bad body');
+  const badNote = await api(service.url, owner, 'POST', `/approvals/${id}/approve`, { note: 7 });
+  t.match(badNote, { status: 400, json: { error: 'invalid_request', field: 'note' } }, 'a known id with a bad body');
   t.same((await api(service.url, stranger, 'GET', '/approvals')).json, []);
   t.same((await api(service.url, stranger, 'GET', `/approvals?agent_id=${payer.id}`)).json, [], 'an agent of another org lists nothing');
   t.equal((await api(service.url, owner, 'GET', `/approvals/${id}`)).json.status, 'pending', 'untouched by the stranger');
