@@ -53,9 +53,13 @@ export const PROXIED_RESPONSE_HEADER_BYTES = PROXIED_RESPONSE_HEADERS.reduce((n,
 /** Split mode: fields the admin pass-through neither forwards nor passes back (it sets X-Forwarded-For itself). */
 export const PASS_THROUGH_DROP: ReadonlySet<string> = new Set([...HOP_BY_HOP, ...FRAMING, 'x-forwarded-for', 'expect']);
 
-/** Header names a credential may not inject: they would break framing or routing, or reach the tool as the agent's. */
+/**
+ * Header names a credential may not inject: they would break framing or routing
+ * (`Expect`: undici refuses it, so every call to the host would fail), or reach
+ * the tool as the agent's or the proxy's own.
+ */
 export const CREDENTIAL_FORBIDDEN_HEADERS: ReadonlySet<string> = new Set([
-  ...HOP_BY_HOP, ...FRAMING, 'proxy-authorization', 'proxy-authenticate', ...AGENT_HEADERS,
+  ...HOP_BY_HOP, ...FRAMING, 'proxy-authorization', 'proxy-authenticate', 'expect', ...AGENT_HEADERS, APPROVAL_ID_HEADER,
 ]);
 
 const STATUS_LINES = new Map<number, string>();
