@@ -95,10 +95,12 @@ function decide(ex: ProxyExchange, policy: CompiledPolicy, bytes: Buffer | null,
   }
 
   // Equal elements decide alike: each distinct request is decided once (and
-  // the limits and shadow rules, which ask whether any element matches, see
-  // each once), in the order it first appears.
+  // the shadow rules, which ask whether any element matches, see each once), in
+  // the order it first appears. The limits get every element: a batch of 1,000
+  // `tools/call send_email` is 1,000 calls to a limit on `send_email`, however
+  // its arguments differ (countMatchingCalls).
   const distinct = batch && calls.length > 1 ? distinctCalls(calls) : calls;
-  ex.mcpCalls = distinct;
+  ex.mcpCalls = calls;
   if (distinct.length === 0) return decideOnHead(ex, policy);
   const tool = ex.target!.hostname;
   let decision: PolicyDecision | null = null;

@@ -300,6 +300,11 @@ t.test('MCP-aware rules on raw bodies: batches, fail-closed bodies, header check
 
   // Limits match on MCP tools: 2 ticks a minute, other tools free.
   const tick = () => send(JSON.stringify(rpc('tools/call', { name: 'ticks' })));
+  // A batch counts each request a limit matches, equal ones too (the rules decide each distinct request once):
+  // three ticks never fit a limit of 2, whatever their arguments.
+  const threeTicks = await send(JSON.stringify([1, 2, 3].map((i) => rpc('tools/call', { name: 'ticks', arguments: { n: i } }, i))));
+  t.match(threeTicks, { status: 429, json: { error: 'rate_limited', limit: 'ticks' } }, 'a batch of three ticks against 2/minute');
+  t.match(threeTicks.json.message, /counts 3 requests of this MCP batch, more than the 2 it lets through; split the batch/);
   t.strictSame([(await tick()).status, (await tick()).status, (await tick()).status], [200, 200, 429]);
   t.equal((await send(JSON.stringify(rpc('tools/call', { name: 'list_repos' })))).status, 200, 'another tool is not limited');
 
@@ -308,8 +313,8 @@ t.test('MCP-aware rules on raw bodies: batches, fail-closed bodies, header check
 
   const rows = await eventually(async () => {
     const page = (await api(service.url, owner, 'GET', `/audit?agent_id=${mcpAgent.id}&limit=100`)).json as any[];
-    // 19 calls above; the last ones may still be on their way to the audit log.
-    return page.length >= 19 && page.some((r) => r.status_code === 429) ? page : undefined;
+    // 20 calls above; the last ones may still be on their way to the audit log.
+    return page.length >= 20 && page.some((r) => r.status_code === 429) ? page : undefined;
   });
   const batch = rows.find((r) => r.rule_matched === 'no-destructive');
   t.match(batch, { mcp_method: 'tools/call', mcp_tool: 'delete_repo' }, 'a denied batch is audited by its first denied element');
