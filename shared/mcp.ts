@@ -53,11 +53,31 @@ function requestOf(value: unknown): McpCall | null | 'ambiguous' {
   const message = value as { jsonrpc?: unknown; method?: unknown; params?: unknown };
   if (message.jsonrpc !== '2.0' || typeof message.method !== 'string') return null;
   const params = typeof message.params === 'object' && message.params !== null ? (message.params as { name?: unknown; uri?: unknown }) : {};
-  const tool: unknown = MCP_TOOL_METHODS.has(message.method) ? (message.method === 'resources/read' ? params.uri : params.name) : null;
+  let tool: unknown = MCP_TOOL_METHODS.has(message.method) ? (message.method === 'resources/read' ? params.uri : params.name) : null;
   // An empty method or tool name is kept by the audit as none (null), so a replay
   // could not decide it as the live call was: such a call is not inspected.
   if (message.method === '' || tool === '') return 'ambiguous';
+  if (message.method === 'resources/read' && typeof tool === 'string') {
+    tool = resourceUri(tool);
+    if (tool === null) return 'ambiguous';
+  }
   return { method: message.method, tool: typeof tool === 'string' ? tool : null };
+}
+
+/**
+ * A `resources/read` URI as the servers read it: the MCP SDKs look a resource up
+ * by its WHATWG-normalised form (TypeScript `new URL(uri).toString()`, Python
+ * pydantic's `AnyUrl`, the same rules), so `file:///public/../secrets/key`,
+ * `FILE:///secrets/key` and ` file:///sec\trets/key` all read
+ * `file:///secrets/key`, and the policy matches that. Null when it does not parse
+ * (those servers refuse it; the call is not inspected).
+ */
+export function resourceUri(raw: string): string | null {
+  try {
+    return new URL(raw).href;
+  } catch {
+    return null;
+  }
 }
 
 /** The keys a decision reads: of a message, and of its params. */

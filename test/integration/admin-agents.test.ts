@@ -239,8 +239,8 @@ t.test('policy', async (t) => {
     // The proxy reads a tool only from tools/call, prompts/get and resources/read: a check
     // naming one for another method would decide a call the proxy never sees.
     assertError(t, await api(base, owner, 'POST', '/policy/check', { ...full, mcp_method: 'tools/list', mcp_tool: 'x' }), 400, 'invalid_request', 'mcp_tool');
-    for (const method of ['tools/call', 'prompts/get', 'resources/read']) {
-      t.equal((await api(base, owner, 'POST', '/policy/check', { ...full, mcp_method: method, mcp_tool: 'x' })).status, 200, `${method} names a tool`);
+    for (const [method, tool] of [['tools/call', 'x'], ['prompts/get', 'x'], ['resources/read', 'file:///x']]) {
+      t.equal((await api(base, owner, 'POST', '/policy/check', { ...full, mcp_method: method, mcp_tool: tool })).status, 200, `${method} names a tool`);
     }
   });
 });
