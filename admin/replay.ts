@@ -12,6 +12,8 @@ import { normalizePolicyPath } from '../shared/target.js';
 
 /** Changed calls listed, at most. */
 const REPLAY_SAMPLES = 100;
+/** The longest a replay holds the event loop while it decides groups. */
+const REPLAY_SLICE_MS = 10;
 
 export interface ReplayResult {
   total: number;
@@ -36,14 +38,25 @@ export async function replayPolicy(store: AuditStore, orgId: string, agentId: st
   let allowToDeny = 0;
   let denyToAllow = 0;
   const byTool = new Map<string, ReplayResult['by_tool'][number]>();
-  // The largest changed groups, at most twice the few thousand a sample query names between trims.
+  // The changed groups whose newest call is newest (the samples are the newest
+  // changed calls, and the 100 newest are in at most 100 such groups), at most
+  // twice the few thousand a sample query names between trims.
   let changed: Changed[] = [];
   const trim = (): void => {
-    changed.sort((a, b) => b.calls - a.calls);
+    changed.sort((a, b) => (a.newest < b.newest ? 1 : a.newest > b.newest ? -1 : 0));
     if (changed.length > REPLAY_SAMPLE_GROUPS) changed = changed.slice(0, REPLAY_SAMPLE_GROUPS);
   };
-  await store.replayGroups(orgId, agentId, since, until, (groups) => {
-    for (const group of groups) {
+  await store.replayGroups(orgId, agentId, since, until, async (groups) => {
+    let sliceStarted = performance.now();
+    for (let i = 0; i < groups.length; i++) {
+      // The candidate may hold 10,000 rules and a part 100,000 groups: minutes of
+      // work in one run would hold the event loop, and all-in-one the proxy's
+      // calls with it. The loop gets a turn every REPLAY_SLICE_MS.
+      if ((i & 63) === 63 && performance.now() - sliceStarted >= REPLAY_SLICE_MS) {
+        await new Promise((resolve) => setImmediate(resolve));
+        sliceStarted = performance.now();
+      }
+      const group = groups[i]!;
       total += group.calls;
       const toolKey = `${group.toolName}\n${group.action}`;
       let tool = byTool.get(toolKey);
@@ -67,7 +80,7 @@ export async function replayPolicy(store: AuditStore, orgId: string, agentId: st
       } else {
         continue;
       }
-      changed.push({ group: { toolName: group.toolName, action: group.action, path: group.path, mcpMethod: group.mcpMethod, mcpTool: group.mcpTool, decision: group.decision }, key: group.key, calls: group.calls, would, path });
+      changed.push({ group: { toolName: group.toolName, action: group.action, path: group.path, mcpMethod: group.mcpMethod, mcpTool: group.mcpTool, decision: group.decision }, key: group.key, newest: group.newest, would, path });
       if (changed.length >= 2 * REPLAY_SAMPLE_GROUPS) trim();
     }
   });
@@ -99,11 +112,11 @@ export async function replayPolicy(store: AuditStore, orgId: string, agentId: st
   };
 }
 
-/** A changed group: its key for the samples, its calls, what the candidate decides and on which path. */
+/** A changed group: its key for the samples, its newest call's time, what the candidate decides and on which path. */
 interface Changed {
   group: ReplayGroupKey;
   key: string;
-  calls: number;
+  newest: string;
   would: PolicyDecision;
   path: string;
 }

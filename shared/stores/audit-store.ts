@@ -48,6 +48,8 @@ export interface ReplayGroup {
   /** The policy gave the decision (else it is kept as it is). */
   policyDecided: boolean;
   calls: number;
+  /** Its newest call's timestamp, as the store writes it (one format, so strings order as times). */
+  newest: string;
   /** A hash of toolName, action, path, mcpMethod, mcpTool and decision, as the store computes it: what replaySamples is asked for. */
   key: string;
 }
@@ -55,7 +57,7 @@ export interface ReplayGroup {
 /** A group's key, to ask for sample rows of it. */
 export type ReplayGroupKey = Pick<ReplayGroup, 'toolName' | 'action' | 'path' | 'mcpMethod' | 'mcpTool' | 'decision'>;
 
-/** The changed groups a sample query names, at most (their keys travel as query parameters). Beyond it the samples come from the largest changed groups. */
+/** The changed groups a sample query names, at most (their keys travel as query parameters). Beyond it, those whose newest call is newest: they hold the newest changed calls. */
 export const REPLAY_SAMPLE_GROUPS = 2_000;
 
 export interface ReplaySample {
@@ -167,8 +169,9 @@ export interface AuditStore {
    * The agent's proxied calls in [since, until), grouped by decision inputs (one
    * row per distinct input and outcome), handed to `onGroups` in parts of a
    * bounded size: paths with ids make about a group a call, millions in a week.
+   * A part's handling that returns a promise is awaited before the next part is read.
    */
-  replayGroups(orgId: string, agentId: string, since: Date, until: Date, onGroups: (groups: ReplayGroup[]) => void): Promise<void>;
+  replayGroups(orgId: string, agentId: string, since: Date, until: Date, onGroups: (groups: ReplayGroup[]) => void | Promise<void>): Promise<void>;
   /** Whether this seal is stored (read by the table's key): its batch's rows and seals both landed (rows go first). */
   sealStored(orgId: string, writer: string, seq: number, sealHash: string): Promise<boolean>;
   /** The newest `limit` policy-decided calls in [since, until) of the groups with these keys (ReplayGroup.key; at most REPLAY_SAMPLE_GROUPS are read). */

@@ -199,7 +199,7 @@ export class ClickHouseAuditStore implements AuditStore {
     return { rows: rows.map(decodeAuditRow), total: Number(counted[0]?.total ?? 0) };
   }
 
-  async replayGroups(orgId: string, agentId: string, since: Date, until: Date, onGroups: (groups: ReplayGroup[]) => void): Promise<void> {
+  async replayGroups(orgId: string, agentId: string, since: Date, until: Date, onGroups: (groups: ReplayGroup[]) => void | Promise<void>): Promise<void> {
     if (!UUID_RE.test(orgId) || !UUID_RE.test(agentId)) return;
     const params = replayParams(orgId, agentId, since, until);
     // One query in the usual case (a few thousand groups for a million calls),
@@ -208,18 +208,18 @@ export class ClickHouseAuditStore implements AuditStore {
     // neither the engine's aggregation nor the service's objects grow with the window.
     const first = await this.#replayGroupsPart(params, null, REPLAY_GROUPS_PER_PART + 1);
     if (first.length <= REPLAY_GROUPS_PER_PART) {
-      onGroups(first);
+      await onGroups(first);
       return;
     }
     const counted = await this.#query<{ n: number | string }>(`SELECT uniq(${REPLAY_GROUP_HASH}) AS n FROM ${AUDIT_TABLE} WHERE ${REPLAY_WINDOW}`, params);
     const parts = Math.ceil((Number(counted[0]?.n ?? 0) * 1.25) / REPLAY_GROUPS_PER_PART) || 1;
-    for (let part = 0; part < parts; part++) onGroups(await this.#replayGroupsPart(params, { parts, part }, 0));
+    for (let part = 0; part < parts; part++) await onGroups(await this.#replayGroupsPart(params, { parts, part }, 0));
   }
 
   async #replayGroupsPart(params: QueryParams, split: { parts: number; part: number } | null, limit: number): Promise<ReplayGroup[]> {
     const where = split === null ? REPLAY_WINDOW : `${REPLAY_WINDOW} AND ${REPLAY_GROUP_HASH} % {parts:UInt32} = {part:UInt32}`;
-    const rows = await this.#query<{ tool_name: string; action: string; path: string; normalised: number | boolean; mcp_method: string; mcp_tool: string; decision: string; policy_decided: number | boolean; calls: number | string; key: string }>(
-      `SELECT tool_name, action, ${REPLAY_PATH} AS path, policy_path != '' AS normalised, mcp_method, mcp_tool, decision, policy_decided, count() AS calls,
+    const rows = await this.#query<{ tool_name: string; action: string; path: string; normalised: number | boolean; mcp_method: string; mcp_tool: string; decision: string; policy_decided: number | boolean; calls: number | string; newest: string; key: string }>(
+      `SELECT tool_name, action, ${REPLAY_PATH} AS path, policy_path != '' AS normalised, mcp_method, mcp_tool, decision, policy_decided, count() AS calls, toString(max(timestamp)) AS newest,
               toString(${REPLAY_SAMPLE_KEY}) AS key
        FROM ${AUDIT_TABLE} WHERE ${where}
        GROUP BY tool_name, action, path, normalised, mcp_method, mcp_tool, decision, policy_decided
@@ -236,6 +236,7 @@ export class ClickHouseAuditStore implements AuditStore {
       decision: r.decision as 'allowed' | 'denied',
       policyDecided: truthyValue(r.policy_decided),
       calls: Number(r.calls),
+      newest: r.newest,
       key: r.key,
     }));
   }
