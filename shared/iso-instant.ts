@@ -17,7 +17,7 @@ export function isoInstant(raw: string, name: string, what = 'Field'): string {
   if (m && !Number.isNaN(time)) {
     const month = Number(m[2]);
     const day = Number(m[3]);
-    if (month < 1 || month > 12 || day < 1 || day > new Date(Date.UTC(Number(m[1]), month, 0)).getUTCDate()) time = NaN;
+    if (month < 1 || month > 12 || day < 1 || day > daysIn(Number(m[1]), month)) time = NaN;
     else if (m[6] !== undefined && /[1-9]/.test(m[6].slice(4))) time += 1;
   }
   // A zone offset can carry a 4-digit year out of them (9999-12-31T23:59:59-01:00
@@ -27,4 +27,11 @@ export function isoInstant(raw: string, name: string, what = 'Field'): string {
     throw new GuardError('invalid_request', `${what} '${name}' must be an ISO 8601 date or date-time, in years 0000 to 9999 (UTC).`, { field: name });
   }
   return iso;
+}
+
+/** Days in the month (1-12) of a year 0-9999; Date.UTC reads years 0-99 as 1900-1999, which would make 0000 no leap year. */
+function daysIn(year: number, month: number): number {
+  const date = new Date(0);
+  date.setUTCFullYear(year, month, 0);
+  return date.getUTCDate();
 }
