@@ -2,7 +2,7 @@
 import { GuardError } from '../shared/errors.js';
 import { CREDENTIAL_FORBIDDEN_HEADERS, isUuid } from '../shared/http.js';
 import { credentialAssociatedData, sealValue } from '../shared/secrets.js';
-import { normalizeAuthority } from '../shared/target.js';
+import { normalizeCredentialHostname } from '../shared/target.js';
 import { CRED_TYPES, type Credential } from '../shared/types.js';
 import type { AdminContext, Handler } from './context.js';
 import { enumField, json, noContent, readJsonObject, stringField } from './http.js';
@@ -31,7 +31,7 @@ export function credentialHandlers(ctx: AdminContext) {
   const create: Handler = async (req, caller) => {
     const body = readJsonObject(req);
     const name = stringField(body, 'name', { min: 1, max: 128 });
-    const hostname = normalizeAuthority(stringField(body, 'hostname', { min: 1, max: 260 }));
+    const hostname = normalizeCredentialHostname(stringField(body, 'hostname', { min: 1, max: 260 }));
     if (hostname === null) {
       throw new GuardError('invalid_request', "Field 'hostname' must be a host name with an optional :port (no scheme or path).", { field: 'hostname' });
     }

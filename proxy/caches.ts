@@ -184,8 +184,11 @@ export function createProxyCaches(
       case 'credential': {
         const key = credentialCacheKey(change.orgId, change.hostname);
         credentials.delete(key);
+        const host = hostOfAuthority(change.hostname);
+        // One for port 443 answers for targets that leave that port unwritten (their key has none).
+        if (change.hostname === `${host}:443`) credentials.delete(credentialCacheKey(change.orgId, host));
         // A credential without a port also answers for the host's other ports.
-        if (hostOfAuthority(change.hostname) === change.hostname) {
+        if (host === change.hostname) {
           const ported = `${key}:`;
           // Those being read too (their read is aborted and done again, lookupCached): else one read before the change lands would be cached for CACHE_TTL_MS.
           for (const cached of [...credentials.keys(), ...credentialsRead.keys()].filter((k) => k.startsWith(ported))) credentials.delete(cached);

@@ -63,10 +63,24 @@ export function hostOfAuthority(authority: string): string {
   return colon === -1 || authority.endsWith(']') ? authority : authority.slice(0, colon);
 }
 
-export function normalizeAuthority(raw: string): string | null {
+/**
+ * A credential's hostname, normalised as the proxy reads a target's host, with
+ * the port kept when one is written, 443 included: `api.example.com:443`
+ * matches port 443 only (CONTRACT.md, Clarifications), where the target
+ * `api.example.com` is the same port unwritten (findCredentialForHost).
+ */
+export function normalizeCredentialHostname(raw: string): string | null {
   const input = raw.trim();
   if (input.length === 0 || input.length > 260) return null;
-  return parseAuthority(input)?.authority ?? null;
+  const parsed = parseAuthority(input);
+  if (parsed === null) return null;
+  const portWritten = input.startsWith('[') ? input.includes(']:') : input.includes(':');
+  return portWritten ? `${parsed.host}:${parsed.port}` : parsed.host;
+}
+
+/** A target authority's default port written out: `api.example.com` → `api.example.com:443`; one with a port is as it is. */
+export function withDefaultPort(authority: string): string {
+  return hostOfAuthority(authority) === authority ? `${authority}:${DEFAULT_PORT}` : authority;
 }
 
 type ParsedAuthority = Omit<ParsedTarget, 'path'>;

@@ -5,7 +5,7 @@
 // store made here passes test/integration/metadata-store.contract.ts.
 import { randomUUID } from 'node:crypto';
 import { GuardError } from '../errors.js';
-import { hostOfAuthority } from '../target.js';
+import { hostOfAuthority, withDefaultPort } from '../target.js';
 import {
   CRED_TYPES,
   LOG_OUTPUTS,
@@ -226,9 +226,11 @@ export function createMetadataStore(driver: MetadataDriver): MetadataStore {
     },
 
     async findCredentialForHost(orgId, authority) {
-      // The one for this host and port wins; else the host's portless one, which covers every port.
+      // The one for this host and port wins (`host:443` for a target on the
+      // default port, which its authority leaves unwritten); else the host's
+      // portless one, which covers every port.
       const host = hostOfAuthority(authority);
-      const row = (await driver.credentialForHost(orgId, authority)) ?? (host !== authority ? await driver.credentialForHost(orgId, host) : undefined);
+      const row = (await driver.credentialForHost(orgId, withDefaultPort(authority))) ?? (await driver.credentialForHost(orgId, host));
       return row && { ...toCredential(row), sealedValue: row.sealed_value };
     },
 

@@ -284,7 +284,10 @@ t.test('credentials', async (t) => {
     const org = await signup(base);
     const cases: Array<[string, string]> = [
       ['API.Upper.COM', 'api.upper.com'],
-      ['api.x.com:443', 'api.x.com'],
+      // A port written is kept, 443 too: such a credential matches that port only (CONTRACT.md, Clarifications).
+      ['api.x.com:443', 'api.x.com:443'],
+      ['API.w.com.:0443', 'api.w.com:443'],
+      ['[::1]:443', '[::1]:443'],
       ['api.y.com:8443', 'api.y.com:8443'],
       ['127.0.0.1:9000', '127.0.0.1:9000'],
       ['  spaced.example.com ', 'spaced.example.com'],
@@ -365,7 +368,7 @@ t.test('credentials', async (t) => {
   });
 
   t.test('one credential per hostname per organization', async (t) => {
-    const dup = await api(base, owner, 'POST', '/credentials', { name: 'again', hostname: 'API.GITHUB.COM:443', cred_type: 'header', value: 'other' });
+    const dup = await api(base, owner, 'POST', '/credentials', { name: 'again', hostname: 'API.GITHUB.COM.', cred_type: 'header', value: 'other' });
     assertError(t, dup, 409, 'conflict');
     const otherPort = await api(base, owner, 'POST', '/credentials', { name: 'ported', hostname: 'api.github.com:8443', cred_type: 'bearer', value: 'v' });
     t.equal(otherPort.status, 201, 'another port is another host');

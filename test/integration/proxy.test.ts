@@ -253,6 +253,9 @@ t.test('a credential without a port is injected on every port of its host; one w
   const agent = await createAgent(base, org, 'ports', 'none');
   const injected = async () => ((await (await proxied(agent.api_key, `${upstream.authority}/echo`)).json()) as any).headers.authorization;
   t.equal(await injected(), undefined, 'no credential yet (and "none" is now cached for this host and port)');
+  const only443 = await api(base, org, 'POST', '/credentials', { name: '443', hostname: '127.0.0.1:443', cred_type: 'bearer', value: 'canary-443-only' });
+  t.equal(only443.json.hostname, '127.0.0.1:443', 'the port written is kept');
+  t.equal(await injected(), undefined, `127.0.0.1:443 is for port 443 only, not ${upstream.authority}`);
   const anyPort = await api(base, org, 'POST', '/credentials', { name: 'any', hostname: '127.0.0.1', cred_type: 'bearer', value: 'canary-any-port' });
   t.equal(anyPort.status, 201);
   t.equal(await injected(), 'Bearer canary-any-port', `127.0.0.1 covers ${upstream.authority}, from the next call`);

@@ -315,6 +315,32 @@ t.test('the cache stages read through a real store', async (t) => {
     t.equal(await credentialOfNextCall(lateInject, 'overlap.example.com:8443/repos'), null, 'the deleted credential is not cached from the read before its delete');
   });
 
+  t.test('a credential for port 443 answers for that port only, the target\'s unwritten default port included, and wins there', async (t) => {
+    const tokenOf = async (target: string) => {
+      const made = call(target);
+      made.ex.headers.length = 0;
+      await settle(resolve(made.ex));
+      await settle(inject(made.ex));
+      return made.ex.headers[made.ex.headers.indexOf('authorization') + 1] ?? null;
+    };
+    const add = (hostname: string, value: string) => store.createCredential({
+      orgId: user.orgId, name: hostname, hostname, credType: 'bearer', headerName: null, queryParam: null,
+      sealedValue: sealValue(encryptionKey, value, credentialAssociatedData(user.orgId, hostname)),
+    });
+    // Cached first as "none", so that the change must reach these entries.
+    t.equal(await tokenOf('ported.example.com/x'), null);
+    t.equal(await tokenOf('ported.example.com:8443/x'), null);
+    const only443 = await add('ported.example.com:443', 'canary-443');
+    t.equal(await tokenOf('ported.example.com/x'), 'Bearer canary-443', 'the default port, unwritten');
+    t.equal(await tokenOf('ported.example.com:443/x'), 'Bearer canary-443', 'and written');
+    t.equal(await tokenOf('ported.example.com:8443/x'), null, 'not another port');
+    await add('ported.example.com', 'canary-any');
+    t.equal(await tokenOf('ported.example.com:8443/x'), 'Bearer canary-any', 'the portless one covers the other ports');
+    t.equal(await tokenOf('ported.example.com/x'), 'Bearer canary-443', 'the one for 443 wins on 443');
+    await store.deleteCredential(user.orgId, only443.id);
+    t.equal(await tokenOf('ported.example.com/x'), 'Bearer canary-any', 'deleted: the portless one, from the next call');
+  });
+
   t.test('a change evicts what it touches, so the next call sees it', async (t) => {
     await store.deleteAgent(user.orgId, agent.id);
     const made = call('api.example.com/x');
