@@ -5,9 +5,13 @@
 //
 // Every answer carries a strict Content-Security-Policy (no inline script or
 // style, nothing from another origin, no framing) with X-Frame-Options for old
-// browsers. Assets named by their content hash are immutable for a year; the
-// index is revalidated on every load (ETag), so a new build is picked up at once.
-import { createHash } from 'node:crypto';
+// browsers. The page runs only its own script and style: they carry a nonce
+// made for each load, which its CSP names. 'self' would not do: /proxy/* is
+// this origin too, and serves whatever a tool answers, so a script an agent
+// hosts anywhere would be 'self' to the console. Assets named by their content
+// hash are immutable for a year; the index is not stored (its nonce is new each
+// load), so a new build is picked up at once.
+import { createHash, randomBytes } from 'node:crypto';
 import { existsSync, readdirSync, readFileSync, statSync } from 'node:fs';
 import { extname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -16,7 +20,13 @@ import type { AdminRequest, AdminResponse } from './http.js';
 
 export const CONSOLE_PREFIX = '/console';
 
-export const CONSOLE_CSP = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; form-action 'self'; base-uri 'none'; frame-ancestors 'none'";
+/** The CSP of every console answer but the page itself: nothing runs or styles there. */
+export const CONSOLE_CSP = "default-src 'none'; img-src 'self' data:; form-action 'self'; base-uri 'none'; frame-ancestors 'none'";
+
+/** The page's CSP: its script and stylesheet, named by the load's nonce, and the admin API ('self'). */
+function pageCsp(nonce: string): string {
+  return `default-src 'none'; script-src 'nonce-${nonce}'; style-src 'nonce-${nonce}'; img-src 'self' data:; connect-src 'self'; form-action 'self'; base-uri 'none'; frame-ancestors 'none'`;
+}
 
 /** Sent with every console answer, the index and the assets alike. */
 export const CONSOLE_SECURITY_HEADERS: Readonly<Record<string, string>> = {
@@ -76,6 +86,8 @@ export function loadConsole(dir: string | null = findConsoleDir()): ConsoleFiles
     }
   }
   const index = files.get('index.html') ?? null;
+  // The page, whose own script and stylesheet elements (console/index.html) are given each load's nonce.
+  const page = index?.body.toString('utf8');
 
   return {
     serve(req) {
@@ -92,7 +104,18 @@ export function loadConsole(dir: string | null = findConsoleDir()): ConsoleFiles
       // 404, not the index served as script; any other path is the app's (hash
       // routing keeps real ones at /console/), so the index answers it.
       if (found === undefined && /\.(js|css|map|png|svg|ico)$/.test(name)) throw new GuardError('not_found', 'No such console file.', undefined, CONSOLE_SECURITY_HEADERS);
-      const file = found ?? index;
+      if (found === undefined || found === index) {
+        const nonce = randomBytes(16).toString('base64');
+        const body = page!
+          .replace('<script type="module" src=', `<script nonce="${nonce}" type="module" src=`)
+          .replace('<link rel="stylesheet" href=', `<link nonce="${nonce}" rel="stylesheet" href=`);
+        return {
+          status: 200,
+          headers: { ...CONSOLE_SECURITY_HEADERS, 'content-security-policy': pageCsp(nonce), 'content-type': index.type, 'cache-control': 'no-store' },
+          body,
+        };
+      }
+      const file = found;
       const headers: Record<string, string> = {
         ...CONSOLE_SECURITY_HEADERS,
         'content-type': file.type,

@@ -36,6 +36,11 @@ async function runBrowserTests(executablePath: string): Promise<void> {
       res.end('<script>document.title = "stolen:" + sessionStorage.getItem("tcg.token");'
         + 'navigator.serviceWorker.register("sw.js", { scope: "/" }).then(() => { document.title += " worker"; });</script>');
     },
+    // A script an agent could host on any tool and fetch through the proxy: this origin's URL.
+    '/pwn.js': (_req, res) => {
+      res.setHeader('content-type', 'text/javascript');
+      res.end('window.__pwned = sessionStorage.getItem("tcg.token");');
+    },
     '/sw.js': (_req, res) => {
       res.setHeader('content-type', 'text/javascript');
       res.setHeader('service-worker-allowed', '/');
@@ -64,16 +69,22 @@ async function runBrowserTests(executablePath: string): Promise<void> {
     const res = await fetch(`${base}/console`);
     t.equal(res.status, 200);
     const csp = res.headers.get('content-security-policy') ?? '';
-    for (const directive of ["default-src 'none'", "script-src 'self'", "style-src 'self'", "frame-ancestors 'none'", "base-uri 'none'", "connect-src 'self'"]) {
+    const nonce = /script-src 'nonce-([A-Za-z0-9+/=]{24})'/.exec(csp)?.[1];
+    t.ok(nonce, "script-src is the load's nonce alone, not 'self' (/proxy/* is this origin too)");
+    for (const directive of ["default-src 'none'", `style-src 'nonce-${nonce}'`, "frame-ancestors 'none'", "base-uri 'none'", "connect-src 'self'"]) {
       t.ok(csp.includes(directive), directive);
     }
-    t.notMatch(csp, /unsafe-inline|unsafe-eval/, 'nothing inline, no eval');
+    t.notMatch(csp, /unsafe-inline|unsafe-eval|script-src[^;]*'self'|style-src[^;]*'self'/, "nothing inline, no eval, no script or style for being 'self'");
     t.equal(res.headers.get('x-frame-options'), 'DENY');
     t.equal(res.headers.get('x-content-type-options'), 'nosniff');
     t.equal(res.headers.get('referrer-policy'), 'no-referrer');
-    t.equal(res.headers.get('cache-control'), 'no-cache', 'the index is revalidated');
+    t.equal(res.headers.get('cache-control'), 'no-store', 'the index is not stored (a new nonce each load)');
     const html = await res.text();
     t.notMatch(html, /<script>|<style|style=/, 'no inline script or style in the page');
+    t.ok(html.includes(`<script nonce="${nonce}" type="module" src="/console/app-`) && html.includes(`<link nonce="${nonce}" rel="stylesheet"`), 'the page\'s script and stylesheet carry the nonce');
+    const other = await fetch(`${base}/console`);
+    await other.text();
+    t.not(/'nonce-([^']+)'/.exec(other.headers.get('content-security-policy') ?? '')?.[1], nonce, 'another load, another nonce');
     const script = /src="(\/console\/app-[A-Z0-9]{8}\.js)"/.exec(html)?.[1];
     t.ok(script, 'the script is a hashed file of this origin');
     const asset = await fetch(`${base}${script}`);
@@ -81,9 +92,9 @@ async function runBrowserTests(executablePath: string): Promise<void> {
     t.equal(asset.headers.get('cache-control'), 'public, max-age=31536000, immutable');
     t.match(asset.headers.get('content-type'), /javascript/);
     t.equal(asset.headers.get('x-frame-options'), 'DENY');
-    const etag = res.headers.get('etag')!;
-    const again = await fetch(`${base}/console`, { headers: { 'if-none-match': etag } });
-    t.equal(again.status, 304, 'ETag revalidation');
+    const etag = asset.headers.get('etag')!;
+    const again = await fetch(`${base}${script}`, { headers: { 'if-none-match': etag } });
+    t.equal(again.status, 304, 'ETag revalidation of an asset');
     const deep = await fetch(`${base}/console/anything/else`);
     t.equal(deep.status, 200, 'an unknown /console path is the app');
     t.notOk(/https?:\/\/(?!www\.w3\.org)/.test(readFileSync(`${fileURLToPath(new URL('../../dist/console/', import.meta.url))}index.html`, 'utf8')), 'no CDN in the page');
@@ -156,6 +167,26 @@ async function runBrowserTests(executablePath: string): Promise<void> {
     t.equal(await page.locator('img[src="x"]').count(), 0, 'no element was made from it');
     await shot('audit-live');
     await page.getByRole('button', { name: 'Close' }).click();
+  });
+
+  t.test('a script an agent serves through the proxy (this origin) does not run in the console', async (t) => {
+    const src = `/proxy/${apiKey}/${upstream.authority}/pwn.js`;
+    const served = await fetch(`${base}${src}`);
+    t.equal(served.status, 200, 'the proxy serves it, as any tool answer');
+    t.match(served.headers.get('content-type'), /javascript/);
+    await served.text();
+    const seen = cspViolations.length;
+    const loaded = await page.evaluate((url) => new Promise<string>((resolve) => {
+      const script = document.createElement('script');
+      script.src = url;
+      script.onload = () => resolve('loaded');
+      script.onerror = () => resolve('refused');
+      document.head.append(script);
+    }), src);
+    t.equal(loaded, 'refused', 'the CSP refuses it');
+    t.equal(await page.evaluate(() => (window as unknown as { __pwned?: string }).__pwned), undefined, 'it ran nothing (it would have read the token)');
+    t.ok(cspViolations.length > seen, 'reported as a CSP violation');
+    cspViolations.length = seen; // expected: the test's own, not the console's
   });
 
   t.test('a held call is approved from the inbox and goes through', async (t) => {

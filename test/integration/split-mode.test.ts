@@ -116,7 +116,9 @@ t.test('a request undici would not send as it came is not answered as an unreach
 });
 
 t.test('a header the Connection header names is not passed to the admin process (RFC 9110 §7.6.1)', async (t) => {
-  const first = await fetch(`${proxyA.url}/console`);
+  const page = await (await fetch(`${proxyA.url}/console`)).text();
+  const asset = /src="(\/console\/app-[A-Z0-9]{8}\.js)"/.exec(page)![1]!;
+  const first = await fetch(`${proxyA.url}${asset}`);
   await first.arrayBuffer();
   const etag = first.headers.get('etag')!;
   const port = Number(new URL(proxyA.url).port);
@@ -125,7 +127,7 @@ t.test('a header the Connection header names is not passed to the admin process 
     let text = '';
     socket.on('data', (c: Buffer) => { text += c.toString('latin1'); });
     socket.on('close', () => resolve(text));
-    socket.write(`GET /console HTTP/1.1\r\nHost: x\r\nIf-None-Match: ${etag}\r\nConnection: close, if-none-match\r\n\r\n`);
+    socket.write(`GET ${asset} HTTP/1.1\r\nHost: x\r\nIf-None-Match: ${etag}\r\nConnection: close, if-none-match\r\n\r\n`);
     setTimeout(() => socket.destroy(), 3000);
   });
   t.match(answer, /^HTTP\/1\.1 200 /, `If-None-Match, named in Connection, did not reach the admin (no 304): ${answer.split('\r\n')[0]}`);
