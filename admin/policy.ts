@@ -2,7 +2,7 @@
 import { GuardError } from '../shared/errors.js';
 import { evaluatePolicy, evaluateShadow, matchingLimits, parsePolicy, STORED_POLICY_LIMITS } from '../shared/policy/index.js';
 import { isoInstant } from '../shared/iso-instant.js';
-import { MCP_TOOL_METHODS, resourceUri } from '../shared/mcp.js';
+import { mcpCallReading, MCP_TOOL_METHODS } from '../shared/mcp.js';
 import { replayPolicy } from './replay.js';
 import { policyInputs, REFUSED_PATH_PARTS } from '../shared/target.js';
 import type { AdminContext, Handler } from './context.js';
@@ -48,10 +48,9 @@ export function policyHandlers(ctx: AdminContext) {
     if (mcpTool !== undefined && !MCP_TOOL_METHODS.has(mcpMethod!)) {
       throw new GuardError('invalid_request', "Field 'mcp_tool' is read only for tools/call, prompts/get and resources/read: the proxy finds no tool in another method's request.", { field: 'mcp_tool' });
     }
-    // A resource's URI as the proxy reads it (normalised, shared/mcp.ts resourceUri); one that does not parse the proxy would not inspect.
-    const uri = mcpMethod === 'resources/read' && mcpTool !== undefined ? resourceUri(mcpTool) : undefined;
-    if (uri === null) throw new GuardError('invalid_request', "Field 'mcp_tool' is not a URI: the proxy refuses a resources/read whose URI does not parse.", { field: 'mcp_tool' });
-    const mcp = mcpMethod === undefined ? null : { method: mcpMethod, tool: uri ?? mcpTool ?? null };
+    // Read as the proxy reads it (a resource's URI also normalised); one that does not parse the proxy would not inspect.
+    const mcp = mcpMethod === undefined ? null : mcpCallReading(mcpMethod, mcpTool ?? null);
+    if (mcpMethod !== undefined && mcp === null) throw new GuardError('invalid_request', "Field 'mcp_tool' is not a URI: the proxy refuses a resources/read whose URI does not parse.", { field: 'mcp_tool' });
     if (path !== undefined && !path.startsWith('/')) {
       throw new GuardError('invalid_request', "Field 'path' must start with '/'.", { field: 'path' });
     }

@@ -7,7 +7,7 @@
 // only shadow rules name MCP fields, nothing is refused for the body: it is read
 // when it can be (identity, a known length up to 1 MiB, JSON) so that those
 // rules can match. Any other policy decided in authorize.ts; nothing here.
-import { MCP_BATCH_MAX, MCP_INSPECT_MAX_BYTES, readJsonRpc, resourceUri } from '../shared/mcp.js';
+import { MCP_BATCH_MAX, MCP_INSPECT_MAX_BYTES, readJsonRpc } from '../shared/mcp.js';
 import { evaluatePolicy, UNINSPECTABLE_RULE, type CompiledPolicy, type McpCall, type PolicyDecision } from '../shared/policy/index.js';
 import { applyDecision, decideOnHead, recordShadow } from './authorize.js';
 import type { ProxyExchange, Stage } from './exchange.js';
@@ -89,8 +89,7 @@ function decide(ex: ProxyExchange, policy: CompiledPolicy, bytes: Buffer | null,
     if (methodHeader !== null && methodHeader !== call?.method) {
       return refuseHeaders(ex, `The Mcp-Method header (${quoted(methodHeader)}) does not match the body's method (${quoted(call?.method ?? null)}).`);
     }
-    // A resource's URI compared as the policy reads it (normalised), so that a header and body naming it alike agree.
-    if (nameHeader !== null && (call?.method === 'resources/read' ? resourceUri(nameHeader) : nameHeader) !== call?.tool) {
+    if (nameHeader !== null && nameHeader !== call?.tool) {
       return refuseHeaders(ex, `The Mcp-Name header (${quoted(nameHeader)}) does not match the body's tool (${quoted(call?.tool ?? null)}).`);
     }
   }

@@ -53,15 +53,27 @@ function requestOf(value: unknown): McpCall | null | 'ambiguous' {
   const message = value as { jsonrpc?: unknown; method?: unknown; params?: unknown };
   if (message.jsonrpc !== '2.0' || typeof message.method !== 'string') return null;
   const params = typeof message.params === 'object' && message.params !== null ? (message.params as { name?: unknown; uri?: unknown }) : {};
-  let tool: unknown = MCP_TOOL_METHODS.has(message.method) ? (message.method === 'resources/read' ? params.uri : params.name) : null;
+  const tool: unknown = MCP_TOOL_METHODS.has(message.method) ? (message.method === 'resources/read' ? params.uri : params.name) : null;
   // An empty method or tool name is kept by the audit as none (null), so a replay
   // could not decide it as the live call was: such a call is not inspected.
   if (message.method === '' || tool === '') return 'ambiguous';
-  if (message.method === 'resources/read' && typeof tool === 'string') {
-    tool = resourceUri(tool);
-    if (tool === null) return 'ambiguous';
-  }
-  return { method: message.method, tool: typeof tool === 'string' ? tool : null };
+  if (typeof tool !== 'string') return { method: message.method, tool: null };
+  if (message.method !== 'resources/read') return { method: message.method, tool };
+  const read = mcpCallReading(message.method, tool);
+  return read ?? 'ambiguous';
+}
+
+/**
+ * An MCP request as the policy reads it: a resources/read URI also as the
+ * servers read it (McpCall.readAs) when that differs; null when the URI does not
+ * parse (those servers refuse it; the proxy does not inspect it). Used alike by
+ * the proxy, POST /policy/check and a replay of recorded calls.
+ */
+export function mcpCallReading(method: string, tool: string | null): McpCall | null {
+  if (method !== 'resources/read' || tool === null) return { method, tool };
+  const readAs = resourceUri(tool);
+  if (readAs === null) return null;
+  return readAs === tool ? { method, tool } : { method, tool, readAs };
 }
 
 /**
@@ -69,8 +81,7 @@ function requestOf(value: unknown): McpCall | null | 'ambiguous' {
  * by its WHATWG-normalised form (TypeScript `new URL(uri).toString()`, Python
  * pydantic's `AnyUrl`, the same rules), so `file:///public/../secrets/key`,
  * `FILE:///secrets/key` and ` file:///sec\trets/key` all read
- * `file:///secrets/key`, and the policy matches that. Null when it does not parse
- * (those servers refuse it; the call is not inspected).
+ * `file:///secrets/key`. Null when it does not parse.
  */
 export function resourceUri(raw: string): string | null {
   try {

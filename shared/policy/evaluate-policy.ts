@@ -24,10 +24,22 @@ export const NO_POLICY_DECISION: PolicyDecision = Object.freeze({
  */
 export function evaluatePolicy(policy: CompiledPolicy | null, tool: string, action: string, path: string, mcp: McpCall | null = null): PolicyDecision {
   if (policy === null) return NO_POLICY_DECISION;
+  const sent = decide(policy, tool, action, path, mcp, false);
+  if (mcp?.readAs === undefined) return sent;
+  // A resource URI the server reads otherwise than it was sent (`FILE:///secrets/x`,
+  // `file:///public/../secrets/x`): decided on both, the stricter stands, so that
+  // neither spelling steps around a deny rule or out of an allow-list.
+  const read = decide(policy, tool, action, path, mcp, true);
+  return STRICTNESS[read.decision] > STRICTNESS[sent.decision] ? read : sent;
+}
+
+const STRICTNESS: Readonly<Record<PolicyDecision['decision'], number>> = { allow: 0, approve: 1, deny: 2 };
+
+function decide(policy: CompiledPolicy, tool: string, action: string, path: string, mcp: McpCall | null, readAs: boolean): PolicyDecision {
   const rules = policy.rules.length > TOOL_INDEX_MIN_RULES ? rulesForTool(policy, tool) : policy.rules;
   for (let i = 0; i < rules.length; i++) {
     const rule = rules[i]!;
-    if (matchesCall(rule, tool, action, path, mcp)) return rule.result;
+    if (matchesCall(rule, tool, action, path, mcp, readAs)) return rule.result;
   }
   return policy.defaultResult;
 }
@@ -94,7 +106,7 @@ export function evaluateShadow(policy: CompiledPolicy | null, tool: string, acti
 /** A rule or limit matches a call whose body holds `calls` (an MCP batch): one that names MCP fields when any request matches. */
 export function matchesAnyCall(m: CallMatcher, tool: string, action: string, path: string, calls: readonly (McpCall | null)[] | null): boolean {
   if (!m.mcp || calls === null || calls.length === 0) return matchesCall(m, tool, action, path, null);
-  for (let i = 0; i < calls.length; i++) if (matchesCall(m, tool, action, path, calls[i]!)) return true;
+  for (let i = 0; i < calls.length; i++) if (matchesEither(m, tool, action, path, calls[i]!)) return true;
   return false;
 }
 
@@ -107,30 +119,37 @@ export function matchesAnyCall(m: CallMatcher, tool: string, action: string, pat
 export function countMatchingCalls(m: CallMatcher, tool: string, action: string, path: string, calls: readonly (McpCall | null)[] | null): number {
   if (!m.mcp || calls === null || calls.length === 0) return matchesCall(m, tool, action, path, null) ? 1 : 0;
   let count = 0;
-  for (let i = 0; i < calls.length; i++) if (matchesCall(m, tool, action, path, calls[i]!)) count++;
+  for (let i = 0; i < calls.length; i++) if (matchesEither(m, tool, action, path, calls[i]!)) count++;
   return count;
 }
 
 /** The policy's limits that count a call (tool, action and path as for evaluatePolicy), in document order. */
 export function matchingLimits(policy: CompiledPolicy | null, tool: string, action: string, path: string, mcp: McpCall | null = null): CompiledLimit[] {
   if (policy === null) return [];
-  return policy.limits.filter((limit) => matchesCall(limit, tool, action, path, mcp));
+  return policy.limits.filter((limit) => matchesEither(limit, tool, action, path, mcp));
+}
+
+/** Limits and shadow rules count a resource read the way either spelling of its URI names it (McpCall.readAs). */
+function matchesEither(m: CallMatcher, tool: string, action: string, path: string, mcp: McpCall | null): boolean {
+  return matchesCall(m, tool, action, path, mcp) || (mcp?.readAs !== undefined && matchesCall(m, tool, action, path, mcp, true));
 }
 
 /**
  * A rule or limit matches the call. One that names `mcp_method` or `mcp_tool`
  * matches only a JSON-RPC request (`mcp`), and `mcp_tool` only one that names a tool.
  */
-export function matchesCall(m: CallMatcher, tool: string, action: string, path: string, mcp: McpCall | null = null): boolean {
+export function matchesCall(m: CallMatcher, tool: string, action: string, path: string, mcp: McpCall | null = null, readAs = false): boolean {
   if (m.action !== null && !equalsUpperCased(action, m.action)) return false;
   if (!matchesTool(m, tool) || !matchesPath(m, path)) return false;
-  return !m.mcp || matchesMcp(m, mcp);
+  return !m.mcp || matchesMcp(m, mcp, readAs);
 }
 
-function matchesMcp(m: CallMatcher, mcp: McpCall | null): boolean {
+/** `readAs`: the tool is the URI as servers read it (McpCall.readAs, when there is one), not as sent. */
+function matchesMcp(m: CallMatcher, mcp: McpCall | null, readAs: boolean): boolean {
   if (mcp === null) return false;
   if (m.mcpMethodGlob !== null && !matchGlob(m.mcpMethodGlob, mcp.method)) return false;
-  return m.mcpToolGlob === null || (mcp.tool !== null && matchGlob(m.mcpToolGlob, mcp.tool));
+  const name = readAs ? (mcp.readAs ?? mcp.tool) : mcp.tool;
+  return m.mcpToolGlob === null || (name !== null && matchGlob(m.mcpToolGlob, name));
 }
 
 /**

@@ -21,7 +21,15 @@ export const LIMIT_RULE_PREFIX = 'limit:';
 /** One JSON-RPC 2.0 request of an MCP call's body: its method, and the tool (params.name of tools/call and prompts/get, params.uri of resources/read). */
 export interface McpCall {
   readonly method: string;
+  /** The tool as the request names it (`params.name`; `params.uri` as sent for resources/read). */
   readonly tool: string | null;
+  /**
+   * resources/read: the URI as the MCP SDKs read it (WHATWG-normalised,
+   * shared/mcp.ts resourceUri) when that differs from `tool`. The policy
+   * decides on both spellings and the stricter decision stands; limits and
+   * shadow rules match either.
+   */
+  readonly readAs?: string;
 }
 
 /** The answer for one call. Instances are frozen and shared: never mutate one. */

@@ -371,31 +371,45 @@ t.test('a call refused for its body (uninspectable, headers that disagree) still
   for (const row of rows) t.match(row, { decision: 'denied', shadow_rule: 'try-posts', shadow_decision: 'deny' }, `${row.status_code}: the shadow rule is recorded`);
 });
 
-t.test('resources/read URIs are matched as the MCP SDKs read them (WHATWG-normalised); one that does not parse is not inspected', async (t) => {
+t.test('resources/read: the policy decides on the URI as sent and as the MCP SDKs read it (WHATWG-normalised), the stricter stands', async (t) => {
   const echo = await startUpstream();
   t.teardown(() => echo.close());
-  const agent = await agentWithPolicy(t, 'mcp-resources', 'version: "1"\nrules:\n  - {name: no-secrets, tool: "*", action: POST, mcp_method: resources/read, mcp_tool: "file:///secrets/*", decision: deny}\n  - {name: rest, tool: "*", action: "*", decision: allow}\n');
-  const read = (uri: string, headers: Record<string, string> = {}) =>
-    postStatus(agent.api_key, echo.authority, JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'resources/read', params: { uri } }), headers);
+  const agent = await agentWithPolicy(t, 'mcp-resources', 'version: "1"\nrules:\n'
+    + '  - {name: no-secrets, tool: "*", action: POST, mcp_method: resources/read, mcp_tool: "file:///secrets/*", decision: deny}\n'
+    + '  - {name: no-taxes, tool: "*", action: POST, mcp_method: resources/read, mcp_tool: "file:///Tax Returns/*", decision: deny}\n'
+    + '  - {name: rest, tool: "*", action: "*", decision: allow}\n');
+  const readBy = (key: string) => (uri: string, headers: Record<string, string> = {}) =>
+    postStatus(key, echo.authority, JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'resources/read', params: { uri } }), headers);
+  const read = readBy(agent.api_key);
   t.equal(await read('file:///public/a'), 200, 'a public file');
   // The TypeScript SDK looks each of these up as new URL(uri).toString(): file:///secrets/key.
-  for (const uri of ['file:///secrets/key', 'FILE:///secrets/key', ' file:///sec\trets/key', 'file:///public/../secrets/key', 'file:///public/%2e%2e/secrets/key']) {
-    t.equal(await read(uri), 403, `${JSON.stringify(uri)} reads file:///secrets/key: denied`);
-  }
+  const secrets = ['file:///secrets/key', 'FILE:///secrets/key', ' file:///sec\trets/key', 'file:///public/../secrets/key', 'file:///public/%2e%2e/secrets/key'];
+  for (const uri of secrets) t.equal(await read(uri), 403, `${JSON.stringify(uri)} reads file:///secrets/key: denied`);
+  t.equal(await read('file:///Tax Returns/2025.pdf'), 403, 'a glob written as the URI is sent (a space, which the normalised form escapes) still denies');
   t.equal(await read('not a uri'), 403, 'a URI that does not parse: refused as uninspectable');
-  t.equal(await read('FILE:///public/a', { 'mcp-method': 'resources/read', 'mcp-name': 'file:///public/a' }), 200, 'Mcp-Name compared as normalised too');
+  t.equal(await read('FILE:///public/a', { 'mcp-method': 'resources/read', 'mcp-name': 'FILE:///public/a' }), 200, 'Mcp-Name as the body spells it');
+  t.equal(await read('FILE:///public/a', { 'mcp-name': 'file:///public/a' }), 400, 'Mcp-Name spelling it otherwise than the body');
   t.equal(await read('file:///public/a', { 'mcp-name': 'file:///secrets/key' }), 400, 'an Mcp-Name naming another resource');
+  const noUri = await postStatus(agent.api_key, echo.authority, JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'resources/read', params: {} }), { 'mcp-name': 'secrets/key' });
+  t.equal(noUri, 400, 'an Mcp-Name on a read without a URI');
+
+  // An allow-list: a path that climbs out of it is not in it.
+  const listed = await agentWithPolicy(t, 'mcp-resources-allow', 'version: "1"\ndefault: deny\nrules:\n'
+    + '  - {name: public, tool: "*", action: POST, mcp_method: resources/read, mcp_tool: "file:///public/*", decision: allow}\n');
+  t.equal(await readBy(listed.api_key)('file:///public/a'), 200, 'allow-listed');
+  t.equal(await readBy(listed.api_key)('file:///public/../secrets/key'), 403, 'out of the allow-list by ..');
 
   const rows = await eventually(async () => {
     const page = (await api(service.url, owner, 'GET', `/audit?agent_id=${agent.id}`)).json as any[];
-    return page.length >= 9 ? page : undefined;
+    return page.length >= 11 ? page : undefined;
   });
-  t.ok(rows.filter((r) => r.rule_matched === 'no-secrets').every((r) => r.mcp_tool === 'file:///secrets/key'), 'the audit keeps the URI the server reads');
-  t.equal(rows.filter((r) => r.rule_matched === 'no-secrets').length, 5);
+  t.same(rows.filter((r) => r.rule_matched === 'no-secrets').map((r) => r.mcp_tool).sort(), [...secrets].sort(), 'the audit keeps each URI as it was sent');
   t.equal(rows.filter((r) => r.rule_matched === 'uninspectable_body').length, 1);
 
-  // POST /policy/check reads the URI as the proxy does.
+  // POST /policy/check and a replay read the URI as the proxy does.
   const check = (mcp_tool: string) => api(service.url, owner, 'POST', '/policy/check', { agent_id: agent.id, tool: echo.authority, action: 'POST', reasoning: '', path: '/echo', mcp_method: 'resources/read', mcp_tool });
   t.match((await check('FILE:///public/../secrets/key')).json, { decision: 'deny', rule_matched: 'no-secrets' }, 'check: normalised like the proxy');
   t.match(await check('not a uri'), { status: 400, json: { error: 'invalid_request', field: 'mcp_tool' } }, 'check: a URI that does not parse');
+  const replay = await api(service.url, owner, 'POST', '/policy/replay', { agent_id: agent.id, rules_yaml: 'version: "1"\nrules:\n  - {name: no-secrets, tool: "*", action: POST, mcp_method: resources/read, mcp_tool: "file:///secrets/*", decision: deny}\n  - {name: no-taxes, tool: "*", action: POST, mcp_method: resources/read, mcp_tool: "file:///Tax Returns/*", decision: deny}\n  - {name: rest, tool: "*", action: "*", decision: allow}\n' });
+  t.match(replay.json, { allow_to_deny: 0, deny_to_allow: 0 }, 'replaying its own policy changes nothing');
 });
