@@ -160,7 +160,9 @@ export async function startService(config: Readonly<Config>, log: Logger = creat
       pipeline?.stopAdmitting();
       stopping = true;
       listener.stop();
-      store.changes.stop();
+      // The change feed runs on through the drain: an agent deleted meanwhile
+      // still has its calls in flight ended (agent-deletions.ts), and a revoked
+      // credential still leaves the caches. It stops with the stores.
       // Live audit streams end now: they are not calls to drain, and a client reconnects elsewhere.
       admin?.endStreams();
       passThrough?.endStreams();
@@ -172,7 +174,7 @@ export async function startService(config: Readonly<Config>, log: Logger = creat
       const unwritten = await auditBatcher.close(AUDIT_FLUSH_DEADLINE_MS);
       if (unwritten > 0) log.error('audit records could be neither written nor spooled before shutdown', { unwritten });
     },
-    close: [() => pipeline?.close(), () => passThrough?.close(), () => admin?.close(), () => auditStore.close(), () => store.close()],
+    close: [() => void store.changes.stop(), () => pipeline?.close(), () => passThrough?.close(), () => admin?.close(), () => auditStore.close(), () => store.close()],
   });
 
   return { role, port: listener.port, url, publicUrl, log, store, auditStore, auditBatcher, pipeline, metrics, stop };

@@ -202,3 +202,23 @@ t.test('split mode: a proxy ends a deleted agent\'s event stream once the change
   });
   t.equal(rows[0].status_code, 200, 'its entry reaches ClickHouse, with the upstream\'s status');
 });
+
+t.test('split mode: a proxy draining for shutdown still ends a deleted agent\'s calls', async (t) => {
+  const root = mkdtempSync(join(tmpdir(), 'tcg-agent-deleted-drain-'));
+  t.teardown(() => rmSync(root, { recursive: true, force: true }));
+  const split = await startSplitDeployment(root, { PORT: '0', GUARD_ALLOW_TARGETS: '127.0.0.1', NODE_EXTRA_CA_CERTS: new URL('../fixtures/tls/ca.crt', import.meta.url).pathname, UPSTREAM_STREAM_IDLE_MS: '60000' });
+  t.teardown(() => split.close());
+  const proxy = await spawnService('proxy', { ...split.proxyEnv('p1'), SHUTDOWN_DRAIN_MS: '20000' });
+  t.teardown(() => proxy.stop());
+  const owner = await signup(split.admin.url);
+  const agent = await createAgent(split.admin.url, owner, 'drain-doomed', 'none');
+  const res = await fetch(`${proxy.url}/proxy/${agent.api_key}/${upstream.authority}/unfinished-json`);
+  t.equal(res.status, 200);
+  const download = readToEnd(res);
+  // SIGTERM: the proxy stops taking calls and lets this one go on, for up to 20 s.
+  const exited = proxy.stop();
+  await new Promise((r) => setTimeout(r, 300));
+  t.equal((await api(split.admin.url, owner, 'DELETE', `/agents/${agent.id}`)).status, 204, 'deleted through the admin process while the proxy drains');
+  t.equal(await within(download, 5000), 'cut', 'the download is cut (CHANGE_POLL_MS 250 ms), not left to the drain\'s 20 s');
+  t.equal(await within(exited, 5000), 0, 'and the proxy, with nothing left in flight, exits');
+});
