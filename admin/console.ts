@@ -23,6 +23,10 @@ export const CONSOLE_PREFIX = '/console';
 /** The CSP of every console answer but the page itself: nothing runs or styles there. */
 export const CONSOLE_CSP = "default-src 'none'; img-src 'self' data:; form-action 'self'; base-uri 'none'; frame-ancestors 'none'";
 
+/** The page's script and stylesheet elements as console/index.html writes them: each gets the nonce. */
+const SCRIPT_ELEMENT = '<script type="module" src=';
+const STYLESHEET_ELEMENT = '<link rel="stylesheet" href=';
+
 /** The page's CSP: its script and stylesheet, named by the load's nonce, and the admin API ('self'). */
 function pageCsp(nonce: string): string {
   return `default-src 'none'; script-src 'nonce-${nonce}'; style-src 'nonce-${nonce}'; img-src 'self' data:; connect-src 'self'; form-action 'self'; base-uri 'none'; frame-ancestors 'none'`;
@@ -88,6 +92,10 @@ export function loadConsole(dir: string | null = findConsoleDir()): ConsoleFiles
   const index = files.get('index.html') ?? null;
   // The page, whose own script and stylesheet elements (console/index.html) are given each load's nonce.
   const page = index?.body.toString('utf8');
+  // Each once, as the build writes them; else the page would be served with a CSP refusing its own script (a blank console).
+  for (const element of [SCRIPT_ELEMENT, STYLESHEET_ELEMENT]) {
+    if (page !== undefined && page.split(element).length !== 2) throw new Error(`console: ${dir}index.html must hold '${element}' once (the element given each load's CSP nonce); rebuild with npm run build`);
+  }
 
   return {
     serve(req) {
@@ -106,9 +114,7 @@ export function loadConsole(dir: string | null = findConsoleDir()): ConsoleFiles
       if (found === undefined && /\.(js|css|map|png|svg|ico)$/.test(name)) throw new GuardError('not_found', 'No such console file.', undefined, CONSOLE_SECURITY_HEADERS);
       if (found === undefined || found === index) {
         const nonce = randomBytes(16).toString('base64');
-        const body = page!
-          .replace('<script type="module" src=', `<script nonce="${nonce}" type="module" src=`)
-          .replace('<link rel="stylesheet" href=', `<link nonce="${nonce}" rel="stylesheet" href=`);
+        const body = page!.replace(SCRIPT_ELEMENT, `<script nonce="${nonce}" ${SCRIPT_ELEMENT.slice(8)}`).replace(STYLESHEET_ELEMENT, `<link nonce="${nonce}" ${STYLESHEET_ELEMENT.slice(6)}`);
         return {
           status: 200,
           headers: { ...CONSOLE_SECURITY_HEADERS, 'content-security-policy': pageCsp(nonce), 'content-type': index.type, 'cache-control': 'no-store' },

@@ -149,7 +149,10 @@ function matchesMcp(m: CallMatcher, mcp: McpCall | null, readAs: boolean): boole
   if (mcp === null) return false;
   if (m.mcpMethodGlob !== null && !matchGlob(m.mcpMethodGlob, mcp.method)) return false;
   const name = readAs ? (mcp.readAs ?? mcp.tool) : mcp.tool;
-  return m.mcpToolGlob === null || (name !== null && matchGlob(m.mcpToolGlob, name));
+  if (m.mcpToolGlob === null) return true;
+  if (name === null) return false;
+  // A resource's URI: the glob as written, or with what a URL percent-encodes encoded (CallMatcher.mcpToolGlobEncoded).
+  return matchGlob(m.mcpToolGlob, name) || (m.mcpToolGlobEncoded !== null && mcp.method === 'resources/read' && matchGlob(m.mcpToolGlobEncoded, name));
 }
 
 /**

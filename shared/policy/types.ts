@@ -106,6 +106,13 @@ export interface CallMatcher {
    */
   readonly mcpMethodGlob: readonly string[] | null;
   readonly mcpToolGlob: readonly string[] | null;
+  /**
+   * `mcp_tool` with the characters a URL percent-encodes written so (a space as
+   * `%20`, non-ASCII as its UTF-8 escapes), as a resources/read URI reaches the
+   * server; null when that changes nothing. A resource's URI matches either
+   * form: `file:///Tax Returns/*` also names `file:///Tax%20Returns/2025.pdf`.
+   */
+  readonly mcpToolGlobEncoded: readonly string[] | null;
 }
 
 export interface CompiledRule extends CallMatcher {

@@ -102,7 +102,8 @@ export class MetadataChangeFeed implements ChangeFeed {
       try {
         for (;;) {
           const entries = await this.#log.changesSince(position, BATCH);
-          if (entries.length === 0) break;
+          // Stopped while the read was on its way (shutdown closes the stores next): nothing more to tell.
+          if (this.#run !== run || entries.length === 0) break;
           // A seq missing anywhere (pruned, or read past: a writer that died
           // between taking its seq and writing its row) is a change nobody
           // heard: every cache forgets what it holds.
@@ -118,7 +119,7 @@ export class MetadataChangeFeed implements ChangeFeed {
           if (entries.length < BATCH) break;
         }
       } catch (err) {
-        options.onError(err);
+        if (this.#run === run) options.onError(err);
       }
       if (this.#run === run) this.#timer = setTimeout(() => void poll(), options.pollMs);
     };

@@ -385,7 +385,9 @@ t.test('resources/read: the policy decides on the URI as sent and as the MCP SDK
   // The TypeScript SDK looks each of these up as new URL(uri).toString(): file:///secrets/key.
   const secrets = ['file:///secrets/key', 'FILE:///secrets/key', ' file:///sec\trets/key', 'file:///public/../secrets/key', 'file:///public/%2e%2e/secrets/key'];
   for (const uri of secrets) t.equal(await read(uri), 403, `${JSON.stringify(uri)} reads file:///secrets/key: denied`);
-  t.equal(await read('file:///Tax Returns/2025.pdf'), 403, 'a glob written as the URI is sent (a space, which the normalised form escapes) still denies');
+  t.equal(await read('file:///Tax Returns/2025.pdf'), 403, 'a glob written with a space (which a URL escapes) denies the URI sent with the space');
+  t.equal(await read('file:///Tax%20Returns/2025.pdf'), 403, 'and sent escaped, as the server reads both');
+  t.equal(await read('FILE:///Tax%20Returns/../Tax Returns/2025.pdf'), 403, 'and spelled any other way');
   t.equal(await read('not a uri'), 403, 'a URI that does not parse: refused as uninspectable');
   t.equal(await read('FILE:///public/a', { 'mcp-method': 'resources/read', 'mcp-name': 'FILE:///public/a' }), 200, 'Mcp-Name as the body spells it');
   t.equal(await read('FILE:///public/a', { 'mcp-name': 'file:///public/a' }), 400, 'Mcp-Name spelling it otherwise than the body');
@@ -398,10 +400,11 @@ t.test('resources/read: the policy decides on the URI as sent and as the MCP SDK
     + '  - {name: public, tool: "*", action: POST, mcp_method: resources/read, mcp_tool: "file:///public/*", decision: allow}\n');
   t.equal(await readBy(listed.api_key)('file:///public/a'), 200, 'allow-listed');
   t.equal(await readBy(listed.api_key)('file:///public/../secrets/key'), 403, 'out of the allow-list by ..');
+  t.equal(await readBy(listed.api_key)('file:///public/a b'), 200, 'a space in an allow-listed URI, sent raw');
 
   const rows = await eventually(async () => {
     const page = (await api(service.url, owner, 'GET', `/audit?agent_id=${agent.id}`)).json as any[];
-    return page.length >= 11 ? page : undefined;
+    return page.length >= 13 ? page : undefined;
   });
   t.same(rows.filter((r) => r.rule_matched === 'no-secrets').map((r) => r.mcp_tool).sort(), [...secrets].sort(), 'the audit keeps each URI as it was sent');
   t.equal(rows.filter((r) => r.rule_matched === 'uninspectable_body').length, 1);
