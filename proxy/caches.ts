@@ -11,7 +11,7 @@ import { credentialAssociatedData, openValue, secretSpellings } from '../shared/
 import type { MetadataStore } from '../shared/stores/metadata-store.js';
 import type { CacheCounters, CacheName } from '../shared/metrics.js';
 import type { Agent, CredType, MetadataChange } from '../shared/types.js';
-import { hostOfAuthority } from '../shared/target.js';
+import { hostOfAuthority, withDefaultPort } from '../shared/target.js';
 import type { ProxyExchange, StageResult } from './exchange.js';
 
 /** What the proxy injects: the credential's shape and its opened value. */
@@ -186,7 +186,7 @@ export function createProxyCaches(
         credentials.delete(key);
         const host = hostOfAuthority(change.hostname);
         // One for port 443 answers for targets that leave that port unwritten (their key has none).
-        if (change.hostname === `${host}:443`) credentials.delete(credentialCacheKey(change.orgId, host));
+        if (host !== change.hostname && withDefaultPort(host) === change.hostname) credentials.delete(credentialCacheKey(change.orgId, host));
         // A credential without a port also answers for the host's other ports.
         if (host === change.hostname) {
           const ported = `${key}:`;

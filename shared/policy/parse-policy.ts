@@ -313,12 +313,11 @@ function compileMatcher(
     mcp: fields.mcp_method !== undefined || fields.mcp_tool !== undefined,
     mcpMethodGlob: glob(fields.mcp_method),
     mcpToolGlob: glob(fields.mcp_tool),
-    mcpToolGlobEncoded: fields.mcp_tool === undefined || !URL_ENCODES.test(fields.mcp_tool) ? null : glob(encodeAsUrl(fields.mcp_tool)),
+    mcpToolGlobEncoded: fields.mcp_tool === undefined || encodeAsUrl(fields.mcp_tool) === fields.mcp_tool ? null : glob(encodeAsUrl(fields.mcp_tool)),
   };
 }
 
 /** What the WHATWG URL parser percent-encodes in a path, query or fragment: C0 controls, space, `"<>\`{}`, DEL and non-ASCII. */
-const URL_ENCODES = /[\u0000-\u0020"<>`{}\u007f-\u{10ffff}]/u;
 const URL_ENCODES_ALL = /[\u0000-\u0020"<>`{}\u007f-\u{10ffff}]/gu;
 
 /** `text` with those characters percent-encoded as the URL parser writes them (UTF-8, upper-case hex). */
