@@ -1,6 +1,7 @@
 // Split mode: a proxy process passes every admin path to the admin process
 // (ADMIN_URL) over a keep-alive pool, adding X-Forwarded-For so the admin's login
 // limiter sees the client's address.
+import type { Dispatcher } from 'undici';
 import { Pool } from '../shared/undici.js';
 import type { AdminRequest, AdminResponse } from '../admin/http.js';
 import { errorBody } from '../shared/errors.js';
@@ -21,7 +22,26 @@ const STREAM_PATH = /^\/audit\/stream\/?$/;
 /** How long a stopping proxy waits for admin requests it passes through before it cuts them. */
 const CLOSE_WAIT_MS = 1000;
 
-export function createAdminPassThrough(adminUrl: string): AdminPassThrough {
+export interface PassThroughLimits {
+  /**
+   * How long a request may wait for the head of the admin's answer, counted from
+   * its arrival here: time queued behind the pool's busy connections included
+   * (undici's headersTimeout starts only once a connection takes the request).
+   */
+  answerWithinMs: number;
+  /** Admin requests (event streams aside) passed through at once, queued ones included; past it, 503 at once. */
+  maxPending: number;
+}
+
+/**
+ * An admin process that stops answering but keeps its sockets open holds at most
+ * 256 requests here (bodies ≤ 1 MiB), each for at most 60 s. Without the bounds
+ * the queue behind the pool's 64 connections grew without end, and its tail
+ * waited one headersTimeout for each round of 64 ahead of it.
+ */
+export const PASS_THROUGH_LIMITS: PassThroughLimits = { answerWithinMs: 60_000, maxPending: 256 };
+
+export function createAdminPassThrough(adminUrl: string, limits: PassThroughLimits = PASS_THROUGH_LIMITS): AdminPassThrough {
   const pool = new Pool(adminUrl, { connections: 64, headersTimeout: 60_000, bodyTimeout: 60_000 });
   // Event streams have a pool of their own: each holds its connection for as long
   // as the client listens, which must not starve the admin API's 64. bodyTimeout:
@@ -29,64 +49,22 @@ export function createAdminPassThrough(adminUrl: string): AdminPassThrough {
   const streamPool = new Pool(adminUrl, { connections: PASS_THROUGH_MAX_STREAMS, headersTimeout: 60_000, bodyTimeout: 60_000 });
   const streams = new Set<() => void>();
   let closed = false;
+  let pending = 0;
   return {
     async handle(req): Promise<AdminResponse> {
       const isStream = STREAM_PATH.test(req.path);
       if (isStream && (closed || streams.size >= PASS_THROUGH_MAX_STREAMS)) {
         return { status: 503, headers: { 'content-type': 'application/json', 'retry-after': '5' }, body: errorBody('unavailable', closed ? 'The service is shutting down.' : 'Too many audit streams are open through this proxy; retry later.') };
       }
-      const headers: Record<string, string> = {};
-      for (const name in req.headers) if (!DROP.has(name)) headers[name] = req.headers[name]!;
-      headers['x-forwarded-for'] = req.remoteAddress;
-      const query = req.query.toString();
+      if (isStream) return passOn(req, true);
+      if (pending >= limits.maxPending) {
+        return { status: 503, headers: { 'content-type': 'application/json', 'retry-after': '5' }, body: errorBody('unavailable', 'Too many admin requests are waiting for the admin service; retry later.') };
+      }
+      pending++;
       try {
-        const res = await (isStream ? streamPool : pool).request({
-          method: req.method as 'GET',
-          path: query.length > 0 ? `${req.path}?${query}` : req.path,
-          headers,
-          body: req.body.length > 0 ? req.body : null,
-        });
-        const out: Record<string, string> = {};
-        for (const [name, value] of Object.entries(res.headers)) {
-          if (!DROP.has(name) && name !== 'date' && value !== undefined) out[name] = Array.isArray(value) ? value.join(', ') : value;
-        }
-        // A HEAD answer has no body to measure: the admin's Content-Length (a GET's) goes on as it is.
-        if (req.method === 'HEAD' && typeof res.headers['content-length'] === 'string') out['content-length'] = res.headers['content-length'];
-        if (/^text\/event-stream\b/i.test(out['content-type'] ?? '') && req.method !== 'HEAD') {
-          // GET /audit/stream: passed on chunk by chunk as the admin writes it, never buffered whole.
-          const body = res.body;
-          return {
-            status: res.statusCode,
-            headers: out,
-            body: '',
-            stream: (sink) => {
-              const end = (): void => {
-                streams.delete(end);
-                body.destroy();
-                sink.end();
-              };
-              if (closed) {
-                end(); // shutdown began while its head was on the way
-                return end;
-              }
-              streams.add(end);
-              body.on('data', (chunk: Buffer) => {
-                if (!sink.write(chunk)) end(); // the client went away or was too slow
-              });
-              body.on('end', end);
-              body.on('error', end);
-              return end; // the client went away: stop reading from the admin
-            },
-          };
-        }
-        return { status: res.statusCode, headers: out, body: Buffer.from(await res.body.arrayBuffer()) };
-      } catch (err) {
-        // undici refuses what it cannot put on the wire (a method such as CONNECT,
-        // a control character): the request is at fault, not the admin process.
-        if ((err as { code?: string }).code === 'UND_ERR_INVALID_ARG' || (err as Error).name === 'NotSupportedError') {
-          return { status: 400, headers: { 'content-type': 'application/json' }, body: errorBody('invalid_request', `The request cannot be passed to the admin service: ${(err as Error).message}.`) };
-        }
-        return { status: 503, headers: { 'content-type': 'application/json' }, body: errorBody('unavailable', 'The admin service cannot be reached; retry later.') };
+        return await passOn(req, false);
+      } finally {
+        pending--;
       }
     },
     endStreams() {
@@ -107,4 +85,75 @@ export function createAdminPassThrough(adminUrl: string): AdminPassThrough {
       if (outcome === 'late') await Promise.all([pool.destroy(), streamPool.destroy()]);
     },
   };
+
+  async function passOn(req: AdminRequest, isStream: boolean): Promise<AdminResponse> {
+    const headers: Record<string, string> = {};
+    for (const name in req.headers) if (!DROP.has(name)) headers[name] = req.headers[name]!;
+    headers['x-forwarded-for'] = req.remoteAddress;
+    const query = req.query.toString();
+    // The deadline is for the answer's head: a body then has bodyTimeout between
+    // chunks, and an event stream lives for as long as its client reads it.
+    const deadline = new AbortController();
+    let late = false;
+    const timer = setTimeout(() => {
+      late = true;
+      deadline.abort();
+    }, limits.answerWithinMs);
+    try {
+      let res: Dispatcher.ResponseData;
+      try {
+        res = await (isStream ? streamPool : pool).request({
+          method: req.method as 'GET',
+          path: query.length > 0 ? `${req.path}?${query}` : req.path,
+          headers,
+          body: req.body.length > 0 ? req.body : null,
+          signal: deadline.signal,
+        });
+      } finally {
+        clearTimeout(timer);
+      }
+      const out: Record<string, string> = {};
+      for (const [name, value] of Object.entries(res.headers)) {
+        if (!DROP.has(name) && name !== 'date' && value !== undefined) out[name] = Array.isArray(value) ? value.join(', ') : value;
+      }
+      // A HEAD answer has no body to measure: the admin's Content-Length (a GET's) goes on as it is.
+      if (req.method === 'HEAD' && typeof res.headers['content-length'] === 'string') out['content-length'] = res.headers['content-length'];
+      if (/^text\/event-stream\b/i.test(out['content-type'] ?? '') && req.method !== 'HEAD') {
+        // GET /audit/stream: passed on chunk by chunk as the admin writes it, never buffered whole.
+        const body = res.body;
+        return {
+          status: res.statusCode,
+          headers: out,
+          body: '',
+          stream: (sink) => {
+            const end = (): void => {
+              streams.delete(end);
+              body.destroy();
+              sink.end();
+            };
+            if (closed) {
+              end(); // shutdown began while its head was on the way
+              return end;
+            }
+            streams.add(end);
+            body.on('data', (chunk: Buffer) => {
+              if (!sink.write(chunk)) end(); // the client went away or was too slow
+            });
+            body.on('end', end);
+            body.on('error', end);
+            return end; // the client went away: stop reading from the admin
+          },
+        };
+      }
+      return { status: res.statusCode, headers: out, body: Buffer.from(await res.body.arrayBuffer()) };
+    } catch (err) {
+      // undici refuses what it cannot put on the wire (a method such as CONNECT,
+      // a control character): the request is at fault, not the admin process.
+      if ((err as { code?: string }).code === 'UND_ERR_INVALID_ARG' || (err as Error).name === 'NotSupportedError') {
+        return { status: 400, headers: { 'content-type': 'application/json' }, body: errorBody('invalid_request', `The request cannot be passed to the admin service: ${(err as Error).message}.`) };
+      }
+      const message = late ? 'The admin service did not answer in time; retry later.' : 'The admin service cannot be reached; retry later.';
+      return { status: 503, headers: { 'content-type': 'application/json', 'retry-after': '5' }, body: errorBody('unavailable', message) };
+    }
+  }
 }

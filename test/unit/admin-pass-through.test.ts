@@ -1,0 +1,72 @@
+// server/admin-pass-through.ts against admin processes that misbehave: one that
+// takes connections and never answers (its requests are bounded in number and
+// in time), and one whose answer's body comes late (the deadline is the head's).
+import { createServer as createHttpServer } from 'node:http';
+import { createServer, type Socket } from 'node:net';
+import type { AddressInfo } from 'node:net';
+import t from 'tap';
+import { createAdminPassThrough } from '../../server/admin-pass-through.js';
+import type { AdminRequest } from '../../admin/http.js';
+
+function request(path: string): AdminRequest {
+  return { method: 'GET', path, query: new URLSearchParams(), headers: {}, body: Buffer.alloc(0), remoteAddress: '127.0.0.1' };
+}
+
+function message(body: string | Buffer): string {
+  const parsed = JSON.parse(body.toString()) as { error: string; message: string };
+  return `${parsed.error}: ${parsed.message}`;
+}
+
+t.test('an admin process that holds its sockets and never answers: bounded requests, each answered 503 by its deadline', async (t) => {
+  const sockets = new Set<Socket>();
+  const silent = createServer((socket) => {
+    sockets.add(socket);
+    socket.resume(); // reads every request, answers none
+  });
+  await new Promise<void>((resolve) => silent.listen(0, '127.0.0.1', resolve));
+  t.teardown(() => {
+    for (const socket of sockets) socket.destroy();
+    silent.close();
+  });
+  const { port } = silent.address() as AddressInfo;
+  const passThrough = createAdminPassThrough(`http://127.0.0.1:${port}`, { answerWithinMs: 400, maxPending: 70 });
+  t.teardown(() => passThrough.close());
+
+  // 64 on the pool's connections, 6 queued behind them, 5 past the bound.
+  const started = Date.now();
+  const answers = await Promise.all(
+    Array.from({ length: 75 }, async () => {
+      const res = await passThrough.handle(request('/agents'));
+      return { status: res.status, message: message(res.body), ms: Date.now() - started, retryAfter: res.headers['retry-after'] };
+    }),
+  );
+  t.ok(answers.every((a) => a.status === 503), 'every one 503');
+  t.ok(answers.every((a) => a.retryAfter === '5'), 'every one with Retry-After');
+  const refused = answers.filter((a) => a.message.startsWith('unavailable: Too many admin requests'));
+  const late = answers.filter((a) => a.message === 'unavailable: The admin service did not answer in time; retry later.');
+  t.equal(refused.length, 5, 'past 70 waiting: refused');
+  t.ok(refused.every((a) => a.ms < 300), `refused at once (${Math.max(...refused.map((a) => a.ms))} ms)`);
+  t.equal(late.length, 70, 'the 70 let in: cut at their deadline, the queued ones too');
+  const slowest = Math.max(...late.map((a) => a.ms));
+  t.ok(slowest >= 390 && slowest < 5000, `by the 400 ms deadline (the slowest ${slowest} ms), not undici's 60 s headersTimeout`);
+
+  // The bound counts requests waiting now, not ever: the next one is let in.
+  const next = await passThrough.handle(request('/agents'));
+  t.equal(message(next.body), 'unavailable: The admin service did not answer in time; retry later.', 'let in again once they ended');
+});
+
+t.test('the deadline is for the head: a body that comes later than it still arrives whole', async (t) => {
+  const admin = createHttpServer((req, res) => {
+    res.writeHead(200, { 'content-type': 'application/json' });
+    res.write('{"items":');
+    setTimeout(() => res.end('[1,2,3]}'), 600);
+  });
+  await new Promise<void>((resolve) => admin.listen(0, '127.0.0.1', resolve));
+  t.teardown(() => admin.close());
+  const { port } = admin.address() as AddressInfo;
+  const passThrough = createAdminPassThrough(`http://127.0.0.1:${port}`, { answerWithinMs: 300, maxPending: 4 });
+  t.teardown(() => passThrough.close());
+  const res = await passThrough.handle(request('/agents'));
+  t.equal(res.status, 200);
+  t.same(JSON.parse(res.body.toString()), { items: [1, 2, 3] });
+});
