@@ -165,7 +165,11 @@ function createFailureLimiter(maxFailures: number, windowMs: number) {
       for (const key of keys) {
         const entry = current(key, now);
         entry.pending = Math.max(0, entry.pending - 1);
-        if (failed) entry.count += 1;
+        if (!failed) continue;
+        // The window starts at the first failure: one begun at an earlier success
+        // from the same address would end early and hand out a fresh set of tries.
+        if (entry.count === 0) entry.resetAt = now + windowMs;
+        entry.count += 1;
       }
     },
     clear(key: string): void {

@@ -172,6 +172,20 @@ t.test('repeated failures from one client address are 429 for any email', async 
   t.equal(elsewhere.status, 200, 'the same account from another address still logs in');
 });
 
+t.test('the window starts at the first failure, not at an earlier success from the same address', async (t) => {
+  const addr = '127.0.5.1';
+  t.equal((await login(addr, 'login-ok@example.com', PASSWORD)).status, 200);
+  // A window begun at that success would end 2.2 s sooner, and with it the block.
+  await new Promise((resolve) => setTimeout(resolve, 2200));
+  for (let i = 0; i < 3; i++) {
+    assertError(t, await login(addr, `late${i}@example.com`, 'wrong password!'), 401, 'invalid_credentials');
+  }
+  const blocked = await login(addr, 'login-ok@example.com', PASSWORD);
+  assertError(t, blocked, 429, 'rate_limited');
+  const retryAfter = Number(blocked.headers.get('retry-after'));
+  t.ok(retryAfter >= 899 && retryAfter <= 900, `Retry-After is the whole 900 s window from the first failure (${retryAfter})`);
+});
+
 t.test('a login success resets the failure count for that email', async (t) => {
   const email = 'forgetful@example.com';
   await signup(base, email);
