@@ -115,7 +115,7 @@ function oneOfBool(raw: string): boolean {
   throw new ConfigError('must be true or false');
 }
 
-/** Every variable the service reads, in the order the README's table lists them. */
+/** Every variable the service reads (test/unit/docs.test.ts checks that the README's table has each, and no other). */
 export const CONFIG_SPECS: readonly Spec[] = [
   { env: 'PORT', key: 'port', doc: 'public listener port', parse: integer(0, 65535), fallback: 8080 },
   { env: 'HOST', key: 'host', doc: 'public listener address', parse: text, fallback: '127.0.0.1' },
@@ -170,7 +170,7 @@ export const CONFIG_SPECS: readonly Spec[] = [
   { env: 'SPOOL_MAX_BYTES', key: 'spoolMaxBytes', doc: 'spool size at which the proxy refuses new calls with 503', parse: integer(1024, 1024 ** 4), fallback: 1024 ** 3 },
   { env: 'CACHE_MAX_ENTRIES', key: 'cacheMaxEntries', doc: 'entries per proxy cache (keys, policies, credentials)', parse: integer(1, 10_000_000), fallback: 100_000 },
   { env: 'CACHE_TTL_MS', key: 'cacheTtlMs', doc: 'how long a proxy cache entry lives', parse: integer(1, 86_400_000), fallback: 60_000 },
-  { env: 'CHANGE_POLL_MS', key: 'changePollMs', doc: 'split mode: how often a proxy polls the metadata change log', parse: integer(10, 60_000), fallback: 250 },
+  { env: 'CHANGE_POLL_MS', key: 'changePollMs', doc: 'split mode (and all-in-one on MongoDB): how often a proxy polls the metadata change log', parse: integer(10, 60_000), fallback: 250 },
   { env: 'RATE_LIMIT_SYNC_MS', key: 'rateLimitSyncMs', doc: 'split mode and MongoDB: how often a proxy shares its rate-limit counts through the metadata store (0: each proxy counts alone)', parse: integer(0, 60_000), fallback: 250 },
   { env: 'RATE_LIMIT_MAX_COUNTERS', key: 'rateLimitMaxCounters', doc: 'rate-limit counters (agent × limit in use) a proxy keeps, at most; beyond, new ones are refused 429', parse: integer(1000, 100_000_000), fallback: 2_000_000 },
   { env: 'APPROVAL_HOLD_S', key: 'approvalHoldS', doc: 'how long the proxy keeps a call that needs approval open, waiting for a decision, before it answers 202 (0: at once)', parse: integer(0, 3600), fallback: 25 },
