@@ -11,6 +11,13 @@ export function createAdmit(deps: {
   admitting: () => boolean;
   /** The audit queue is full (fail closed). */
   saturated: () => boolean;
+  /**
+   * The audit queue is past its headroom too (AuditBatcher.overfull): the 503
+   * goes without a record, and is counted instead. Absent: always recorded.
+   */
+  overfull?: () => boolean;
+  /** Counts a refusal answered without a record. */
+  unrecorded?: () => void;
 }): Stage {
   return (ex) => {
     if (!deps.admitting()) return ex.answerError('unavailable', 'The service is shutting down; retry.', undefined, 'denied', true);
@@ -19,7 +26,13 @@ export function createAdmit(deps: {
       return hasUntrustedFraming(ex) ? refuseFraming(ex, message) : ex.answerError(code, message);
     }
     if (!isProxyMethod(ex.method)) return ex.answerError('method_not_allowed', `Method ${ex.method} is not proxied.`);
-    if (deps.saturated()) return ex.answerError('unavailable', 'The audit pipeline is saturated; retry later.', undefined, 'denied');
+    if (deps.saturated()) {
+      if (deps.overfull?.() === true) {
+        ex.unaudited = true;
+        deps.unrecorded?.();
+      }
+      return ex.answerError('unavailable', 'The audit pipeline is saturated; retry later.', undefined, 'denied');
+    }
     return undefined;
   };
 }

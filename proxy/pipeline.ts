@@ -100,10 +100,24 @@ export function createProxyPipeline(deps: {
     );
   }
 
+  // A refusal of an overfull audit pipeline goes without a record: counted in
+  // /metrics, and said in a warning at most once a minute with how many.
+  let unrecordedSinceWarning = 0;
+  let warnedAt = -Infinity;
+  function unrecorded(): void {
+    batcher.stats.refusalsUnrecorded += 1;
+    unrecordedSinceWarning += 1;
+    const now = performance.now();
+    if (now - warnedAt < 60_000) return;
+    log.warn('audit pipeline overfull: calls refused without an audit record', { refusals: unrecordedSinceWarning });
+    unrecordedSinceWarning = 0;
+    warnedAt = now;
+  }
+
   // The agent is resolved first, so that every refusal after it is audited.
   const stages: readonly Stage[] = [
     createResolveAgent(caches),
-    createAdmit({ admitting: () => admitting, saturated: () => batcher.saturated }),
+    createAdmit({ admitting: () => admitting, saturated: () => batcher.saturated, overfull: () => batcher.overfull, unrecorded }),
     createParseTarget(),
     createAuthorize(caches),
     createInspectMcp(),

@@ -67,7 +67,7 @@ export interface CacheCounters {
 
 /** Numbers a source (the batcher, the pipeline) exposes for scraping. */
 export interface MetricSources {
-  auditStats(): { queued: number; written: number; spooled: number; replayed: number; failedAttempts: number; pending: number; spooledBatches: number };
+  auditStats(): { queued: number; written: number; spooled: number; replayed: number; failedAttempts: number; pending: number; spooledBatches: number; refusalsUnrecorded: number };
   inFlight(): number;
   /** The rate limiter's state (absent where no proxy runs). */
   rateLimits?(): RateLimitStats;
@@ -193,11 +193,12 @@ export class Metrics {
         },
       });
     }
-    const audit = () => self.#sources?.auditStats() ?? { queued: 0, written: 0, spooled: 0, replayed: 0, failedAttempts: 0, pending: 0, spooledBatches: 0 };
+    const audit = () => self.#sources?.auditStats() ?? { queued: 0, written: 0, spooled: 0, replayed: 0, failedAttempts: 0, pending: 0, spooledBatches: 0, refusalsUnrecorded: 0 };
     counter('tcg_audit_rows_queued_total', 'Audit rows accepted.', () => audit().queued);
     counter('tcg_audit_rows_written_total', 'Audit rows written to the audit store.', () => audit().written);
     counter('tcg_audit_rows_spooled_total', 'Audit rows written to the on-disk spool.', () => audit().spooled);
     counter('tcg_audit_rows_replayed_total', 'Audit rows replayed from the spool.', () => audit().replayed);
+    counter('tcg_audit_refusals_unrecorded_total', 'Calls refused 503 by an overfull audit pipeline, answered without an audit record.', () => audit().refusalsUnrecorded);
     counter('tcg_audit_insert_failures_total', 'Audit inserts the store refused.', () => audit().failedAttempts);
     gauge('tcg_audit_rows_pending', 'Audit rows held in memory.', () => audit().pending);
     gauge('tcg_audit_spool_batches', 'Audit batches waiting in the spool.', () => audit().spooledBatches);

@@ -99,6 +99,8 @@ export interface AuditBatcherStats {
   replayed: number;
   failedAttempts: number;
   batches: number;
+  /** Refusals of a saturated pipeline answered without a record: the queue was past its headroom (overfull). */
+  refusalsUnrecorded: number;
 }
 
 export class AuditBatcher {
@@ -131,7 +133,7 @@ export class AuditBatcher {
   #closed = false;
   /** Set once close() takes over: the work loop touches nothing after that. */
   #stopped = false;
-  readonly stats: AuditBatcherStats = { queued: 0, written: 0, spooled: 0, replayed: 0, failedAttempts: 0, batches: 0 };
+  readonly stats: AuditBatcherStats = { queued: 0, written: 0, spooled: 0, replayed: 0, failedAttempts: 0, batches: 0, refusalsUnrecorded: 0 };
 
   constructor(store: AuditStore, options: AuditBatcherOptions) {
     this.#store = store;
@@ -163,6 +165,19 @@ export class AuditBatcher {
       this.#heldBytes >= (this.#options.maxQueuedBytes ?? Infinity) ||
       (this.#spool?.full ?? false)
     );
+  }
+
+  /**
+   * Saturated, and the records held in memory are a tenth past their bounds:
+   * the refusals a saturated pipeline answers are no longer recorded. While the
+   * store and the spool take nothing, each refusal's record would stay in memory
+   * (and the journal on disk), so agents retrying at any rate would grow both
+   * without end; the tenth leaves room for the records of calls admitted before.
+   */
+  get overfull(): boolean {
+    if (!this.saturated) return false;
+    const { maxQueued, maxQueuedBytes } = this.#options;
+    return this.#held >= maxQueued + Math.ceil(maxQueued / 10) || this.#heldBytes >= (maxQueuedBytes ?? Infinity) * 1.1;
   }
 
   /** Queues the record of work already admitted; never refuses and never throws. */

@@ -115,6 +115,33 @@ t.test('a proxy started while ClickHouse is down serves calls, spools, and the r
   t.equal(await auditedOnceDrained(proxyC, agent.id), calls, 'every spooled row landed');
 });
 
+t.test('a saturated pipeline whose store and spool take nothing holds at most a tenth past its bound, however many refusals', async (t) => {
+  const agent = await createAgent(proxyA.url, owner, 'overfull');
+  await split.stopClickHouse();
+  // One spooled batch fills a 1 KiB spool: saturated with next to nothing held.
+  const proxyD = await spawnService('proxy', { ...proxyEnv('d'), AUDIT_QUEUE_MAX: '100', SPOOL_MAX_BYTES: '1024' });
+  t.teardown(() => proxyD.stop());
+  const statuses: number[] = [];
+  const call = async (): Promise<void> => {
+    const res = await fetch(`${proxyD.url}/proxy/${agent.api_key}/${upstream.authority}/json`);
+    await res.arrayBuffer();
+    statuses.push(res.status);
+  };
+  await call();
+  await eventually(async () => ((await health(proxyD)).audit_spooled_batches > 0 ? true : undefined), 10_000);
+  for (let i = 0; i < 40; i++) await Promise.all(Array.from({ length: 10 }, call));
+  const refused = statuses.filter((s) => s === 503).length;
+  t.ok(refused >= 250, `refused 503 while saturated (${refused} of ${statuses.length})`);
+  const held = (await health(proxyD)).audit_pending;
+  t.ok(held >= 100 && held <= 110 + 10, `records held: the bound and its tenth, plus at most the calls in flight (${held}), not one a refusal`);
+  const metrics = await (await fetch(`${proxyD.url}/metrics`)).text();
+  const unrecorded = Number(/^tcg_audit_refusals_unrecorded_total (\d+)$/m.exec(metrics)?.[1]);
+  t.ok(unrecorded >= 280, `the refusals past the headroom are counted (${unrecorded})`);
+  await split.startClickHouse();
+  const audited = await auditedOnceDrained(proxyD, agent.id);
+  t.equal(audited + unrecorded, statuses.length, `every answer is a row or a counted refusal (${audited} rows)`);
+});
+
 t.test('a proxy stops in seconds while an admin request it passes through gets no answer', async (t) => {
   // An admin process that accepts and never answers (stalled, or a slow report).
   const held: Socket[] = [];

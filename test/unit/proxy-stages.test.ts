@@ -31,7 +31,9 @@ function json(answer: { body: string } | null): Record<string, unknown> {
 t.test('admit', async (t) => {
   let admitting = true;
   let saturated = false;
-  const admit = createAdmit({ admitting: () => admitting, saturated: () => saturated });
+  let overfull = false;
+  let unrecorded = 0;
+  const admit = createAdmit({ admitting: () => admitting, saturated: () => saturated, overfull: () => overfull, unrecorded: () => unrecorded++ });
 
   t.test('passes a well-formed call', async (t) => {
     const { ex, answer } = exchange();
@@ -77,7 +79,20 @@ t.test('admit', async (t) => {
     const { ex, answer } = exchange();
     t.equal(admit(ex), false);
     t.equal(json(answer()).error, 'unavailable');
+    t.equal(ex.unaudited, false, 'the refusal is recorded');
     saturated = false;
+  });
+
+  t.test('past the queue\'s headroom, the refusal goes without a record and is counted', async (t) => {
+    saturated = true;
+    overfull = true;
+    const { ex, answer } = exchange();
+    t.equal(admit(ex), false);
+    t.equal(json(answer()).error, 'unavailable');
+    t.equal(ex.unaudited, true, 'no record');
+    t.equal(unrecorded, 1, 'counted');
+    saturated = false;
+    overfull = false;
   });
 });
 
