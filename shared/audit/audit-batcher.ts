@@ -365,6 +365,21 @@ export class AuditBatcher {
     /** The store failed a batch in this loop: the rest go straight to the spool, and the back-off's retry tries the store again. */
     let storeFailed = false;
     while ((batch = this.#sealed[0]) !== undefined) {
+      // Batches spooled before it land first: a seal chain in ClickHouse with a
+      // later seal and not an earlier one (still in the spool) reads as a seal
+      // removed to verify, for as long as the drain takes. So while the spool
+      // holds batches a fresh one joins them, behind (or, the spool full, waits
+      // in memory while the replay drains it). Shutdown writes what it can at once.
+      if (!storeFailed && !this.#closing && this.#spool !== undefined && this.#spool.batches.length > 0) {
+        if (this.#stopped || this.#spool.full) break;
+        if (!(await this.#trySpool(batch))) {
+          this.#backOff();
+          return;
+        }
+        this.#settled(batch);
+        batch.rows.release();
+        continue;
+      }
       if (storeFailed) {
         // A store that hangs fails each insert only at its timeout (10 s over
         // HTTP): tried batch by batch, all but one of each 10 s of batches stayed
@@ -417,7 +432,9 @@ export class AuditBatcher {
     if (spool === undefined || this.#retryTimer !== null) return;
     let spooled;
     while ((spooled = spool.batches[0]) !== undefined) {
-      if (this.#sealed.length > 0 && !this.#closing) return; // fresh batches first; the loop comes back
+      // Fresh batches join the spool, behind it (#work), then the loop comes back;
+      // a full spool takes none, so the replay goes on and makes room.
+      if (this.#sealed.length > 0 && !this.#closing && !spool.full) return;
       // close() is over: the spool is let go, and the next start (another
       // process, perhaps already running) replays what is left, its files too.
       if (this.#stopped) return;

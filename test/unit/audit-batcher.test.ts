@@ -13,7 +13,7 @@ import { countEncodedRows, parseSpoolFileName } from '../../shared/audit/audit-c
 import { AuditBatcher, type AuditBatcherOptions } from '../../shared/audit/audit-batcher.js';
 import { AuditSpool } from '../../shared/audit/audit-spool.js';
 import { AuditJournal } from '../../shared/audit/audit-journal.js';
-import { Sealer, signingKeyFromPem } from '../../shared/audit/seal.js';
+import { Sealer, sealHeadsOf, signingKeyFromPem } from '../../shared/audit/seal.js';
 import { auditRecord } from '../support/audit-records.js';
 import { openAuditStoreOnDemand } from '../support/audit-store-on-demand.js';
 import { eventually } from '../support/eventually.js';
@@ -217,6 +217,26 @@ t.test("a spooled batch whose seals are stored is not replayed: past ClickHouse'
   t.equal(audit.attempts.length, before, 'no insert');
   t.equal(await store.count(org), 2, 'each row once');
   t.equal((await store.listSeals(org)).length, 1, 'its seal once');
+});
+
+t.test('after an outage the spooled batches land before fresh ones: the chain in the store never has a gap while the spool drains', async (t) => {
+  const sealer = new Sealer(signingKeyFromPem(generateKeyPairSync('ed25519').privateKey.export({ type: 'pkcs8', format: 'pem' }).toString()));
+  const landed: number[] = [];
+  const org = randomUUID();
+  const onBodyWritten = (body: string): void => {
+    for (const head of sealHeadsOf(body)) if (head.org_id === org) landed.push(head.seq);
+  };
+  const { batcher } = batcherFor(t, { maxRows: 2, maxDelayMs: 60_000, maxQueued: 100, spool: AuditSpool.open(spoolDir(t), 1 << 20), sealer, onBodyWritten });
+  audit.down();
+  enqueue(batcher, org, 6);
+  await eventually(async () => (batcher.spooledBatches === 3 && batcher.pending === 0 ? true : undefined));
+  // The store is back while the retry waits; two fresh batches are sealed before it fires.
+  audit.up();
+  enqueue(batcher, org, 4);
+  await eventually(async () => (landed.length === 5 ? true : undefined), 10_000);
+  t.same(landed, [1, 2, 3, 4, 5], 'seals land in their chain\'s order');
+  t.same((await store.listSeals(org)).map((s) => s.seq), [1, 2, 3, 4, 5]);
+  t.equal(await store.count(org), 10, 'every row once');
 });
 
 t.test('with a sealer, a batch and its seals are spooled together and replayed once, after a lost acknowledgement too', async (t) => {

@@ -166,8 +166,12 @@ t.test('a full spool refuses a write; the batcher is saturated until the replay 
   t.equal(batcher.saturated, true, 'a full spool saturates the batcher');
   await t.rejects(spool.write(lines(org, 1), randomUUID()), /full/, 'the spool refuses another batch');
   for (let i = 0; i < 2; i++) batcher.enqueue(auditRecord(org));
-  await eventually(async () => (stages.includes('spool') ? true : undefined));
-  t.equal(batcher.pending, 2, 'the batch the spool refused is held in memory');
+  // The next batch waits behind the spooled one (its seals would land first),
+  // in memory since the spool is full, while the replay is tried.
+  await eventually(async () => (stages.includes('replay') ? true : undefined));
+  t.equal(batcher.pending, 2, 'the batch the full spool cannot take is held in memory');
+  t.equal(batcher.spooledBatches, 1);
+  t.notOk(stages.includes('spool'), 'not offered to the full spool (no error)');
   audit.up();
   await audit.rowsLanded(org, 4);
   await eventually(async () => (batcher.spooledBatches === 0 ? true : undefined));
