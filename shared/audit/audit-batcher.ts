@@ -16,11 +16,12 @@
 // rows, so the journal, the spool, a replay and the deduplication token carry the
 // seals exactly as they carry the rows.
 import { randomUUID } from 'node:crypto';
+import { StoreUnavailableError } from '../errors.js';
 import type { AuditStore } from '../stores/audit-store.js';
 import type { AuditRecord } from '../types.js';
 import { countEncodedRows } from './audit-codec.js';
 import type { AuditJournal, JournalWaiter } from './audit-journal.js';
-import { SpoolFileUnreadable, type AuditSpool } from './audit-spool.js';
+import { SpoolFileUnreadable, type AuditSpool, type SpooledBatch } from './audit-spool.js';
 import { RowBytes } from './row-bytes.js';
 import { SealColumns, sealHeadsOf, sealRows, type Sealer } from './seal.js';
 
@@ -90,6 +91,8 @@ interface Sealing {
 }
 
 const RETRY_MIN_MS = 100;
+/** Refusals in a row (the store answered) after which a spooled batch no longer holds fresh ones behind it. */
+const STUCK_AFTER_REFUSALS = 3;
 const RETRY_MAX_MS = 5000;
 
 export interface AuditBatcherStats {
@@ -133,6 +136,9 @@ export class AuditBatcher {
   #closed = false;
   /** Set once close() takes over: the work loop touches nothing after that. */
   #stopped = false;
+  /** The store's refusals of each spooled batch, by token; those refused STUCK_AFTER_REFUSALS times (#waitingInSpool). */
+  readonly #refusals = new Map<string, number>();
+  readonly #stuck = new Set<string>();
   readonly stats: AuditBatcherStats = { queued: 0, written: 0, spooled: 0, replayed: 0, failedAttempts: 0, batches: 0, refusalsUnrecorded: 0 };
 
   constructor(store: AuditStore, options: AuditBatcherOptions) {
@@ -370,7 +376,7 @@ export class AuditBatcher {
       // removed to verify, for as long as the drain takes. So while the spool
       // holds batches a fresh one joins them, behind (or, the spool full, waits
       // in memory while the replay drains it). Shutdown writes what it can at once.
-      if (!storeFailed && !this.#closing && this.#spool !== undefined && this.#spool.batches.length > 0) {
+      if (!storeFailed && !this.#closing && this.#spool !== undefined && this.#waitingInSpool(this.#spool)) {
         if (this.#stopped || this.#spool.full) break;
         if (!(await this.#trySpool(batch))) {
           this.#backOff();
@@ -431,7 +437,7 @@ export class AuditBatcher {
     const spool = this.#spool;
     if (spool === undefined || this.#retryTimer !== null) return;
     let spooled;
-    while ((spooled = spool.batches[0]) !== undefined) {
+    while ((spooled = this.#nextToReplay(spool)) !== undefined) {
       // Fresh batches join the spool, behind it (#work), then the loop comes back;
       // a full spool takes none, so the replay goes on and makes room.
       if (this.#sealed.length > 0 && !this.#closing && !spool.full) return;
@@ -455,6 +461,7 @@ export class AuditBatcher {
         if (this.#stopped) return;
         try {
           await spool.setAside(spooled);
+          this.#forgetSpooled(spooled.token);
         } catch (moveErr) {
           this.#options.onError?.(moveErr, 0, 'replay');
           this.#backOff();
@@ -476,6 +483,7 @@ export class AuditBatcher {
         this.#options.onBodyWritten?.(body);
         const rows = countEncodedRows(body);
         await spool.remove(spooled);
+        this.#forgetSpooled(spooled.token);
         this.stats.written += rows;
         this.stats.replayed += rows;
         this.stats.batches += 1;
@@ -483,10 +491,39 @@ export class AuditBatcher {
       } catch (err) {
         this.stats.failedAttempts += 1;
         this.#options.onError?.(err, 0, 'replay');
+        // The store answered, and refused this batch (not the store out of reach).
+        if (!(err instanceof StoreUnavailableError)) {
+          const refusals = (this.#refusals.get(spooled.token) ?? 0) + 1;
+          this.#refusals.set(spooled.token, refusals);
+          if (refusals >= STUCK_AFTER_REFUSALS) this.#stuck.add(spooled.token);
+        }
         this.#backOff();
         return;
       }
     }
+  }
+
+  /**
+   * A spooled batch the store refused (it answered) three times is stuck: it may
+   * never be taken (its content), and batches waiting behind it would fill the
+   * spool and close the proxy. The replay passes it by, trying it again once the
+   * rest is replayed (with the back-off), and fresh batches wait only behind
+   * batches that are not stuck.
+   */
+  #waitingInSpool(spool: AuditSpool): boolean {
+    return this.#stuck.size === 0 ? spool.batches.length > 0 : spool.batches.some((b) => !this.#stuck.has(b.token));
+  }
+
+  /** The next batch to replay: the oldest not stuck, else the oldest. */
+  #nextToReplay(spool: AuditSpool): SpooledBatch | undefined {
+    if (this.#stuck.size === 0) return spool.batches[0];
+    return spool.batches.find((b) => !this.#stuck.has(b.token)) ?? spool.batches[0];
+  }
+
+  /** A spooled batch is gone (replayed or set aside): it is forgotten here too. */
+  #forgetSpooled(token: string): void {
+    this.#refusals.delete(token);
+    this.#stuck.delete(token);
   }
 
   #backOff(): void {

@@ -179,6 +179,26 @@ t.test('a full spool refuses a write; the batcher is saturated until the replay 
   t.equal(batcher.saturated, false);
 });
 
+t.test('a spooled batch the store keeps refusing holds fresh batches behind it only for its first three refusals', async (t) => {
+  const dir = spoolDir(t);
+  const before = AuditSpool.open(dir, 1 << 20);
+  await before.write(['not a row the store can parse\n'], randomUUID());
+  before.close();
+  const spool = openSpool(t, dir);
+  const stages: string[] = [];
+  const batcher = new AuditBatcher(store, { maxRows: 2, maxDelayMs: 60_000, maxQueued: 1000, spool, onError: (_err, _rows, stage) => stages.push(stage) });
+  t.teardown(() => batcher.close(0));
+  const org = randomUUID();
+  for (let i = 0; i < 2; i++) batcher.enqueue(auditRecord(org));
+  await audit.rowsLanded(org, 2);
+  const refusals = stages.filter((s) => s === 'replay').length;
+  t.ok(refusals >= 3, `the fresh batch landed once the spooled one was refused three times (${refusals} refusals)`);
+  t.equal(batcher.spooledBatches, 1, 'the refused batch stays in the spool, retried');
+  for (let i = 0; i < 2; i++) batcher.enqueue(auditRecord(org));
+  await audit.rowsLanded(org, 4);
+  t.equal(batcher.spooledBatches, 1, 'later fresh batches go first too, without waiting for refusals');
+});
+
 t.test('an earlier version\'s spool.lock naming a live process refuses the start; a dead one\'s is removed', async (t) => {
   const dir = spoolDir(t);
   const live = spawn(process.execPath, ['-e', 'setInterval(() => {}, 1000)'], { stdio: 'ignore' });
