@@ -45,8 +45,10 @@ export interface Approval {
   agent_id: string;
   agent_name: string;
   tool_name: string;
+  host: string;
   action: string;
   path: string;
+  query: string;
   reasoning: string;
   task_id: string;
   rule_matched: string;

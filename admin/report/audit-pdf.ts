@@ -347,7 +347,7 @@ function drawApprovals(c: Cursor, approvals: readonly Approval[], maxApprovals: 
   const rows: Cell[][] = shown.map((a) => [
     formatTime(a.createdAt),
     toWinAnsi(a.agentName || a.agentId),
-    toWinAnsi(`${a.action} ${a.toolName}${a.path}`),
+    toWinAnsi(`${a.action} ${a.host}${a.path}${a.query === '' ? '' : `?${a.query}`}`),
     a.status === 'denied' || a.status === 'expired' ? { text: a.status, color: COLOR.denied } : a.status,
     toWinAnsi(a.decidedBy ?? '—'),
     a.decidedAt === null ? '—' : formatTime(a.decidedAt),

@@ -36,7 +36,7 @@ export function ApprovalsPage() {
               <tr key={a.id}>
                 <td><Time iso={a.created_at} /></td>
                 <td>{a.agent_name}</td>
-                <td><code>{a.action} {a.tool_name}{a.path}</code></td>
+                <td><code>{callLine(a)}</code></td>
                 <td><span class={`badge ${a.status}`}>{a.status}</span></td>
                 <td>{a.decided_by ?? '—'}</td>
                 <td>{a.note ?? ''}</td>
@@ -59,7 +59,7 @@ function PendingItem({ approval: a, onDecided }: { approval: Approval; onDecided
   const noteId = `note-${a.id}`;
   return (
     <li class="card">
-      <p><code>{a.action} {a.tool_name}{a.path}</code> by <strong>{a.agent_name}</strong>, rule <code>{a.rule_matched}</code></p>
+      <p><code>{callLine(a)}</code> by <strong>{a.agent_name}</strong>, rule <code>{a.rule_matched}</code></p>
       <p class="muted">Asked <Time iso={a.created_at} />, expires <Time iso={a.expires_at} />{a.task_id !== '' && <> · task {a.task_id}</>}</p>
       {a.reasoning !== '' && <blockquote>{a.reasoning}</blockquote>}
       <div class="row">
@@ -71,4 +71,9 @@ function PendingItem({ approval: a, onDecided }: { approval: Approval; onDecided
       <ErrorLine message={error} />
     </li>
   );
+}
+
+/** The call as it is bound: method, host with the port it names, path and query (a retry must match each). */
+function callLine(a: Approval): string {
+  return `${a.action} ${a.host}${a.path}${a.query === '' ? '' : `?${a.query}`}`;
 }

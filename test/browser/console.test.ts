@@ -193,6 +193,7 @@ async function runBrowserTests(executablePath: string): Promise<void> {
     const held = fetch(`${base}/proxy/${apiKey}/${upstream.authority}/json`, { method: 'POST', headers: { 'x-agent-reasoning': 'please let me post' } });
     await page.getByRole('link', { name: 'Approvals' }).click();
     await page.getByText('please let me post').waitFor({ timeout: 10_000 });
+    t.ok(await page.getByText(`POST ${upstream.authority}/json`).isVisible(), 'the call is shown with the port it is bound to');
     await page.getByLabel('Note').fill('looks fine');
     await shot('approvals');
     await page.getByRole('button', { name: 'Approve' }).click();

@@ -144,7 +144,7 @@ t.test('approved during the hold: forwarded at once, the body byte-identical, th
   const seenBefore = upstream.seen.length;
   const pending = call(payer.api_key, { body });
   const approval = await pendingFor(payer.id);
-  t.match(approval, { agent_id: payer.id, agent_name: 'payer', tool_name: '127.0.0.1', action: 'POST', path: '/echo', reasoning: 'paying invoice 42', task_id: 'task-42', rule_matched: 'payments', status: 'pending', decided_at: null, decided_by: null, note: null, body_bytes: 100_000 });
+  t.match(approval, { agent_id: payer.id, agent_name: 'payer', tool_name: '127.0.0.1', host: upstream.authority, action: 'POST', path: '/echo', query: '', reasoning: 'paying invoice 42', task_id: 'task-42', rule_matched: 'payments', status: 'pending', decided_at: null, decided_by: null, note: null, body_bytes: 100_000 });
   t.equal(approval.body_sha256, (await import('node:crypto')).createHash('sha256').update(body).digest('hex'));
   t.equal(Date.parse(approval.expires_at) - Date.parse(approval.created_at), 600_000, 'expires_at = created_at + approval_timeout');
   t.equal(upstream.seen.length, seenBefore, 'nothing is forwarded while held');
@@ -232,6 +232,7 @@ t.test('no decision within the hold: 202 with its id, Retry-After and Location, 
   t.equal(held.headers.get('location'), `/approvals/${id}`, 'Location is relative to PUBLIC_URL');
   t.ok(Number(held.headers.get('retry-after')) >= 1, 'Retry-After in whole seconds');
   t.equal(item.path, '/echo', 'path without the query');
+  t.equal(item.query, 'currency=eur', 'the query on its own, as the approver must see it');
 
   const stillHeld = await call(payer.api_key, { body, path: '/echo?currency=eur', approvalId: id });
   t.equal(stillHeld.status, 202, 'a retry while pending is held again, then 202');

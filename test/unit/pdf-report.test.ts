@@ -450,9 +450,9 @@ t.test('the approvals of held calls are listed, pending first, with who decided 
     agentName: 'billing-bot',
     toolName: 'api.stripe.com',
     action: 'POST',
-    host: 'api.stripe.com',
+    host: n === 3 ? 'api.stripe.com:8443' : 'api.stripe.com',
     path: `/v1/c/${n}`,
-    query: '',
+    query: n === 4 ? 'a=5' : '',
     reasoning: '',
     taskId: '',
     ruleMatched: 'payments',
@@ -469,8 +469,8 @@ t.test('the approvals of held calls are listed, pending first, with who decided 
   const parsed = await parsePdf(await renderAuditPdf(input({ data, approvals, maxApprovals: 3 })));
   t.ok(hasLine(parsed, ['Approvals of held calls']));
   t.ok(hasLine(parsed, ['2026-03-02 10:00:00', 'billing-bot', 'POST api.stripe.com/v1/c/2', 'pending', '—', '—']), 'the pending one, first');
-  t.ok(hasLine(parsed, ['2026-03-04 10:00:00', 'billing-bot', 'POST api.stripe.com/v1/c/4', 'used', 'alice@example.com', '2026-03-04 10:05:00']));
-  t.ok(hasLine(parsed, ['2026-03-03 10:00:00', 'billing-bot', 'POST api.stripe.com/v1/c/3', 'denied', 'bob@example.com', '2026-03-03 10:05:00']));
+  t.ok(hasLine(parsed, ['2026-03-04 10:00:00', 'billing-bot', 'POST api.stripe.com/v1/c/4?a=5', 'used', 'alice@example.com', '2026-03-04 10:05:00']));
+  t.ok(hasLine(parsed, ['2026-03-03 10:00:00', 'billing-bot', 'POST api.stripe.com:8443/v1/c/3', 'denied', 'bob@example.com', '2026-03-03 10:05:00']));
   const text = allLines(parsed).flat().join('\n');
   t.notOk(text.includes('carol@example.com'), 'cut at the cap');
   t.match(text, /Showing 3 of them; more were made in this window/);
