@@ -71,9 +71,33 @@ function requestOf(value: unknown): McpCall | null | 'ambiguous' {
  */
 export function mcpCallReading(method: string, tool: string | null): McpCall | null {
   if (method !== 'resources/read' || tool === null) return { method, tool };
-  const readAs = resourceUri(tool);
-  if (readAs === null) return null;
-  return readAs === tool ? { method, tool } : { method, tool, readAs };
+  const normalised = resourceUri(tool);
+  if (normalised === null) return null;
+  const readAs: string[] = [];
+  if (normalised !== tool) readAs.push(normalised);
+  const decoded = decodedResourceUri(normalised);
+  if (decoded !== null && decoded !== tool && decoded !== normalised) readAs.push(decoded);
+  return readAs.length === 0 ? { method, tool } : { method, tool, readAs };
+}
+
+/**
+ * A normalised resource URI with its percent-escapes decoded, then normalised
+ * again: how a server that decodes the URI's path before it resolves it reads
+ * it (a file server given `file:///public/..%2fsecrets/key` opens
+ * `/secrets/key`; `%c3%a9` and `%C3%A9` are both `é`). A run of escapes that
+ * is no UTF-8 stays as written. Null when nothing is escaped, or when the
+ * decoded URI does not parse.
+ */
+export function decodedResourceUri(normalised: string): string | null {
+  if (!normalised.includes('%')) return null;
+  const decoded = normalised.replace(/(?:%[0-9A-Fa-f]{2})+/g, (run) => {
+    try {
+      return decodeURIComponent(run);
+    } catch {
+      return run;
+    }
+  });
+  return resourceUri(decoded);
 }
 
 /**

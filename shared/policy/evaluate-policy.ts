@@ -24,18 +24,22 @@ export const NO_POLICY_DECISION: PolicyDecision = Object.freeze({
  */
 export function evaluatePolicy(policy: CompiledPolicy | null, tool: string, action: string, path: string, mcp: McpCall | null = null): PolicyDecision {
   if (policy === null) return NO_POLICY_DECISION;
-  const sent = decide(policy, tool, action, path, mcp, false);
-  if (mcp?.readAs === undefined) return sent;
+  let decision = decide(policy, tool, action, path, mcp, undefined);
+  if (mcp?.readAs === undefined) return decision;
   // A resource URI the server reads otherwise than it was sent (`FILE:///secrets/x`,
-  // `file:///public/../secrets/x`): decided on both, the stricter stands, so that
-  // neither spelling steps around a deny rule or out of an allow-list.
-  const read = decide(policy, tool, action, path, mcp, true);
-  return STRICTNESS[read.decision] > STRICTNESS[sent.decision] ? read : sent;
+  // `file:///public/../secrets/x`, `file:///public/..%2fsecrets/x`): decided on
+  // every spelling, the strictest stands, so that no spelling steps around a deny
+  // rule or out of an allow-list.
+  for (const name of mcp.readAs) {
+    const read = decide(policy, tool, action, path, mcp, name);
+    if (STRICTNESS[read.decision] > STRICTNESS[decision.decision]) decision = read;
+  }
+  return decision;
 }
 
 const STRICTNESS: Readonly<Record<PolicyDecision['decision'], number>> = { allow: 0, approve: 1, deny: 2 };
 
-function decide(policy: CompiledPolicy, tool: string, action: string, path: string, mcp: McpCall | null, readAs: boolean): PolicyDecision {
+function decide(policy: CompiledPolicy, tool: string, action: string, path: string, mcp: McpCall | null, readAs: string | undefined): PolicyDecision {
   const rules = policy.rules.length > TOOL_INDEX_MIN_RULES ? rulesForTool(policy, tool) : policy.rules;
   for (let i = 0; i < rules.length; i++) {
     const rule = rules[i]!;
@@ -129,26 +133,29 @@ export function matchingLimits(policy: CompiledPolicy | null, tool: string, acti
   return policy.limits.filter((limit) => matchesEither(limit, tool, action, path, mcp));
 }
 
-/** Limits and shadow rules count a resource read the way either spelling of its URI names it (McpCall.readAs). */
+/** Limits and shadow rules count a resource read the way any spelling of its URI names it (McpCall.readAs). */
 function matchesEither(m: CallMatcher, tool: string, action: string, path: string, mcp: McpCall | null): boolean {
-  return matchesCall(m, tool, action, path, mcp) || (mcp?.readAs !== undefined && matchesCall(m, tool, action, path, mcp, true));
+  if (matchesCall(m, tool, action, path, mcp)) return true;
+  if (mcp?.readAs === undefined) return false;
+  for (const name of mcp.readAs) if (matchesCall(m, tool, action, path, mcp, name)) return true;
+  return false;
 }
 
 /**
  * A rule or limit matches the call. One that names `mcp_method` or `mcp_tool`
  * matches only a JSON-RPC request (`mcp`), and `mcp_tool` only one that names a tool.
  */
-export function matchesCall(m: CallMatcher, tool: string, action: string, path: string, mcp: McpCall | null = null, readAs = false): boolean {
+export function matchesCall(m: CallMatcher, tool: string, action: string, path: string, mcp: McpCall | null = null, readAs?: string): boolean {
   if (m.action !== null && !equalsUpperCased(action, m.action)) return false;
   if (!matchesTool(m, tool) || !matchesPath(m, path)) return false;
   return !m.mcp || matchesMcp(m, mcp, readAs);
 }
 
-/** `readAs`: the tool is the URI as servers read it (McpCall.readAs, when there is one), not as sent. */
-function matchesMcp(m: CallMatcher, mcp: McpCall | null, readAs: boolean): boolean {
+/** `readAs`: the tool is this spelling of the URI (one of McpCall.readAs), not the one sent. */
+function matchesMcp(m: CallMatcher, mcp: McpCall | null, readAs: string | undefined): boolean {
   if (mcp === null) return false;
   if (m.mcpMethodGlob !== null && !matchGlob(m.mcpMethodGlob, mcp.method)) return false;
-  const name = readAs ? (mcp.readAs ?? mcp.tool) : mcp.tool;
+  const name = readAs ?? mcp.tool;
   if (m.mcpToolGlob === null) return true;
   if (name === null) return false;
   // A resource's URI: the glob as written, or with what a URL percent-encodes encoded (CallMatcher.mcpToolGlobEncoded).

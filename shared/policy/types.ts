@@ -24,12 +24,14 @@ export interface McpCall {
   /** The tool as the request names it (`params.name`; `params.uri` as sent for resources/read). */
   readonly tool: string | null;
   /**
-   * resources/read: the URI as the MCP SDKs read it (WHATWG-normalised,
-   * shared/mcp.ts resourceUri) when that differs from `tool`. The policy
-   * decides on both spellings and the stricter decision stands; limits and
-   * shadow rules match either.
+   * resources/read: the URI's other spellings as servers may read it, those that
+   * differ from `tool` (shared/mcp.ts mcpCallReading): WHATWG-normalised, as the
+   * MCP SDKs look a resource up, and with its percent-escapes decoded before
+   * that, as a server that decodes the path (a file server) resolves it. The
+   * policy decides on every spelling and the strictest decision stands; limits
+   * and shadow rules match any.
    */
-  readonly readAs?: string;
+  readonly readAs?: readonly string[];
 }
 
 /** The answer for one call. Instances are frozen and shared: never mutate one. */

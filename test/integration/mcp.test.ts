@@ -388,6 +388,10 @@ t.test('resources/read: the policy decides on the URI as sent and as the MCP SDK
   t.equal(await read('file:///Tax Returns/2025.pdf'), 403, 'a glob written with a space (which a URL escapes) denies the URI sent with the space');
   t.equal(await read('file:///Tax%20Returns/2025.pdf'), 403, 'and sent escaped, as the server reads both');
   t.equal(await read('FILE:///Tax%20Returns/../Tax Returns/2025.pdf'), 403, 'and spelled any other way');
+  // A server that decodes the path before it resolves it (a file server) reads these as /secrets/key too.
+  const decodedSecrets = ['file:///public/..%2fsecrets/key', 'file:///public/%2e%2e%2Fsecrets/key', 'file:///%73ecrets/key'];
+  for (const uri of decodedSecrets) t.equal(await read(uri), 403, `${uri}: escapes a decoding server reads as file:///secrets/key: denied`);
+  t.equal(await read('file:///public/a%2Fb'), 200, 'an escaped slash that climbs nowhere: allowed');
   t.equal(await read('not a uri'), 403, 'a URI that does not parse: refused as uninspectable');
   t.equal(await read('FILE:///public/a', { 'mcp-method': 'resources/read', 'mcp-name': 'FILE:///public/a' }), 200, 'Mcp-Name as the body spells it');
   t.equal(await read('FILE:///public/a', { 'mcp-name': 'file:///public/a' }), 400, 'Mcp-Name spelling it otherwise than the body');
@@ -401,12 +405,14 @@ t.test('resources/read: the policy decides on the URI as sent and as the MCP SDK
   t.equal(await readBy(listed.api_key)('file:///public/a'), 200, 'allow-listed');
   t.equal(await readBy(listed.api_key)('file:///public/../secrets/key'), 403, 'out of the allow-list by ..');
   t.equal(await readBy(listed.api_key)('file:///public/a b'), 200, 'a space in an allow-listed URI, sent raw');
+  t.equal(await readBy(listed.api_key)('file:///public/..%2fsecrets/key'), 403, 'out of the allow-list by an escaped slash');
+  t.equal(await readBy(listed.api_key)('file:///public/caf%c3%a9'), 200, 'a lower-case escape in an allow-listed URI');
 
   const rows = await eventually(async () => {
     const page = (await api(service.url, owner, 'GET', `/audit?agent_id=${agent.id}`)).json as any[];
-    return page.length >= 13 ? page : undefined;
+    return page.length >= 17 ? page : undefined;
   });
-  t.same(rows.filter((r) => r.rule_matched === 'no-secrets').map((r) => r.mcp_tool).sort(), [...secrets].sort(), 'the audit keeps each URI as it was sent');
+  t.same(rows.filter((r) => r.rule_matched === 'no-secrets').map((r) => r.mcp_tool).sort(), [...secrets, ...decodedSecrets].sort(), 'the audit keeps each URI as it was sent');
   t.equal(rows.filter((r) => r.rule_matched === 'uninspectable_body').length, 1);
 
   // POST /policy/check and a replay read the URI as the proxy does.
