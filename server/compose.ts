@@ -78,7 +78,7 @@ export async function startService(config: Readonly<Config>, log: Logger = creat
     journal,
     sealer,
     onError: (err, rows, stage) => {
-      const next = { encode: 'the record is dropped', seal: 'its rows are written unsealed', journal: 'its records are still batched, but a kill before their batch is written would lose them', insert: 'spooling it for replay', spool: 'keeping it in memory and retrying', replay: 'retrying later', unreadable: `the spooled batch is moved to ${join(config.spoolDir!, 'unreadable')} for an operator; the replay goes on` }[stage];
+      const next = { encode: 'the record is dropped', seal: 'its rows are written unsealed', journal: 'its records are still batched, but a kill before their batch is written would lose them', insert: 'spooling it for replay', spool: 'keeping it in memory and retrying', replay: 'retrying later', unreadable: `the spooled batch is moved to ${join(config.spoolDir!, 'unreadable')} for an operator; the replay goes on`, closed: 'a record came after the audit was flushed at shutdown (a call answered while its agent was being looked up) and is lost' }[stage];
       log.error(`audit ${stage} failed; ${next}`, { rows, err });
     },
     onBatchWritten: (rows, ms) => {

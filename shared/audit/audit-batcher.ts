@@ -51,7 +51,7 @@ export interface AuditBatcherOptions {
   /** Where each record goes at enqueue, so a killed process loses none (audit-journal.ts). */
   journal?: AuditJournal;
   /** A failed insert (then spooled), spool write (then kept in memory) or replay (then retried). */
-  onError?: (err: unknown, batchRows: number, stage: 'encode' | 'seal' | 'journal' | 'insert' | 'spool' | 'replay' | 'unreadable') => void;
+  onError?: (err: unknown, batchRows: number, stage: 'encode' | 'seal' | 'journal' | 'insert' | 'spool' | 'replay' | 'unreadable' | 'closed') => void;
   /** Each insert the store took: its rows and how long it took. */
   onBatchWritten?: (rows: number, ms: number) => void;
   /** Seals each closed batch (seal.ts); without one rows are written unsealed. */
@@ -212,6 +212,13 @@ export class AuditBatcher {
   }
 
   #add(record: AuditRecord): void {
+    if (this.#closed) {
+      // A record that comes after close() (a call shutdown answered while its
+      // agent was still being looked up, whose lookup answered late) has no batch
+      // that will be written, nor a journal: it is lost, and said so.
+      this.#options.onError?.(new Error('the audit pipeline is closed'), 1, 'closed');
+      return;
+    }
     let line: string;
     try {
       line = this.#encode(record, this.#sealer === undefined ? '' : this.#open.token);

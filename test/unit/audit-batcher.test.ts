@@ -514,3 +514,13 @@ t.test('close reports the records neither the store nor the spool took', async (
   enqueue(batcher, randomUUID(), 7);
   t.equal(await batcher.close(300), 7);
 });
+
+t.test('a record queued after close() is reported lost, not put in a batch nothing will write', async (t) => {
+  const { batcher, errors } = batcherFor(t, { maxRows: 5, maxDelayMs: 60_000, maxQueued: 100 });
+  const org = randomUUID();
+  await batcher.close(1000);
+  batcher.enqueue(auditRecord(org));
+  t.same(errors, ['closed'], 'reported');
+  t.equal(batcher.pending, 0, 'not held');
+  t.equal(batcher.stats.queued, 0, 'not counted as queued');
+});
