@@ -25,6 +25,13 @@ import { readFileSync, rmSync, writeFileSync } from 'node:fs';
 /** How long a start waits for a lock that another process is taking or holds (ms). */
 const BUSY_WAIT_MS = 500;
 
+/**
+ * The databases of the locks held, until release(): a lock is the process's
+ * until it lets it go, even when nothing else refers to it. better-sqlite3
+ * closes a database the garbage collector takes, and the lock went with it.
+ */
+const held = new Set<Database.Database>();
+
 export class DirLock {
   readonly #db: Database.Database;
   readonly #holderFile: string;
@@ -66,6 +73,7 @@ export class DirLock {
     } catch {
       // the next process is told "another process"
     }
+    held.add(db);
     return new DirLock(db, holderFile);
   }
 
@@ -77,6 +85,7 @@ export class DirLock {
     } catch {
       // not a file it could remove: it named no one
     }
+    held.delete(this.#db);
     this.#db.close();
   }
 }

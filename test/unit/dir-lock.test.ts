@@ -78,3 +78,19 @@ t.test('a holder file that cannot be replaced (a dead holder\'s, or anything els
   t.teardown(() => lock.release());
   t.pass('taken');
 });
+
+t.test('a lock nothing refers to any more is still held: the garbage collector does not let it go', async (t) => {
+  const dir = lockDir(t);
+  // The holder keeps no reference to its lock, and collects its garbage, twice.
+  const holder = spawn(process.execPath, [...process.execArgv, '--expose-gc', '--input-type=module', '-e',
+    `const { DirLock } = await import(${JSON.stringify(MODULE)});
+     DirLock.acquire(${JSON.stringify(dir)}, 'test.lockdb', 'test dir');
+     await new Promise((resolve) => setTimeout(resolve, 50)); globalThis.gc(); globalThis.gc();
+     console.log('collected'); setInterval(() => {}, 1000);`], { stdio: ['ignore', 'pipe', 'inherit'] });
+  t.teardown(() => holder.kill('SIGKILL'));
+  await new Promise<void>((resolve, reject) => {
+    holder.stdout!.on('data', (chunk: Buffer) => { if (chunk.toString().includes('collected')) resolve(); });
+    holder.once('exit', (code) => reject(new Error(`the holder exited (${code})`)));
+  });
+  t.throws(() => DirLock.acquire(dir, 'test.lockdb', 'test dir'), new RegExp(`in use by process ${holder.pid} on host`), 'still the holder\'s');
+});
