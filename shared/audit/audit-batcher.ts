@@ -16,7 +16,6 @@
 // rows, so the journal, the spool, a replay and the deduplication token carry the
 // seals exactly as they carry the rows.
 import { randomUUID } from 'node:crypto';
-import { StoreUnavailableError } from '../errors.js';
 import type { AuditStore } from '../stores/audit-store.js';
 import type { AuditRecord } from '../types.js';
 import { countEncodedRows } from './audit-codec.js';
@@ -91,8 +90,11 @@ interface Sealing {
 }
 
 const RETRY_MIN_MS = 100;
-/** Refusals in a row (the store answered) after which a spooled batch no longer holds fresh ones behind it. */
-const STUCK_AFTER_REFUSALS = 3;
+/** Failures in a row after which the replay checks, with the newest spooled batch, whether the oldest is stuck. */
+const STUCK_AFTER_FAILURES = 3;
+/** A stuck batch is tried again after this, doubling each time up to STUCK_RETRY_MAX_MS. */
+const STUCK_RETRY_MIN_MS = 5_000;
+const STUCK_RETRY_MAX_MS = 10 * 60_000;
 const RETRY_MAX_MS = 5000;
 
 export interface AuditBatcherStats {
@@ -136,9 +138,12 @@ export class AuditBatcher {
   #closed = false;
   /** Set once close() takes over: the work loop touches nothing after that. */
   #stopped = false;
-  /** The store's refusals of each spooled batch, by token; those refused STUCK_AFTER_REFUSALS times (#waitingInSpool). */
-  readonly #refusals = new Map<string, number>();
-  readonly #stuck = new Set<string>();
+  /** Failures in a row of the oldest batch the replay tries, and its token (#replay). */
+  #headFailures = 0;
+  #headToken: string | null = null;
+  /** Spooled batches found stuck (#waitingInSpool), by token: when each is tried next. */
+  readonly #stuck = new Map<string, { delayMs: number; dueAt: number }>();
+  #stuckTimer: NodeJS.Timeout | null = null;
   readonly stats: AuditBatcherStats = { queued: 0, written: 0, spooled: 0, replayed: 0, failedAttempts: 0, batches: 0, refusalsUnrecorded: 0 };
 
   constructor(store: AuditStore, options: AuditBatcherOptions) {
@@ -377,21 +382,25 @@ export class AuditBatcher {
     let batch: Batch | undefined;
     /** The store failed a batch in this loop: the rest go straight to the spool, and the back-off's retry tries the store again. */
     let storeFailed = false;
+    /** The spool refused a fresh batch in this loop: the rest go to the store. */
+    let spoolRefused = false;
     while ((batch = this.#sealed[0]) !== undefined) {
       // Batches spooled before it land first: a seal chain in ClickHouse with a
       // later seal and not an earlier one (still in the spool) reads as a seal
       // removed to verify, for as long as the drain takes. So while the spool
       // holds batches a fresh one joins them, behind (or, the spool full, waits
       // in memory while the replay drains it). Shutdown writes what it can at once.
-      if (!storeFailed && !this.#closing && this.#spool !== undefined && this.#waitingInSpool(this.#spool)) {
+      if (!storeFailed && !spoolRefused && !this.#closing && this.#spool !== undefined && this.#waitingInSpool(this.#spool)) {
         if (this.#stopped || this.#spool.full) break;
-        if (!(await this.#trySpool(batch))) {
-          this.#backOff();
-          return;
+        if (await this.#trySpool(batch)) {
+          this.#settled(batch);
+          batch.rows.release();
+          continue;
         }
-        this.#settled(batch);
-        batch.rows.release();
-        continue;
+        // The spool cannot take it (a full disk under SPOOL_MAX_BYTES): waiting
+        // would hold it, and every batch after it, until the replay made room,
+        // which it may never; it goes to the store, out of order, this once.
+        spoolRefused = true;
       }
       if (storeFailed) {
         // A store that hangs fails each insert only at its timeout (10 s over
@@ -443,7 +452,7 @@ export class AuditBatcher {
   async #replay(): Promise<void> {
     const spool = this.#spool;
     if (spool === undefined || this.#retryTimer !== null) return;
-    let spooled;
+    let spooled: SpooledBatch | undefined;
     while ((spooled = this.#nextToReplay(spool)) !== undefined) {
       // Fresh batches join the spool, behind it (#work), then the loop comes back;
       // a full spool takes none, so the replay goes on and makes room.
@@ -451,86 +460,140 @@ export class AuditBatcher {
       // close() is over: the spool is let go, and the next start (another
       // process, perhaps already running) replays what is left, its files too.
       if (this.#stopped) return;
-      let body: string;
-      try {
-        body = await spool.read(spooled);
-      } catch (err) {
-        if (!(err instanceof SpoolFileUnreadable)) {
-          // A read that may work next time (EMFILE, EIO): tried again after the back-off.
-          this.stats.failedAttempts += 1;
-          this.#options.onError?.(err, 0, 'replay');
-          this.#backOff();
-          return;
-        }
-        // Damaged (or gone): waiting on it would hold every batch behind it in the
-        // spool for good. It is set aside for an operator, and the replay goes on.
-        this.#options.onError?.(err, 0, 'unreadable');
-        if (this.#stopped) return;
-        try {
-          await spool.setAside(spooled);
-          this.#forgetSpooled(spooled.token);
-        } catch (moveErr) {
-          this.#options.onError?.(moveErr, 0, 'replay');
-          this.#backOff();
-          return;
-        }
+      const outcome = await this.#replayOne(spool, spooled);
+      if (outcome === 'stop') return;
+      if (outcome === 'done') {
+        if (spooled.token === this.#headToken) this.#headFailures = 0;
         continue;
       }
-      try {
+      const stuck = this.#stuck.get(spooled.token);
+      if (stuck !== undefined) {
+        // Tried again when it was due: the next try waits twice as long, and the rest go on.
+        stuck.delayMs = Math.min(stuck.delayMs * 2, STUCK_RETRY_MAX_MS);
+        stuck.dueAt = Date.now() + stuck.delayMs;
+        continue;
+      }
+      this.#headFailures = spooled.token === this.#headToken ? this.#headFailures + 1 : 1;
+      this.#headToken = spooled.token;
+      if (this.#headFailures >= STUCK_AFTER_FAILURES) {
+        // Failed again and again: the store out of reach, or this batch refused for
+        // its content? The newest spooled batch tells: if the store takes it, this
+        // one is stuck, and no longer holds the others (and fresh ones) behind it.
+        const probe = this.#newestOtherThan(spool, spooled);
+        if (probe !== undefined && (await this.#replayOne(spool, probe)) === 'done') {
+          this.#stuck.set(spooled.token, { delayMs: STUCK_RETRY_MIN_MS, dueAt: Date.now() + STUCK_RETRY_MIN_MS });
+          this.#headFailures = 0;
+          this.#armStuckTimer();
+          continue;
+        }
         if (this.#stopped) return;
-        // Its seals stored: the batch landed before (an acknowledgement lost, a
-        // kill after the insert). ClickHouse drops a repeated token only within
-        // its last 10,000 inserts, which many proxies pass in minutes: a later
-        // replay would write every row twice, and verify would call it tampering.
-        // Counted as written, as it is, once. (One seal, read by the table's key.)
-        const seal = sealHeadsOf(body)[0];
-        const landed = seal !== undefined && (await this.#store.sealStored(seal.org_id, seal.writer, seal.seq, seal.seal_hash));
-        if (!landed) await this.#store.insertEncoded(body, spooled.token);
-        if (this.#stopped) return; // written; its file stays for the next start, whose copy the token makes a no-op
-        this.#options.onBodyWritten?.(body);
-        const rows = countEncodedRows(body);
-        await spool.remove(spooled);
-        this.#forgetSpooled(spooled.token);
-        this.stats.written += rows;
-        this.stats.replayed += rows;
-        this.stats.batches += 1;
-        this.#retryMs = RETRY_MIN_MS;
-      } catch (err) {
+      }
+      this.#backOff();
+      return;
+    }
+    this.#armStuckTimer();
+  }
+
+  /** Reads, inserts and removes one spooled batch: 'done', 'failed' (reported), or 'stop' (close() is over, or the back-off is set). */
+  async #replayOne(spool: AuditSpool, spooled: SpooledBatch): Promise<'done' | 'failed' | 'stop'> {
+    let body: string;
+    try {
+      body = await spool.read(spooled);
+    } catch (err) {
+      if (!(err instanceof SpoolFileUnreadable)) {
+        // A read that may work next time (EMFILE, EIO): tried again after the back-off.
         this.stats.failedAttempts += 1;
         this.#options.onError?.(err, 0, 'replay');
-        // The store answered, and refused this batch (not the store out of reach).
-        if (!(err instanceof StoreUnavailableError)) {
-          const refusals = (this.#refusals.get(spooled.token) ?? 0) + 1;
-          this.#refusals.set(spooled.token, refusals);
-          if (refusals >= STUCK_AFTER_REFUSALS) this.#stuck.add(spooled.token);
-        }
         this.#backOff();
-        return;
+        return 'stop';
       }
+      // Damaged (or gone): waiting on it would hold every batch behind it in the
+      // spool for good. It is set aside for an operator, and the replay goes on.
+      this.#options.onError?.(err, 0, 'unreadable');
+      if (this.#stopped) return 'stop';
+      try {
+        await spool.setAside(spooled);
+        this.#forgetSpooled(spooled.token);
+      } catch (moveErr) {
+        this.#options.onError?.(moveErr, 0, 'replay');
+        this.#backOff();
+        return 'stop';
+      }
+      return 'done';
+    }
+    try {
+      if (this.#stopped) return 'stop';
+      // Its seals stored: the batch landed before (an acknowledgement lost, a
+      // kill after the insert). ClickHouse drops a repeated token only within
+      // its last 10,000 inserts, which many proxies pass in minutes: a later
+      // replay would write every row twice, and verify would call it tampering.
+      // Counted as written, as it is, once. (One seal, read by the table's key.)
+      const seal = sealHeadsOf(body)[0];
+      const landed = seal !== undefined && (await this.#store.sealStored(seal.org_id, seal.writer, seal.seq, seal.seal_hash));
+      if (!landed) await this.#store.insertEncoded(body, spooled.token);
+      if (this.#stopped) return 'stop'; // written; its file stays for the next start, whose copy the token makes a no-op
+      this.#options.onBodyWritten?.(body);
+      const rows = countEncodedRows(body);
+      await spool.remove(spooled);
+      this.#forgetSpooled(spooled.token);
+      this.stats.written += rows;
+      this.stats.replayed += rows;
+      this.stats.batches += 1;
+      this.#retryMs = RETRY_MIN_MS;
+      return 'done';
+    } catch (err) {
+      this.stats.failedAttempts += 1;
+      this.#options.onError?.(err, 0, 'replay');
+      return 'failed';
     }
   }
 
   /**
-   * A spooled batch the store refused (it answered) three times is stuck: it may
-   * never be taken (its content), and batches waiting behind it would fill the
-   * spool and close the proxy. The replay passes it by, trying it again once the
-   * rest is replayed (with the back-off), and fresh batches wait only behind
-   * batches that are not stuck.
+   * A spooled batch that failed again and again while the store took a newer
+   * one is stuck: it may never be taken (its content), and batches waiting
+   * behind it would fill the spool and close the proxy. The replay passes it by,
+   * trying it again when due (after 5 s, doubling to 10 min), and fresh batches
+   * wait only behind batches that are not stuck.
    */
   #waitingInSpool(spool: AuditSpool): boolean {
     return this.#stuck.size === 0 ? spool.batches.length > 0 : spool.batches.some((b) => !this.#stuck.has(b.token));
   }
 
-  /** The next batch to replay: the oldest not stuck, else the oldest. */
+  /** The next batch to replay: the oldest not stuck, else the oldest stuck one that is due. */
   #nextToReplay(spool: AuditSpool): SpooledBatch | undefined {
     if (this.#stuck.size === 0) return spool.batches[0];
-    return spool.batches.find((b) => !this.#stuck.has(b.token)) ?? spool.batches[0];
+    const now = Date.now();
+    return spool.batches.find((b) => !this.#stuck.has(b.token)) ?? spool.batches.find((b) => this.#stuck.get(b.token)!.dueAt <= now);
+  }
+
+  /** The newest spooled batch, neither `other` nor stuck. */
+  #newestOtherThan(spool: AuditSpool, other: SpooledBatch): SpooledBatch | undefined {
+    for (let i = spool.batches.length - 1; i >= 0; i--) {
+      const b = spool.batches[i]!;
+      if (b !== other && !this.#stuck.has(b.token)) return b;
+    }
+    return undefined;
+  }
+
+  /** Wakes the work loop when the next stuck batch is due (its own timer: the back-off's would hold fresh batches). */
+  #armStuckTimer(): void {
+    if (this.#stuckTimer !== null || this.#stuck.size === 0 || this.#stopped) return;
+    let due = Infinity;
+    for (const entry of this.#stuck.values()) due = Math.min(due, entry.dueAt);
+    this.#stuckTimer = setTimeout(() => {
+      this.#stuckTimer = null;
+      this.#kick();
+    }, Math.max(0, due - Date.now()));
+    this.#stuckTimer.unref();
   }
 
   /** A spooled batch is gone (replayed or set aside): it is forgotten here too. */
   #forgetSpooled(token: string): void {
-    this.#refusals.delete(token);
     this.#stuck.delete(token);
+    if (token === this.#headToken) {
+      this.#headToken = null;
+      this.#headFailures = 0;
+    }
   }
 
   #backOff(): void {
@@ -544,7 +607,9 @@ export class AuditBatcher {
    * replays it: shutdown need not wait out its deadline for a store that is down).
    */
   #idle(): boolean {
-    return this.#sealed.length === 0 && (this.spooledBatches === 0 || (this.#closing && this.#retryTimer !== null));
+    // Stuck batches (#waitingInSpool) stay in the spool, tried when due: nothing to wait for.
+    const spool = this.#spool;
+    return this.#sealed.length === 0 && (spool === undefined || !this.#waitingInSpool(spool) || (this.#closing && this.#retryTimer !== null));
   }
 
   /** Writes (or spools) everything queued so far; resolves when nothing is left in memory or the spool (close(): or the store fails). */
@@ -583,8 +648,10 @@ export class AuditBatcher {
     this.#stopped = true;
     if (this.#timer !== null) clearTimeout(this.#timer);
     if (this.#retryTimer !== null) clearTimeout(this.#retryTimer);
+    if (this.#stuckTimer !== null) clearTimeout(this.#stuckTimer);
     this.#timer = null;
     this.#retryTimer = null;
+    this.#stuckTimer = null;
     // Whatever is still in memory goes to the spool, including records of calls
     // that finished while we were closing (the loop runs until none is left).
     for (;;) {

@@ -147,6 +147,29 @@ t.test('a spool write that fails part way leaves no temporary file to hold the d
   t.equal(spool.batches.length, 1, 'space again: the next write lands');
 });
 
+t.test('a fresh batch the spool cannot take (a full disk) goes to the store, and the replay behind it goes on', { skip: noSmallDisk }, async (t) => {
+  const spool = openSpool(t, join(mountPoint, 'spool-behind'));
+  const stages: string[] = [];
+  const batcher = new AuditBatcher(store, { maxRows: 2, maxDelayMs: 60_000, maxQueued: 1000, spool, onError: (_err, _rows, stage) => stages.push(stage) });
+  t.teardown(async () => {
+    audit.up();
+    await batcher.close(0);
+  });
+  const org = randomUUID();
+  audit.down();
+  for (let i = 0; i < 2; i++) batcher.enqueue(auditRecord(org));
+  await eventually(async () => (batcher.spooledBatches === 1 && batcher.pending === 0 ? true : undefined));
+  fillDisk(join(mountPoint, 'filler-behind'));
+  t.teardown(() => rmSync(join(mountPoint, 'filler-behind'), { force: true }));
+  // Back while the retry waits; a fresh batch of rows that do not compress comes first.
+  audit.up();
+  for (let i = 0; i < 2; i++) batcher.enqueue(auditRecord(org, { reasoning: randomBytes(8192).toString('hex') }));
+  await audit.rowsLanded(org, 4);
+  t.ok(stages.includes('spool'), 'the spool refused the fresh batch');
+  await eventually(async () => (batcher.spooledBatches === 0 ? true : undefined));
+  t.equal(batcher.pending, 0, 'nothing left in memory');
+});
+
 t.test('a full spool refuses a write; the batcher is saturated until the replay frees it', async (t) => {
   const org = randomUUID();
   const spool = openSpool(t, spoolDir(t), 1);
@@ -179,7 +202,7 @@ t.test('a full spool refuses a write; the batcher is saturated until the replay 
   t.equal(batcher.saturated, false);
 });
 
-t.test('a spooled batch the store keeps refusing holds fresh batches behind it only for its first three refusals', async (t) => {
+t.test('a spooled batch the store keeps refusing holds fresh batches behind it only until a newer batch lands', async (t) => {
   const dir = spoolDir(t);
   const before = AuditSpool.open(dir, 1 << 20);
   await before.write(['not a row the store can parse\n'], randomUUID());
@@ -192,7 +215,9 @@ t.test('a spooled batch the store keeps refusing holds fresh batches behind it o
   for (let i = 0; i < 2; i++) batcher.enqueue(auditRecord(org));
   await audit.rowsLanded(org, 2);
   const refusals = stages.filter((s) => s === 'replay').length;
-  t.ok(refusals >= 3, `the fresh batch landed once the spooled one was refused three times (${refusals} refusals)`);
+  t.ok(refusals >= 3, `the fresh batch (spooled behind it) landed once the spooled one was refused three times (${refusals} refusals)`);
+  // Its rows are read back before the replay removes its file.
+  await eventually(async () => (batcher.spooledBatches === 1 ? true : undefined));
   t.equal(batcher.spooledBatches, 1, 'the refused batch stays in the spool, retried');
   for (let i = 0; i < 2; i++) batcher.enqueue(auditRecord(org));
   await audit.rowsLanded(org, 4);
