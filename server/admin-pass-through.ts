@@ -60,11 +60,18 @@ export function createAdminPassThrough(adminUrl: string, limits: PassThroughLimi
       if (pending >= limits.maxPending) {
         return { status: 503, headers: { 'content-type': 'application/json', 'retry-after': '5' }, body: errorBody('unavailable', 'Too many admin requests are waiting for the admin service; retry later.') };
       }
+      // Counted until both the answer is given and undici lets the request go: one
+      // cut at its deadline while still queued leaves undici's queue only once a
+      // connection takes it (undici 7 rejects an aborted queued request then).
       pending++;
+      let holds = 2;
+      const release = (): void => {
+        if (--holds === 0) pending--;
+      };
       try {
-        return await passOn(req, false);
+        return await passOn(req, false, release);
       } finally {
-        pending--;
+        release();
       }
     },
     endStreams() {
@@ -86,7 +93,7 @@ export function createAdminPassThrough(adminUrl: string, limits: PassThroughLimi
     },
   };
 
-  async function passOn(req: AdminRequest, isStream: boolean): Promise<AdminResponse> {
+  async function passOn(req: AdminRequest, isStream: boolean, released?: () => void): Promise<AdminResponse> {
     const headers: Record<string, string> = {};
     for (const name in req.headers) if (!DROP.has(name)) headers[name] = req.headers[name]!;
     headers['x-forwarded-for'] = req.remoteAddress;
@@ -102,12 +109,25 @@ export function createAdminPassThrough(adminUrl: string, limits: PassThroughLimi
     try {
       let res: Dispatcher.ResponseData;
       try {
-        res = await (isStream ? streamPool : pool).request({
+        const request = (isStream ? streamPool : pool).request({
           method: req.method as 'GET',
           path: query.length > 0 ? `${req.path}?${query}` : req.path,
           headers,
           body: req.body.length > 0 ? req.body : null,
           signal: deadline.signal,
+        });
+        request.then(
+          (answer) => {
+            if (late) answer.body.destroy(); // its head came after the 503
+            released?.();
+          },
+          () => released?.(),
+        );
+        // The deadline answers at once: undici rejects an aborted request still in
+        // its queue only when a connection takes it, which may be much later.
+        res = await new Promise<Dispatcher.ResponseData>((resolve, reject) => {
+          request.then(resolve, reject);
+          deadline.signal.addEventListener('abort', () => reject(new Error('the admin service did not answer in time')), { once: true });
         });
       } finally {
         clearTimeout(timer);

@@ -70,3 +70,40 @@ t.test('the deadline is for the head: a body that comes later than it still arri
   t.equal(res.status, 200);
   t.same(JSON.parse(res.body.toString()), { items: [1, 2, 3] });
 });
+
+t.test('a request queued behind connections busy with slow bodies is answered by its deadline, not when one frees', async (t) => {
+  const admin = createHttpServer((req, res) => {
+    res.writeHead(200, { 'content-type': 'application/json' });
+    if (req.url !== '/slow') {
+      res.end('{}');
+      return;
+    }
+    // The head at once, the body a chunk at a time for 3 s: the connection stays busy.
+    let sent = 0;
+    const timer = setInterval(() => {
+      if (++sent < 30) res.write(' ');
+      else {
+        clearInterval(timer);
+        res.end('{}');
+      }
+    }, 100);
+    res.on('close', () => clearInterval(timer));
+  });
+  await new Promise<void>((resolve) => admin.listen(0, '127.0.0.1', resolve));
+  t.teardown(() => {
+    admin.closeAllConnections();
+    admin.close();
+  });
+  const { port } = admin.address() as AddressInfo;
+  const passThrough = createAdminPassThrough(`http://127.0.0.1:${port}`, { answerWithinMs: 400, maxPending: 100 });
+  t.teardown(() => passThrough.close());
+  const slow = Array.from({ length: 64 }, () => passThrough.handle(request('/slow')));
+  await new Promise((resolve) => setTimeout(resolve, 200)); // the 64 connections taken
+  const started = Date.now();
+  const queued = await passThrough.handle(request('/fast'));
+  const ms = Date.now() - started;
+  t.equal(queued.status, 503);
+  t.equal(message(queued.body), 'unavailable: The admin service did not answer in time; retry later.');
+  t.ok(ms < 1500, `answered by its deadline (${ms} ms), not once a connection freed (~3 s)`);
+  for (const res of await Promise.all(slow)) t.equal(res.status, 200, 'the slow ones, whole');
+});
