@@ -4,6 +4,7 @@
 // and exhaust the process's file descriptors. A call beyond the cap waits for
 // a call to end, up to the connect timeout, then is 502.
 import t from 'tap';
+import { eventually } from '../support/eventually.js';
 import { api, createAgent, signup, startTestService } from '../support/service.js';
 import { startUpstream, type Upstream } from '../support/upstream.js';
 
@@ -42,7 +43,8 @@ t.test('calls to two origins share the cap: at most 2 upstream calls (connection
 t.test('a connect that waits past the connect timeout is 502 upstream_unreachable', async (t) => {
   // Two calls hold both connections (the upstream never answers them).
   const held = [one, two].map((u) => fetch(`${service.url}/proxy/${agent.api_key}/${u.authority}/stall-headers`).catch(() => null));
-  await new Promise((r) => setTimeout(r, 200));
+  // Both reached their upstreams (a fixed wait was not always enough on a loaded machine).
+  await eventually(async () => ([one, two].every((u) => u.seen.some((r) => r.url === '/stall-headers')) ? true : undefined));
   // A third origin needs a new connection.
   const third = await startUpstream();
   t.teardown(() => third.close());

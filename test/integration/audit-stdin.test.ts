@@ -47,7 +47,11 @@ t.test('rows waiting on standard input are not written to the audit log', async 
   await eventually(async () => ((await auditTotal(service.url, owner, agent.id)) === 6 ? true : undefined), 15_000);
   const verify = await api(service.url, owner, 'GET', `/audit/verify?since=${new Date(Date.now() - 600_000).toISOString()}`);
   t.match(verify.json, { ok: true, entries: 6, first_problem: null }, 'the org\'s log holds its six calls and verifies');
-  const health = (await (await fetch(`${service.url}/health`)).json()) as { audit_written_total: number; proxied_total: number };
+  // Counted written once the seals' insert, after the rows', is answered.
+  const health = await eventually(async () => {
+    const h = (await (await fetch(`${service.url}/health`)).json()) as { audit_written_total: number; proxied_total: number };
+    return h.audit_written_total === h.proxied_total ? h : undefined;
+  }).catch(async () => (await (await fetch(`${service.url}/health`)).json()) as { audit_written_total: number; proxied_total: number });
   t.equal(health.audit_written_total, health.proxied_total, 'rows written are the calls proxied');
   await service.stop();
   // Offline, the whole table: no row of any org came from stdin.

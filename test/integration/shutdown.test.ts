@@ -7,6 +7,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import t from 'tap';
 import { api, auditTotal, createAgent, login, signup, TLS_DIR } from '../support/service.js';
+import { eventually } from '../support/eventually.js';
 import { startLoad } from '../support/load.js';
 import { spawnService } from '../support/spawn-service.js';
 import { startUpstream } from '../support/upstream.js';
@@ -14,6 +15,10 @@ import { startUpstream } from '../support/upstream.js';
 const dataDir = mkdtempSync(join(tmpdir(), 'tcg-shutdown-'));
 const upstream = await startUpstream();
 const env = { DATA_DIR: dataDir, PORT: '0', GUARD_ALLOW_TARGETS: '127.0.0.1', NODE_EXTRA_CA_CERTS: join(TLS_DIR, 'ca.crt'), AUDIT_BATCH_MS: '5000' };
+/** Resolves once the upstream has a request more than `before`: the call is in flight at the guard (a fixed wait was not always enough). */
+async function reachedUpstream(before: number): Promise<void> {
+  await eventually(async () => (upstream.seen.length > before ? true : undefined));
+}
 t.teardown(async () => {
   await upstream.close();
   rmSync(dataDir, { recursive: true, force: true });
@@ -23,8 +28,9 @@ t.test('SIGTERM lets an in-flight call finish, writes its audit record and exits
   const service = await spawnService('all-in-one', env);
   const owner = await signup(service.url);
   const agent = await createAgent(service.url, owner, 'draining', 'full');
+  const seenBefore = upstream.seen.length;
   const inFlight = fetch(`${service.url}/proxy/${agent.api_key}/${upstream.authority}/sse`).then(async (r) => ({ status: r.status, text: await r.text() }));
-  await new Promise((r) => setTimeout(r, 150));
+  await reachedUpstream(seenBefore);
   service.child.kill('SIGTERM');
   const res = await inFlight;
   t.equal(res.status, 200);
@@ -44,8 +50,9 @@ t.test('a second signal exits at once', async (t) => {
   const service = await spawnService('all-in-one', { ...env, UPSTREAM_HEADERS_TIMEOUT_MS: '60000' });
   const owner = await signup(service.url);
   const agent = await createAgent(service.url, owner, 'stuck');
+  const seenBefore = upstream.seen.length;
   const stuck = fetch(`${service.url}/proxy/${agent.api_key}/${upstream.authority}/stall-headers`).catch(() => null);
-  await new Promise((r) => setTimeout(r, 150));
+  await reachedUpstream(seenBefore);
   service.child.kill('SIGTERM');
   // A moment later, as a person pressing Ctrl-C again (a copy within 250 ms would be the same request).
   await new Promise((r) => setTimeout(r, 600));
@@ -60,8 +67,9 @@ t.test('the same signal twice at once (the group\'s copy and npm\'s) is one requ
   const service = await spawnService('all-in-one', env);
   const owner = await signup(service.url);
   const agent = await createAgent(service.url, owner, 'twice', 'full');
+  const seenBefore = upstream.seen.length;
   const inFlight = fetch(`${service.url}/proxy/${agent.api_key}/${upstream.authority}/sse`).then(async (r) => ({ status: r.status, text: await r.text() }));
-  await new Promise((r) => setTimeout(r, 150));
+  await reachedUpstream(seenBefore);
   service.child.kill('SIGTERM');
   await new Promise((r) => setTimeout(r, 10));
   service.child.kill('SIGTERM');

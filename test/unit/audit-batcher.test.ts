@@ -65,6 +65,8 @@ t.test('a batch is written once it holds maxRows records, and not before', async
   enqueue(batcher, org, 1);
   await audit.rowsLanded(org, 5, 5000);
   t.strictSame(audit.attempts.slice(before).map((a) => a.rows), [5], 'one insert of five rows');
+  // The rows can be read back a moment before the insert's answer reaches the batcher.
+  await eventually(async () => (batcher.pending === 0 ? true : undefined));
   t.equal(batcher.pending, 0);
 });
 
@@ -288,6 +290,8 @@ t.test("a big batch's seals are made a slice a turn: the rows' segment is cut at
   const rowLines = sealed.split('\n').filter((l) => l.length > 0 && !l.startsWith('#')).map((l) => `${l}\n`);
   t.equal(rowLines.length, rows, 'after its rows, its seal line (and no other row)');
   await audit.rowsLanded(org, rows, 20_000);
+  // The seals are a second insert, after the rows; the batch settles after both.
+  await eventually(async () => ((await store.listSeals(org)).length === 1 && batcher.pending === 0 ? true : undefined), 10_000);
   const [seal] = await store.listSeals(org);
   t.match(seal, { count: rows, seq: 1 }, 'one seal over the whole batch');
   t.equal(new Sealer(key).sealLines(rowLines).seals[0]!.root, seal!.root, 'its root is the one the journaled rows give');
@@ -423,6 +427,7 @@ t.test('saturated once maxQueued records are held, and no longer once they are w
   t.equal(batcher.pending, 4, 'the record of admitted work is still accepted');
   audit.up();
   await audit.rowsLanded(org, 4);
+  await eventually(async () => (batcher.pending === 0 ? true : undefined));
   t.equal(batcher.saturated, false);
   t.equal(batcher.pending, 0);
   await t.resolves(batcher.enqueueDurable(auditRecord(org)), 'a durable enqueue resolves once written');
@@ -443,6 +448,8 @@ t.test('saturated once the held rows reach maxQueuedBytes, with far fewer rows t
   t.equal(batcher.saturated, true, 'but over the byte bound');
   audit.up();
   await audit.rowsLanded(org, 4);
+  // Released once the insert's answer (rows, then seals) reaches the batcher.
+  await eventually(async () => (batcher.saturated ? undefined : true));
   t.equal(batcher.saturated, false, 'written: the bytes are released');
 });
 

@@ -166,7 +166,7 @@ t.test('a fresh batch the spool cannot take (a full disk) goes to the store, and
   for (let i = 0; i < 2; i++) batcher.enqueue(auditRecord(org, { reasoning: randomBytes(8192).toString('hex') }));
   await audit.rowsLanded(org, 4);
   t.ok(stages.includes('spool'), 'the spool refused the fresh batch');
-  await eventually(async () => (batcher.spooledBatches === 0 ? true : undefined));
+  await eventually(async () => (batcher.spooledBatches === 0 && batcher.pending === 0 ? true : undefined));
   t.equal(batcher.pending, 0, 'nothing left in memory');
 });
 
