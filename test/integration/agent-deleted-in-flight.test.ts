@@ -14,6 +14,15 @@ import { spawnService } from '../support/spawn-service.js';
 import { startSplitDeployment } from '../support/split-mode.js';
 import { startUpstream, unfinishedJson, type Route } from '../support/upstream.js';
 
+/** Resolves once the guard at `base` has at least `n` proxied calls under way (its /metrics gauge). */
+async function callsUnderWay(base: string, n: number): Promise<void> {
+  await eventually(async () => {
+    const text = await (await fetch(`${base}/metrics`)).text();
+    const m = /^tcg_proxy_in_flight (\d+)/m.exec(text);
+    return m !== null && Number(m[1]) >= n ? true : undefined;
+  });
+}
+
 const sse = (res: ServerResponse) => res.writeHead(200, { 'content-type': 'text/event-stream', 'cache-control': 'no-cache' }).flushHeaders();
 const routes: Record<string, Route> = {
   // One event, then quiet until the client goes (an MCP GET stream between messages).
@@ -123,6 +132,7 @@ t.test('all-in-one: deleting an agent ends each of its calls in flight, audited;
   const upload = startUpload(url(doomed, '/upload'), 64 * 1024, 20);
   const small = startUpload(url(doomed, '/small'), 1000, 20);
   await eventually(async () => (upstream.seen.some((r) => r.url === '/no-answer') && uploads.length === 1 ? true : undefined));
+  await callsUnderWay(service.url, 7); // the small upload too, held whole at the guard
 
   const started = performance.now();
   t.equal((await api(service.url, owner, 'DELETE', `/agents/${doomed.id}`)).status, 204);
@@ -170,7 +180,7 @@ t.test('a call still queued for an upstream connection when its agent is deleted
   const first = fetch(url('/no-answer'), { signal: AbortSignal.timeout(10_000) });
   await eventually(async () => (queued.seen.some((r) => r.url === '/no-answer') ? true : undefined));
   const second = fetch(url('/no-answer?second'), { signal: AbortSignal.timeout(10_000) });
-  await new Promise((resolve) => setTimeout(resolve, 300)); // at the guard, in the pool's queue
+  await callsUnderWay(service.url, 2); // at the guard, in the pool's queue
   t.equal((await api(service.url, owner, 'DELETE', `/agents/${agent.id}`)).status, 204);
   t.equal((await first).status, 401);
   t.equal((await second).status, 401);
