@@ -125,10 +125,10 @@ export function createAdminPassThrough(adminUrl: string, limits: PassThroughLimi
         );
         // The deadline answers at once: undici rejects an aborted request still in
         // its queue only when a connection takes it, which may be much later.
-        res = await new Promise<Dispatcher.ResponseData>((resolve, reject) => {
-          request.then(resolve, reject);
+        const timedOut = new Promise<never>((_, reject) => {
           deadline.signal.addEventListener('abort', () => reject(new Error('the admin service did not answer in time')), { once: true });
         });
+        res = await Promise.race([request, timedOut]);
       } finally {
         clearTimeout(timer);
       }

@@ -462,10 +462,7 @@ export class AuditBatcher {
       if (this.#stopped) return;
       const outcome = await this.#replayOne(spool, spooled);
       if (outcome === 'stop') return;
-      if (outcome === 'done') {
-        if (spooled.token === this.#headToken) this.#headFailures = 0;
-        continue;
-      }
+      if (outcome === 'done') continue; // #forgetSpooled cleared its failures
       const stuck = this.#stuck.get(spooled.token);
       if (stuck !== undefined) {
         // Tried again when it was due: the next try waits twice as long, and the rest go on.
@@ -482,7 +479,6 @@ export class AuditBatcher {
         const probe = this.#newestOtherThan(spool, spooled);
         if (probe !== undefined && (await this.#replayOne(spool, probe)) === 'done') {
           this.#stuck.set(spooled.token, { delayMs: STUCK_RETRY_MIN_MS, dueAt: Date.now() + STUCK_RETRY_MIN_MS });
-          this.#headFailures = 0;
           this.#armStuckTimer();
           continue;
         }
