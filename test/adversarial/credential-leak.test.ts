@@ -80,9 +80,8 @@ const redirectRoutes: Record<string, Route> = {
 const bearerHost = await startUpstream(redirectRoutes);
 const headerHost = await startUpstream(redirectRoutes);
 const queryHost = await startUpstream(redirectRoutes);
-const closed = await startUpstream();
-const closedAuthority = closed.authority;
-await closed.close();
+// Port 1: nothing listens there (a port freed by a closed server may be taken by a parallel test).
+const closedAuthority = '127.0.0.1:1';
 
 const service = await startTestService({ UPSTREAM_HEADERS_TIMEOUT_MS: '800', OUTPUT_CAPTURE_BYTES: String(CAPTURE_BYTES) });
 const base = service.url;
