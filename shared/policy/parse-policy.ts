@@ -26,6 +26,7 @@
 //       mcp_method, mcp_tool  optional, as in rules
 // Unknown keys are errors (a misspelt `decison` must not silently drop a rule).
 
+import { LRUCache } from 'lru-cache';
 import { isAlias, isMap, isPair, isScalar, isSeq, LineCounter, parseDocument, visit } from 'yaml';
 import type { Alias, Document, Node, Pair, YAMLMap } from 'yaml';
 import { isIPv6 } from 'node:net';
@@ -128,11 +129,41 @@ type RuleKey = (typeof RULE_KEYS)[number];
 const METHOD_TOKEN = /^[!#$%&'+.^_`|~0-9A-Za-z-]+$/;
 
 /**
+ * Policies compiled under POLICY_LIMITS or STORED_POLICY_LIMITS, by their text.
+ * The yaml library parses ~1.5 MB/s here: a policy of 256 KiB held the event loop
+ * 150–290 ms, and a proxy read each agent's policy again every CACHE_TTL_MS, the
+ * admin's check, replay and PUT each time; in all-in-one all of it stalled the
+ * proxied calls. A text seen again is now a lookup. The limits only refuse (a
+ * policy that passes the strict bounds compiles the same under the stored ones),
+ * so an entry compiled under POLICY_LIMITS answers both, and one compiled under
+ * STORED_POLICY_LIMITS answers only that. A compiled policy is shared and frozen
+ * but for its tool index, a bounded cache of lookups (evaluate-policy.ts) that
+ * agents with one text may share. Bounded by text: a full-size policy compiles to
+ * ~1.4 MB, a one-rule policy to ~1.2 KB, so the memo holds at most ~25 MB that
+ * the proxy's policy cache does not hold already.
+ */
+const memo = new LRUCache<string, { policy: CompiledPolicy; strict: boolean }>({
+  maxSize: 4 * 1024 * 1024,
+  sizeCalculation: (_entry, text) => text.length + 64,
+});
+
+/**
  * Parses, validates and compiles a policy. Throws GuardError('invalid_policy') with a
  * message naming the line (and rule number) and the problem. `limits` exists so tests
- * can reach one bound without tripping another; callers use the default.
+ * can reach one bound without tripping another; callers use the default. A text
+ * compiled before under these limits (or stricter ones) is not compiled again.
  */
 export function parsePolicy(yamlText: string, limits: PolicyLimits = POLICY_LIMITS): CompiledPolicy {
+  const strict = limits === POLICY_LIMITS;
+  if (!strict && limits !== STORED_POLICY_LIMITS) return compilePolicy(yamlText, limits);
+  const known = memo.get(yamlText);
+  if (known !== undefined && (known.strict || !strict)) return known.policy;
+  const policy = compilePolicy(yamlText, limits);
+  memo.set(yamlText, { policy, strict });
+  return policy;
+}
+
+function compilePolicy(yamlText: string, limits: PolicyLimits): CompiledPolicy {
   // A UTF-16 code unit is at least one UTF-8 byte, so a long string is refused
   // before its bytes are counted.
   if (yamlText.length > limits.maxBytes || Buffer.byteLength(yamlText, 'utf8') > limits.maxBytes) {

@@ -557,6 +557,30 @@ t.test('rule names the proxy writes for its own refusals are reserved (an audit 
   t.ok(parsePolicy('version: "1"\nrules:\n  - {name: "limits-apply", tool: "*", action: "*", decision: deny}\n'), 'other names are free');
 });
 
+t.test('a policy text is compiled once, and never answers under bounds looser than it passed', async (t) => {
+  const tag = `${process.pid}-${Date.now()}`;
+  const rules = Array.from({ length: 2000 }, (_, i) => `  - {name: r${i}, tool: "api${i}.example.com", action: GET, path: "/v1/items/*", decision: allow}\n`);
+  const text = `# ${tag}\nversion: "1"\ndefault: deny\nrules:\n${rules.join('')}`;
+  let started = performance.now();
+  const first = parsePolicy(text);
+  const compileMs = performance.now() - started;
+  const readBack = Buffer.from(text, 'utf8').toString('utf8'); // another string of the same text, as the store returns it
+  started = performance.now();
+  const again = parsePolicy(text);
+  const stored = parsePolicy(readBack, STORED_POLICY_LIMITS);
+  const againMs = performance.now() - started;
+  t.equal(again, first, 'the same text again: the same compiled policy');
+  t.equal(stored, first, 'the text read back from the store, under the stored bounds: the same');
+  t.ok(againMs < compileMs / 4, `read twice in ${againMs.toFixed(2)} ms, compiled in ${compileMs.toFixed(1)} ms`);
+  t.not(parsePolicy(`${text}# changed\n`), first, 'another text is compiled');
+  // Accepted under the stored bounds only: a later strict parse must still refuse it.
+  const reserved = `# ${tag}\nversion: "1"\nrules:\n  - {name: "target_forbidden", tool: "*", action: "*", decision: deny}\n`;
+  const loose = parsePolicy(reserved, STORED_POLICY_LIMITS);
+  t.match(refusal(reserved).message, /is reserved for the proxy's own refusals/, 'a text compiled under the stored bounds is still refused under the strict ones');
+  t.equal(parsePolicy(reserved, STORED_POLICY_LIMITS), loose, 'and is still the stored one');
+  t.equal(evaluatePolicy(parsePolicy(text, POLICY_LIMITS), 'api7.example.com', 'GET', '/v1/items/x').ruleMatched, 'r7', 'a shared policy decides as its own');
+});
+
 t.test("the limit name 'pending_approvals' is reserved for the bound on pending approvals", async (t) => {
   const err = refusal('version: "1"\nrules: []\nlimits:\n  - {name: pending_approvals, tool: "*", rate: 1/minute}\n');
   t.match(err.message, /^limit 1 \(line 4\): the limit name 'pending_approvals' is reserved/);
