@@ -32,6 +32,7 @@ import type { Alias, Document, Node, Pair, YAMLMap } from 'yaml';
 import { isIPv6 } from 'node:net';
 import { domainToASCII } from 'node:url';
 import { GuardError } from '../errors.js';
+import { MAX_URL_BYTES } from '../http.js';
 import { normalizePolicyPath, parseTarget, REFUSED_PATH_PARTS } from '../target.js';
 import { PathMatch, ToolMatch } from './types.js';
 import { APPROVAL_TIMEOUT, LIMIT_RULE_PREFIX, PENDING_APPROVALS_LIMIT, RATE_PERIODS, TARGET_FORBIDDEN_RULE, UNINSPECTABLE_RULE } from './types.js';
@@ -655,13 +656,31 @@ function compilePathGlob(glob: string, where: string): PathMatcher {
   }
   // One wildcard: a RegExp, whose backtracking is then bounded by the path's length. More: pathGlobMatcher.
   const wildcards = glob.match(/\*+/g)!.length;
-  if (wildcards === 1) return { match: PathMatch.Pattern, text: '', prefix: '', regExp: pathGlobToRegExp(glob) };
   if (wildcards > pathGlobWildcards) fail(`${where}: 'path' may hold at most ${pathGlobWildcards} wildcards (this one has ${formatCount(wildcards)})`);
+  // Longer than any path the proxy reads: a one-wildcard RegExp of ~35,000
+  // characters is more than V8 compiles, and every call of the agent was a 500.
+  if (glob.length - countStars(glob) > MAX_CALL_PATH_CHARS) {
+    if (refuseUnmatchable) fail(`${where}: 'path' never matches a call: it is longer than a call's path can be (${formatCount(MAX_CALL_PATH_CHARS)} characters, an 8 KiB URL with every byte escaped)`);
+    return NO_PATH;
+  }
+  if (wildcards === 1) return { match: PathMatch.Pattern, text: '', prefix: '', regExp: pathGlobToRegExp(glob) };
   patternPathBudget -= glob.length;
   if (patternPathBudget < 0) {
     fail(`${where}: the policy's path globs of two or more wildcards come to more than ${formatCount(patternPathLimit)} characters, the most allowed`);
   }
   return { match: PathMatch.Pattern, text: '', prefix: '', regExp: pathGlobMatcher(glob) };
+}
+
+/** The longest path a call can have as the proxy reads it: a URL of MAX_URL_BYTES, each byte escaped as %XX. */
+const MAX_CALL_PATH_CHARS = 3 * MAX_URL_BYTES;
+
+/** A stored policy's path glob that no call can meet (STORED_POLICY_LIMITS keeps it, matching nothing). */
+const NO_PATH: PathMatcher = { match: PathMatch.Pattern, text: '', prefix: '', regExp: { test: () => false } };
+
+function countStars(glob: string): number {
+  let stars = 0;
+  for (let i = 0; i < glob.length; i++) if (glob.charCodeAt(i) === 0x2a) stars++;
+  return stars;
 }
 
 /** pathGlobMatcher's two rows, reused (it never runs re-entrantly). */

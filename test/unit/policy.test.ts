@@ -557,6 +557,17 @@ t.test('rule names the proxy writes for its own refusals are reserved (an audit 
   t.ok(parsePolicy('version: "1"\nrules:\n  - {name: "limits-apply", tool: "*", action: "*", decision: deny}\n'), 'other names are free');
 });
 
+t.test('a path glob longer than any call\'s path is refused, not a RegExp V8 cannot compile (every call of the agent a 500)', async (t) => {
+  const longest = '/' + 'a'.repeat(24_575) + '*'; // 24,576 characters besides the wildcard: an 8 KiB URL, every byte escaped
+  t.equal(decide(policyOf([`{tool: "*", action: "*", path: "${longest}", decision: deny}`]), 'x.example.com', 'GET', longest.replace('*', 'bc')), 'deny rule-1', 'the longest a path can be: compiled, and it matches');
+  for (const glob of ['/' + 'a'.repeat(40_000) + '*', '/' + 'a'.repeat(24_576) + '*', '/*' + 'b'.repeat(30_000) + '*']) {
+    const text = `version: "1"\nrules:\n  - {tool: "*", action: "*", path: "${glob}", decision: deny}\n`;
+    t.match(refusal(text).message, /^rule 1 \(line 3\): 'path' never matches a call: it is longer than a call's path can be \(24,576 characters/, `${glob.length} characters: refused`);
+    const stored = parsePolicy(text, STORED_POLICY_LIMITS);
+    t.equal(decide(stored, 'x.example.com', 'GET', glob.replaceAll('*', '')), 'allow default', 'stored before: kept, matching no call, deciding without a throw');
+  }
+});
+
 t.test('a policy text is compiled once, and never answers under bounds looser than it passed', async (t) => {
   const tag = `${process.pid}-${Date.now()}`;
   const rules = Array.from({ length: 2000 }, (_, i) => `  - {name: r${i}, tool: "api${i}.example.com", action: GET, path: "/v1/items/*", decision: allow}\n`);
