@@ -8,7 +8,11 @@
 // a held or streamed call, or a batch replayed from the spool, is written long
 // after its timestamp). An insert's written_at is taken when the insert starts
 // and the rows show once it commits, so each poll reads back WRITTEN_OVERLAP_MS
-// before its cursor and skips the ids it already sent. The limit: a row whose
+// before its cursor and skips the ids it already sent. It reads that window's
+// row counts per org and insert (one written_at millisecond each), not its ids:
+// ids only from the first insert that holds rows not sent yet, mostly the newest.
+// Reading every id of the window cost ~4 µs a row each poll, 15 s of rows four
+// times a second: a fifth to a third of the event loop at 1,000 rows/s. The limit: a row whose
 // insert takes longer than the overlap to commit is not streamed (it is in GET
 // /audit as always). Works the same in all-in-one and split mode, where the
 // proxies write straight to ClickHouse and the admin process sees only the table.
@@ -18,7 +22,7 @@
 // a few comparisons in memory (bench/micro/audit-stream.ts measures it).
 import { auditJson } from '../shared/audit/entry-json.js';
 import type { Logger } from '../shared/log.js';
-import type { AuditStore, WrittenId } from '../shared/stores/audit-store.js';
+import type { AuditStore, WrittenCount, WrittenId } from '../shared/stores/audit-store.js';
 import type { AuditFilter, AuditRecord } from '../shared/types.js';
 import { auditFilterFromQuery, matchesAuditFilter } from './audit-filter.js';
 import type { Handler } from './context.js';
@@ -57,6 +61,8 @@ export class AuditStreamHub {
   readonly #byOrg = new Map<string, Set<Subscriber>>();
   /** Ids sent in the overlap window, with their written_at. */
   readonly #seen = new Map<string, number>();
+  /** How many of those each org has at each written_at: an insert whose count the store exceeds holds news. */
+  readonly #seenAt = new Map<number, Map<string, number>>();
   #cursorMs = 0;
   #pollTimer: NodeJS.Timeout | null = null;
   #keepaliveTimer: NodeJS.Timeout | null = null;
@@ -107,6 +113,7 @@ export class AuditStreamHub {
   #start(cursorMs: number): void {
     this.#cursorMs = cursorMs;
     this.#seen.clear();
+    this.#seenAt.clear();
     this.#pollTimer = setInterval(() => void this.#poll(), this.#opts.pollMs);
     this.#keepaliveTimer = setInterval(() => this.#keepalive(), this.#opts.keepaliveMs);
   }
@@ -130,7 +137,8 @@ export class AuditStreamHub {
       const { store } = this.#opts;
       const nowMs = await store.clockMs();
       const windowMs = Math.max(0, this.#cursorMs - WRITTEN_OVERLAP_MS);
-      const fresh = (await store.writtenSince(orgs, windowMs)).filter((w) => !this.#seen.has(w.id));
+      const fromMs = this.#firstNews(await store.writtenCounts(orgs, windowMs));
+      const fresh = fromMs === null ? [] : (await store.writtenSince(orgs, fromMs)).filter((w) => !this.#seen.has(w.id));
       for (let i = 0; i < fresh.length; i += FETCH_CHUNK) {
         const chunk = fresh.slice(i, i + FETCH_CHUNK);
         const written = new Map<string, WrittenId>(chunk.map((w) => [w.id, w]));
@@ -141,7 +149,11 @@ export class AuditStreamHub {
         const pending = new Map<Subscriber, Pending>();
         for (const record of await store.writtenEntries(orgs, [...written.keys()], windowMs)) {
           const w = written.get(record.id)!;
+          if (this.#seen.has(record.id)) continue;
           this.#seen.set(record.id, w.writtenMs);
+          let sentOf = this.#seenAt.get(w.writtenMs);
+          if (sentOf === undefined) this.#seenAt.set(w.writtenMs, (sentOf = new Map()));
+          sentOf.set(w.orgId, (sentOf.get(w.orgId) ?? 0) + 1);
           this.#collect(record, w.writtenMs, pending);
         }
         for (const [sub, batch] of pending) if (batch.events.length > 0) sub.sink.write(batch.events.join(''));
@@ -149,6 +161,7 @@ export class AuditStreamHub {
       this.#cursorMs = nowMs;
       const forgetBefore = nowMs - WRITTEN_OVERLAP_MS;
       for (const [id, writtenMs] of this.#seen) if (writtenMs < forgetBefore) this.#seen.delete(id);
+      for (const writtenMs of this.#seenAt.keys()) if (writtenMs < forgetBefore) this.#seenAt.delete(writtenMs);
       if (this.#failing) this.#opts.log.info('the live audit stream reads the audit store again');
       this.#failing = false;
     } catch (err) {
@@ -158,6 +171,12 @@ export class AuditStreamHub {
     } finally {
       this.#polling = false;
     }
+  }
+
+  /** The written_at of the oldest insert (counts oldest first) with more rows than were sent of it, or null when every row was sent. */
+  #firstNews(counts: readonly WrittenCount[]): number | null {
+    for (const c of counts) if (c.rows > (this.#seenAt.get(c.writtenMs)?.get(c.orgId) ?? 0)) return c.writtenMs;
+    return null;
   }
 
   /** Adds the record's event to the events of each subscriber it is for. */

@@ -142,6 +142,13 @@ export interface WrittenId {
   writtenMs: number;
 }
 
+/** The rows of one org that the store inserted at one millisecond (written_at). */
+export interface WrittenCount {
+  orgId: string;
+  writtenMs: number;
+  rows: number;
+}
+
 export interface AuditStore {
   /**
    * Writes rows in one insert. `dedupToken` makes a retried insert of the same
@@ -206,6 +213,8 @@ export interface AuditStore {
   clockMs(): Promise<number>;
   /** The rows of these orgs inserted at or after `sinceMs` (store clock), oldest written first: ids only (live audit stream). */
   writtenSince(orgIds: readonly string[], sinceMs: number): Promise<WrittenId[]>;
+  /** How many rows of each of these orgs were inserted at each millisecond at or after `sinceMs` (an insert's rows share one), oldest first. */
+  writtenCounts(orgIds: readonly string[], sinceMs: number): Promise<WrittenCount[]>;
   /** The rows of these ids among the orgs' rows written at or after `sinceMs`, as `list` returns them, oldest written first. */
   writtenEntries(orgIds: readonly string[], ids: readonly string[], sinceMs: number): Promise<AuditRecord[]>;
   /** Total rows for the org (tests and the bench's audit check). */

@@ -67,6 +67,7 @@ export async function openAuditStoreWhenReachable(config: Readonly<Config>, onWa
     replaySamples: async (orgId, agentId, since, until, keys, limit) => (await ready()).replaySamples(orgId, agentId, since, until, keys, limit),
     clockMs: async () => (await ready()).clockMs(),
     writtenSince: async (orgIds, sinceMs) => (await ready()).writtenSince(orgIds, sinceMs),
+    writtenCounts: async (orgIds, sinceMs) => (await ready()).writtenCounts(orgIds, sinceMs),
     writtenEntries: async (orgIds, ids, sinceMs) => (await ready()).writtenEntries(orgIds, ids, sinceMs),
     count: async (orgId) => (await ready()).count(orgId),
     listSeals: async (orgId, window, limit, newestFirst) => (await ready()).listSeals(orgId, window, limit, newestFirst),

@@ -91,6 +91,7 @@ export async function openAuditStoreOnDemand(): Promise<AuditStoreOnDemand> {
     replaySamples: (orgId, agentId, since, until, keys, limit) => real.replaySamples(orgId, agentId, since, until, keys, limit),
     clockMs: () => real.clockMs(),
     writtenSince: (orgIds, sinceMs) => real.writtenSince(orgIds, sinceMs),
+    writtenCounts: (orgIds, sinceMs) => real.writtenCounts(orgIds, sinceMs),
     writtenEntries: (orgIds, ids, sinceMs) => real.writtenEntries(orgIds, ids, sinceMs),
     count: (orgId) => real.count(orgId),
     listSeals: (orgId, window, limit, newestFirst) => real.listSeals(orgId, window, limit, newestFirst),

@@ -176,7 +176,9 @@ export async function startClickHouseHttpServer(opts: ClickHouseHttpServerOption
   const sockets = new Set<Socket>();
   let paused = false;
 
-  const server = createServer({ keepAliveTimeout: 10_000 }, (req, res) => {
+  // ClickHouse reads a URI of up to 1 MiB (http_max_uri_size): query parameters travel in it (the
+  // live stream's 1,000 ids are ~40 KB), where Node's default would refuse a head over 16 KiB.
+  const server = createServer({ keepAliveTimeout: 10_000, maxHeaderSize: 1024 * 1024 }, (req, res) => {
     handle(req, res).catch((e: unknown) => {
       // Only a failure to write the answer lands here.
       if (!res.headersSent) sendError(res, toServerError(e), info.version);

@@ -29,7 +29,7 @@ import {
 import { AUDIT_EXACT_FILTERS, type AuditFilter, type AuditRecord } from '../../types.js';
 import { isoFromCh } from '../../audit/ch-instant.js';
 import { decodeSealRow, SEAL_COLUMNS, splitBatchBody, type Seal } from '../../audit/seal.js';
-import { REPLAY_SAMPLE_GROUPS, type AuditPage, type AuditReportData, type BatchParts, type AuditStore, type EntryRef, type ReplayGroup, type ReplaySample, type SealChain, type VerifyGroup, type VerifyScan, type WrittenId } from '../audit-store.js';
+import { REPLAY_SAMPLE_GROUPS, type AuditPage, type AuditReportData, type BatchParts, type AuditStore, type EntryRef, type ReplayGroup, type ReplaySample, type SealChain, type VerifyGroup, type VerifyScan, type WrittenCount, type WrittenId } from '../audit-store.js';
 import { guardBoundary, unreachableClassifier } from '../store-boundary.js';
 import { isProcessAlive } from '../../pid.js';
 import { engineThreadNicer } from './thread-nice.js';
@@ -512,6 +512,17 @@ export class ClickHouseAuditStore implements AuditStore {
       { orgs, since: epochMs(sinceMs) },
     );
     return rows.map((r) => ({ id: r.id, orgId: r.org_id, writtenMs: Number(r.written) }));
+  }
+
+  async writtenCounts(orgIds: readonly string[], sinceMs: number): Promise<WrittenCount[]> {
+    const orgs = orgIds.filter((o) => UUID_RE.test(o));
+    if (orgs.length === 0) return [];
+    const rows = await this.#query<{ org_id: string; written: number | string; n: number | string }>(
+      `SELECT org_id, toUnixTimestamp64Milli(written_at) AS written, count() AS n FROM ${AUDIT_TABLE}
+       WHERE ${WRITTEN_WINDOW} GROUP BY org_id, written_at ORDER BY written_at, org_id`,
+      { orgs, since: epochMs(sinceMs) },
+    );
+    return rows.map((r) => ({ orgId: r.org_id, writtenMs: Number(r.written), rows: Number(r.n) }));
   }
 
   async writtenEntries(orgIds: readonly string[], ids: readonly string[], sinceMs: number): Promise<AuditRecord[]> {
