@@ -21,6 +21,7 @@
 // batcher wrote, builds each entry's event once, and each subscriber's filter is
 // a few comparisons in memory (bench/micro/audit-stream.ts measures it).
 import { auditJson } from '../shared/audit/entry-json.js';
+import { GuardError } from '../shared/errors.js';
 import type { Logger } from '../shared/log.js';
 import type { AuditStore, WrittenCount, WrittenId } from '../shared/stores/audit-store.js';
 import type { AuditFilter, AuditRecord } from '../shared/types.js';
@@ -30,6 +31,9 @@ import type { StreamSink } from './http.js';
 
 /** How far back each poll reads before its cursor: longer than an insert takes to commit (ms on chDB; the HTTP client gives up after 10 s). */
 export const WRITTEN_OVERLAP_MS = 15_000;
+/** Live streams at once: of one organization (429 past it), and of the process (503), the bound a split proxy passes through. */
+export const AUDIT_STREAMS_PER_ORG = 32;
+export const AUDIT_STREAMS_MAX = 256;
 /** Entries fetched per query once their ids are known (ids travel as a query parameter). */
 const FETCH_CHUNK = 1000;
 /** A subscriber's events are written in pieces of about this size (far under the adapter's 1 MiB bound for a slow reader). */
@@ -63,6 +67,9 @@ export class AuditStreamHub {
   readonly #seen = new Map<string, number>();
   /** How many of those each org has at each written_at: an insert whose count the store exceeds holds news. */
   readonly #seenAt = new Map<number, Map<string, number>>();
+  /** Streams asked for whose subscription is not counted yet, by org and in all. */
+  readonly #opening = new Map<string, number>();
+  #openingTotal = 0;
   #cursorMs = 0;
   #pollTimer: NodeJS.Timeout | null = null;
   #keepaliveTimer: NodeJS.Timeout | null = null;
@@ -79,9 +86,31 @@ export class AuditStreamHub {
     return this.#count;
   }
 
-  /** Adds a subscriber as of now (store clock); resolves once it is counted in. Throws what the store throws (503 when unreachable). */
+  /**
+   * Adds a subscriber as of now (store clock); resolves once it is counted in.
+   * Throws what the store throws (503 when unreachable), and 429 or 503 past
+   * the bounds on streams (each costs every poll a filter and a write per entry).
+   */
   async subscribe(orgId: string, filter: AuditFilter): Promise<(sink: StreamSink) => () => void> {
-    const sinceMs = await this.#opts.store.clockMs();
+    // Those whose head is on its way count too: many opened at once all pass a check of the open ones.
+    if ((this.#byOrg.get(orgId)?.size ?? 0) + (this.#opening.get(orgId) ?? 0) >= AUDIT_STREAMS_PER_ORG) {
+      throw new GuardError('rate_limited', `At most ${AUDIT_STREAMS_PER_ORG} live audit streams of one organization are open at once; close one.`, undefined, { 'retry-after': '5' });
+    }
+    if (this.#count + this.#openingTotal >= AUDIT_STREAMS_MAX) {
+      throw new GuardError('unavailable', 'Too many live audit streams are open; retry later.', undefined, { 'retry-after': '5' });
+    }
+    this.#opening.set(orgId, (this.#opening.get(orgId) ?? 0) + 1);
+    this.#openingTotal++;
+    let sinceMs: number;
+    try {
+      sinceMs = await this.#opts.store.clockMs();
+    } finally {
+      // The stream opens in the same run of microtasks as this returns (admin-adapter.ts): no other request checks in between.
+      const left = this.#opening.get(orgId)! - 1;
+      if (left === 0) this.#opening.delete(orgId);
+      else this.#opening.set(orgId, left);
+      this.#openingTotal--;
+    }
     return (sink) => {
       if (this.#closed) {
         sink.end();

@@ -5,6 +5,7 @@
 import { randomUUID } from 'node:crypto';
 import t from 'tap';
 import { AuditStreamHub } from '../../admin/audit-stream.js';
+import { GuardError } from '../../shared/errors.js';
 import { createLogger } from '../../shared/log.js';
 import type { AuditStore } from '../../shared/stores/audit-store.js';
 import { auditRecord } from '../support/audit-records.js';
@@ -81,4 +82,28 @@ t.test('an org that subscribes later gets its entries, the first only its own', 
   await eventually(async () => (sentTo.get(b)!.length >= 4 ? true : undefined), 10_000);
   t.same(new Set(sentTo.get(b)), new Set(later), 'the later org gets its entries');
   t.equal(sentTo.get(a)!.length, 5, 'the first org gets only its own');
+});
+
+t.test('streams are bounded: 32 of one org (429), 256 in all (503), counted while they open', async (t) => {
+  const hub = new AuditStreamHub({ store, pollMs: 60_000, keepaliveMs: 60_000, log: createLogger('error', () => {}) });
+  t.teardown(() => hub.close());
+  const sink = { write: () => true, end: () => {} };
+  const first = randomUUID();
+  // Asked for at once: all pass a check of the open ones alone.
+  const asked = await Promise.allSettled(Array.from({ length: 40 }, () => hub.subscribe(first, {})));
+  const opened = asked.filter((r) => r.status === 'fulfilled');
+  t.equal(opened.length, 32, '40 asked at once: 32 open');
+  t.ok(asked.every((r) => r.status === 'fulfilled' || (r.reason instanceof GuardError && r.reason.status === 429 && r.reason.headers?.['retry-after'] === '5')), 'the others: 429 with Retry-After');
+  const closers = opened.map((r) => (r as PromiseFulfilledResult<(s: typeof sink) => () => void>).value(sink));
+  closers.pop()!();
+  t.ok(await hub.subscribe(first, {}), 'one closed: one more opens');
+  for (let org = 0; org < 7; org++) {
+    const id = randomUUID();
+    for (let i = 0; i < 32; i++) (await hub.subscribe(id, {}))(sink);
+  }
+  t.equal(hub.subscribers, 31 + 7 * 32, 'open streams');
+  const last = randomUUID();
+  (await hub.subscribe(last, {}))(sink);
+  const refused = await hub.subscribe(randomUUID(), {}).then(() => null, (err: unknown) => err);
+  t.ok(refused instanceof GuardError && refused.status === 503, `the 257th: 503 (${(refused as Error)?.message})`);
 });
