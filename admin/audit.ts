@@ -3,8 +3,9 @@ import { randomUUID } from 'node:crypto';
 import { GuardError } from '../shared/errors.js';
 import { auditJson, entryHash, wellFormed } from '../shared/audit/entry-json.js';
 import { NO_PROXY_DETAIL, type AuditDecision, type AuditRecord } from '../shared/types.js';
+import type { Caller } from './auth.js';
 import type { AdminContext, Handler } from './context.js';
-import { enumField, integerField, json, queryInteger, readJsonObject, stringField } from './http.js';
+import { enumField, integerField, json, queryInteger, readJsonObject, stringField, type AdminResponse } from './http.js';
 import { requireAgent } from './agents.js';
 import { createPdfRenderer, type PdfRenderer } from './report/pdf-renderer.js';
 import { auditFilterFromQuery } from './audit-filter.js';
@@ -42,6 +43,7 @@ export function sealsToPrint(seals: readonly Seal[], max: number): Seal[] {
 
 export function auditHandlers(ctx: AdminContext) {
   let pdfRenderer: PdfRenderer | null = null;
+  let exporting: Promise<unknown> = Promise.resolve();
 
   const write: Handler = async (req, caller) => {
     const body = readJsonObject(req);
@@ -100,6 +102,14 @@ export function auditHandlers(ctx: AdminContext) {
 
   const exportPdf: Handler = async (req, caller) => {
     const days = queryInteger(req.query, 'days', PDF_DAYS_DEFAULT, 1, PDF_DAYS_MAX);
+    // One report at a time per process, its reads included (the worker renders one at a
+    // time already): each parses up to PDF_MAX_ENTRIES rows on the event loop.
+    const run = exporting.then(() => buildPdf(caller, days));
+    exporting = run.catch(() => undefined);
+    return run;
+  };
+
+  const buildPdf = async (caller: Caller, days: number): Promise<AdminResponse> => {
     const until = new Date();
     const since = new Date(until.getTime() - days * 86_400_000);
     const data = await ctx.auditStore.report(caller.orgId, since, until, ctx.config.pdfMaxEntries, 10);

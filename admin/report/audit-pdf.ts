@@ -612,7 +612,7 @@ const WIN_ANSI_EXTRA = new Set([
   0x201c, 0x201d, 0x201e, 0x2020, 0x2021, 0x2022, 0x2026, 0x2030, 0x2039, 0x203a, 0x20ac, 0x2122,
 ]);
 
-/** Longest string kept before cutting to a column; no A4 column holds more. */
+/** Longest string kept before cutting to a column; no A4 column holds more. The store cuts `reasoning` to as many (REPORT_TEXT_CHARS, audit-codec.ts, which this worker does not load). */
 const MAX_INPUT_CHARS = 2000;
 
 /**

@@ -327,7 +327,9 @@ export function decodeAuditRow(row: AuditRow): AuditRecord {
 
 /** The columns the PDF report prints: its queries select only these (an `output` can be 64 KiB or more). */
 export const REPORT_COLUMNS = ['timestamp', 'agent_id', 'agent_name', 'tool_name', 'action', 'decision', 'status_code', 'latency_ms', 'rule_matched', 'reasoning'] as const satisfies readonly AuditColumnName[];
-export const REPORT_SELECT_LIST = REPORT_COLUMNS.join(', ');
+/** The most characters of a text the PDF keeps (no A4 column holds more): a `reasoning` of up to 64 KiB is cut by the store, not read whole and parsed on the event loop. */
+export const REPORT_TEXT_CHARS = 2000;
+export const REPORT_SELECT_LIST = REPORT_COLUMNS.map((c) => (c === 'reasoning' ? `leftUTF8(reasoning, ${REPORT_TEXT_CHARS}) AS reasoning` : c)).join(', ');
 
 /** A report row: the fields of REPORT_COLUMNS. */
 export type ReportEntry = Pick<AuditRecord, 'timestamp' | 'agentId' | 'agentName' | 'toolName' | 'action' | 'decision' | 'statusCode' | 'latencyMs' | 'ruleMatched' | 'reasoning'>;

@@ -280,6 +280,12 @@ t.test('GET /audit/export/pdf', async (t) => {
     t.equal((await fetch(`${base}/audit/export/pdf?days=${days}`, { headers: owner.auth })).status, 200, `days=${days} is allowed`);
   }
 
+  // Asked at once: built one at a time, each its own org's.
+  const [ours, theirs, again] = await Promise.all([owner, stranger, owner].map((who) => fetch(`${base}/audit/export/pdf`, { headers: who.auth })));
+  t.same([ours!.status, theirs!.status, again!.status], [200, 200, 200], 'three asked at once: each answered');
+  const texts = await Promise.all([ours!, theirs!, again!].map(async (r) => (await pdfParse(Buffer.from(await r.arrayBuffer()))).text));
+  t.ok(texts[0]!.includes('Scout Agent') && !texts[1]!.includes('Scout Agent') && texts[1]!.includes('Foreign Agent') && texts[2]!.includes('Scout Agent'), 'each with its own org');
+
   const other = await fetch(`${base}/audit/export/pdf`, { headers: stranger.auth });
   t.equal(other.status, 200);
   const otherText = (await pdfParse(Buffer.from(await other.arrayBuffer()))).text;

@@ -17,7 +17,7 @@ import { loadConfig } from '../../shared/config.js';
 import { isStoreUnavailable, StoreUnavailableError } from '../../shared/errors.js';
 import type { AuditStore, VerifyGroup } from '../../shared/stores/audit-store.js';
 import { merkleRoot, merkleRootOfLeaves, Sealer, signingKeyFromPem } from '../../shared/audit/seal.js';
-import { AUDIT_COLUMNS, AUDIT_TABLE, REPORT_COLUMNS } from '../../shared/audit/audit-codec.js';
+import { AUDIT_COLUMNS, AUDIT_TABLE, REPORT_COLUMNS, REPORT_TEXT_CHARS } from '../../shared/audit/audit-codec.js';
 import { auditJson, entryHash } from '../../shared/audit/entry-json.js';
 import { openAuditStoreWhenReachable } from '../../shared/stores/open-stores.js';
 import { ClickHouseAuditStore, REPORT_RECENT_DENIED } from '../../shared/stores/clickhouse/clickhouse-audit-store.js';
@@ -367,6 +367,15 @@ export function auditStoreContract(t: TapTest, openStore: () => Promise<AuditSto
       'the most recent denied calls, their printed columns, newest first');
     t.strictSame(report.entries, newestFirst(inWindow).slice(0, 50).map(printed), 'entries newest first, cut at the cap, printed columns only');
     t.notOk('output' in report.entries[0]!, 'no output read');
+  });
+
+  t.test('report entries carry reasoning cut to what the PDF prints (REPORT_TEXT_CHARS), not its 64 KiB', async (t) => {
+    const org = randomUUID();
+    const long = `é${'r'.repeat(65_534)}`;
+    await store.insert([record(org, { timestamp: iso(Date.now() - 1000), reasoning: long, decision: 'denied' })]);
+    const report = await store.report(org, new Date(Date.now() - DAY_MS), new Date(), 10, 10);
+    t.equal(report.entries[0]!.reasoning, long.slice(0, REPORT_TEXT_CHARS), 'its first 2,000 characters (not bytes)');
+    t.equal(report.recentDenied[0]!.reasoning, long.slice(0, REPORT_TEXT_CHARS), 'in the recent denied calls too');
   });
 
   t.test('report on a window without calls is all zeros', async (t) => {
