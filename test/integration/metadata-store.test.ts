@@ -14,7 +14,7 @@ import type { ChangeEntry } from '../../shared/stores/change-feed.js';
 import type { MetadataDriver } from '../../shared/stores/metadata-driver.js';
 import { createMetadataStore, type MetadataStore } from '../../shared/stores/metadata-store.js';
 import { databaseNameOf, DEFAULT_DATABASE, MongoMetadataDriver } from '../../shared/stores/mongo/mongo-metadata-driver.js';
-import { classifySqliteError, SCHEMA_VERSION, SqliteMetadataDriver, type SqliteDriverOptions } from '../../shared/stores/sqlite/sqlite-metadata-driver.js';
+import { approvalsSql, classifySqliteError, SCHEMA_VERSION, SqliteMetadataDriver, type SqliteDriverOptions } from '../../shared/stores/sqlite/sqlite-metadata-driver.js';
 import type { MetadataChange } from '../../shared/types.js';
 import { metadataStoreContract, newCredential } from './metadata-store.contract.js';
 
@@ -440,8 +440,17 @@ t.test('sqlite: every lookup the store makes uses an index', async (t) => {
       credentialForHost: plan("SELECT id FROM credentials WHERE org_id = 'o' AND hostname = 'h'"),
       credentialsByOrg: plan("SELECT id FROM credentials WHERE org_id = 'o' ORDER BY created_at, rowid"),
       userByEmail: plan("SELECT id FROM users WHERE email = 'e'"),
+      // As the store lists an org's approvals of one status (the inbox's pending ones), every filter unset.
+      approvalsOfStatus: db
+        .prepare<unknown[], { detail: string }>(`EXPLAIN QUERY PLAN ${approvalsSql('AND status = @status_1')}`)
+        .all({ org_id: 'o', status_1: 'pending', expires_after: null, expired_by: null, agent_id: null, created_since: null, created_until: null, limit: 10 })
+        .map((row) => row.detail)
+        .join('; '),
     };
   });
+  // Not the walk of the org's every approval, newest first, reading each row for its status.
+  t.match(plans.approvalsOfStatus, /USING INDEX approvals_by_org_status_created \(org_id=\? AND status=\?\)/);
+  t.notMatch(plans.approvalsOfStatus, /TEMP B-TREE/, 'newest first in the index\'s order, no sort');
   t.match(plans.agentsByOrg, /USING INDEX agents_by_org_created/);
   t.match(plans.agentByKeyHash, /USING INDEX sqlite_autoindex_agents/);
   t.match(plans.credentialForHost, /USING INDEX sqlite_autoindex_credentials/);

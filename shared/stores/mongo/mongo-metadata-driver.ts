@@ -762,6 +762,8 @@ async function createIndexes(db: Db): Promise<void> {
   ]);
   await db.collection('approvals').createIndexes([
     { key: { org_id: 1, created_at: -1, insert_order: -1 }, name: 'approvals_by_org_created' },
+    // Listing by status (the console's inbox, every PDF) without walking the org's decided history.
+    { key: { org_id: 1, status: 1, created_at: -1, insert_order: -1 }, name: 'approvals_by_org_status_created' },
     { key: { agent_id: 1, status: 1, expires_at: 1 }, name: 'approvals_by_agent_status' },
     { key: { expires_at: 1 }, name: 'approvals_holding_body', partialFilterExpression: { body: { $type: 'binData' } } },
   ]);

@@ -196,6 +196,13 @@ const MIGRATIONS: readonly string[] = [
   `
   CREATE INDEX approvals_holding_body ON approvals (expires_at) WHERE body IS NOT NULL;
   `,
+  // v6: listing by one status (the console's inbox and every PDF ask for the
+  // pending ones) walked every approval of the org newest first, reading each
+  // row, with its reasoning of up to 16 KiB, for its status: 0.2-0.6 s at 50,000
+  // decided. In this index's order (the rowid last) the newest of a status come first.
+  `
+  CREATE INDEX approvals_by_org_status_created ON approvals (org_id, status, created_at);
+  `,
 ];
 
 /** The schema version this code writes; a file with a higher one is refused. */
@@ -204,6 +211,18 @@ export const SCHEMA_VERSION = MIGRATIONS.length;
 /** How long a change row is kept for pollers. */
 const CHANGE_RETENTION_MS = 60 * 60 * 1000;
 /** Pruning runs inside a write transaction, at most this often per process. */
+/** The approvals of an org, newest first, with the optional filters; `status` adds the test by status. */
+export function approvalsSql(status: string): string {
+  return `SELECT ${APPROVAL_COLUMNS} FROM approvals
+       WHERE org_id = @org_id ${status}
+         AND (@expires_after IS NULL OR expires_at > @expires_after)
+         AND (@expired_by IS NULL OR expires_at <= @expired_by)
+         AND (@agent_id IS NULL OR agent_id = @agent_id)
+         AND (@created_since IS NULL OR created_at >= @created_since)
+         AND (@created_until IS NULL OR created_at < @created_until)
+       ORDER BY created_at DESC, rowid DESC LIMIT @limit`;
+}
+
 const CHANGE_PRUNE_INTERVAL_MS = 60 * 1000;
 /** Expired rate counts and long-gone nodes are deleted at most this often per process. */
 const RATE_PRUNE_INTERVAL_MS = 10 * 1000;
@@ -307,17 +326,10 @@ function prepareStatements(db: Database.Database) {
     dropExpiredBodies: db.prepare<[now: string]>('UPDATE approvals SET body = NULL WHERE body IS NOT NULL AND expires_at <= ?'),
     approvalInOrg: db.prepare<[orgId: string, id: string], ApprovalRow>(`SELECT ${APPROVAL_COLUMNS} FROM approvals WHERE org_id = ? AND id = ?`),
     approvalBody: db.prepare<[orgId: string, id: string], { body: Buffer | null }>('SELECT body FROM approvals WHERE org_id = ? AND id = ?'),
-    approvals: db.prepare<[ApprovalQuery & { status_1: string | null; status_2: string | null }], ApprovalRow>(
-      `SELECT ${APPROVAL_COLUMNS} FROM approvals
-       WHERE org_id = @org_id
-         AND (@status_1 IS NULL OR status = @status_1 OR status = @status_2)
-         AND (@expires_after IS NULL OR expires_at > @expires_after)
-         AND (@expired_by IS NULL OR expires_at <= @expired_by)
-         AND (@agent_id IS NULL OR agent_id = @agent_id)
-         AND (@created_since IS NULL OR created_at >= @created_since)
-         AND (@created_until IS NULL OR created_at < @created_until)
-       ORDER BY created_at DESC, rowid DESC LIMIT @limit`,
-    ),
+    approvals: db.prepare<[ApprovalQuery], ApprovalRow>(approvalsSql('')),
+    // Statuses named: statements the index by status serves (an `@x IS NULL OR` test is one the planner cannot use an index for).
+    approvalsOfStatus: db.prepare<[ApprovalQuery & { status_1: string }], ApprovalRow>(approvalsSql('AND status = @status_1')),
+    approvalsOfStatuses: db.prepare<[ApprovalQuery & { status_1: string; status_2: string }], ApprovalRow>(approvalsSql('AND status IN (@status_1, @status_2)')),
     decideApproval: db.prepare<[ApprovalDecision & { org_id: string; id: string }]>(
       `UPDATE approvals SET status = @status, decided_at = @decided_at, decided_by = @decided_by, note = @note,
          body = CASE WHEN @status = 'denied' THEN NULL ELSE body END
@@ -569,7 +581,9 @@ export class SqliteMetadataDriver implements MetadataDriver {
 
   approvals(query: ApprovalQuery): ApprovalRow[] {
     const statuses = query.statuses;
-    return this.#sql.approvals.all({ ...query, status_1: statuses?.[0] ?? null, status_2: statuses?.[1] ?? statuses?.[0] ?? null });
+    if (statuses === null || statuses.length === 0) return this.#sql.approvals.all(query);
+    if (statuses.length === 1) return this.#sql.approvalsOfStatus.all({ ...query, status_1: statuses[0]! });
+    return this.#sql.approvalsOfStatuses.all({ ...query, status_1: statuses[0]!, status_2: statuses[1]! });
   }
 
   decideApproval(orgId: string, id: string, decision: ApprovalDecision, change: MetadataChange): 'written' | 'missing' | 'not_pending' {
