@@ -20,7 +20,7 @@ export const SEALS_LIMIT_MAX = 10_000;
 const VERIFY_PAGE_ROWS = 50_000;
 
 /** `since` and `until` (ISO 8601) with their defaults; 400 when bad or empty. */
-function windowOf(query: URLSearchParams): { since: Date; until: Date } {
+export function windowOf(query: URLSearchParams): { since: Date; until: Date } {
   const untilRaw = query.get('until');
   const sinceRaw = query.get('since');
   const until = new Date(untilRaw === null ? Date.now() : isoInstant(untilRaw, 'until', 'Query parameter'));

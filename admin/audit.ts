@@ -9,12 +9,15 @@ import { enumField, integerField, json, queryInteger, readJsonObject, stringFiel
 import { requireAgent } from './agents.js';
 import { createPdfRenderer, type PdfRenderer } from './report/pdf-renderer.js';
 import { auditFilterFromQuery } from './audit-filter.js';
+import { windowOf } from './audit-seals.js';
 import type { Seal } from '../shared/audit/seal.js';
 
 const DECISIONS: readonly AuditDecision[] = ['allowed', 'denied'];
 export const AUDIT_LIMIT_DEFAULT = 50;
 export const AUDIT_LIMIT_MAX = 1000;
 export const AUDIT_OFFSET_MAX = 1_000_000;
+/** The agents GET /audit/summary lists, most calls first (agents_total counts them all). */
+export const SUMMARY_AGENTS_MAX = 1000;
 export const PDF_DAYS_DEFAULT = 7;
 export const PDF_DAYS_MAX = 365;
 /** Approvals listed in a PDF report, at most (pending first). */
@@ -100,6 +103,20 @@ export function auditHandlers(ctx: AdminContext) {
     return json(200, page.rows.map(auditJson), { 'x-total-count': String(page.total) });
   };
 
+  /** GET /audit/summary: the console's overview, counted by the store over the whole window (not from pages of entries). */
+  const summary: Handler = async (req, caller) => {
+    const { since, until } = windowOf(req.query);
+    const found = await ctx.auditStore.summary(caller.orgId, since, until, SUMMARY_AGENTS_MAX);
+    return json(200, {
+      since: since.toISOString(),
+      until: until.toISOString(),
+      calls: found.calls,
+      denied: found.denied,
+      agents_total: found.agentsTotal,
+      agents: found.agents.map((a) => ({ agent_id: a.agentId, agent_name: a.agentName, calls: a.calls, denied: a.denied, p95_latency_ms: a.p95LatencyMs })),
+    });
+  };
+
   const exportPdf: Handler = async (req, caller) => {
     const days = queryInteger(req.query, 'days', PDF_DAYS_DEFAULT, 1, PDF_DAYS_MAX);
     // One report at a time per process, its reads included (the worker renders one at a
@@ -148,5 +165,5 @@ export function auditHandlers(ctx: AdminContext) {
     };
   };
 
-  return { write, list, exportPdf, close: async () => pdfRenderer?.close() };
+  return { write, list, summary, exportPdf, close: async () => pdfRenderer?.close() };
 }

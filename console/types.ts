@@ -40,6 +40,16 @@ export interface AuditEntry {
   [field: string]: unknown;
 }
 
+/** GET /audit/summary. */
+export interface AuditSummary {
+  since: string;
+  until: string;
+  calls: number;
+  denied: number;
+  agents_total: number;
+  agents: { agent_id: string; agent_name: string; calls: number; denied: number; p95_latency_ms: number }[];
+}
+
 export interface Approval {
   id: string;
   agent_id: string;

@@ -31,6 +31,15 @@ export interface AuditReportData {
   entries: ReportEntry[];
 }
 
+/** GET /audit/summary: a window's calls and denials in all, and per agent (most calls first, at most the cap asked for). */
+export interface AuditSummary {
+  calls: number;
+  denied: number;
+  /** Agents with calls in the window, all of them (`agents` may hold fewer). */
+  agentsTotal: number;
+  agents: { agentId: string; agentName: string; calls: number; denied: number; p95LatencyMs: number }[];
+}
+
 /**
  * One group of an agent's proxied calls in a window with the same decision
  * inputs (policy replay): tool, action, path, and the outcome recorded.
@@ -172,6 +181,8 @@ export interface AuditStore {
   /** Newest first, with the total number of rows matching the filter. */
   list(orgId: string, filter: AuditFilter, limit: number, offset: number): Promise<AuditPage>;
   report(orgId: string, since: Date, until: Date, maxEntries: number, topN: number): Promise<AuditReportData>;
+  /** Calls and denials of [since, until), in all and per agent with its p95 latency (quantileExact, as the report's), computed by the store. */
+  summary(orgId: string, since: Date, until: Date, maxAgents: number): Promise<AuditSummary>;
   /**
    * The agent's proxied calls in [since, until), grouped by decision inputs (one
    * row per distinct input and outcome), handed to `onGroups` in parts of a

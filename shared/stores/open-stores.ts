@@ -62,6 +62,7 @@ export async function openAuditStoreWhenReachable(config: Readonly<Config>, onWa
     insertEncoded: async (body, token) => (await ready()).insertEncoded(body, token),
     list: async (orgId, filter, limit, offset) => (await ready()).list(orgId, filter, limit, offset),
     report: async (orgId, since, until, maxEntries, topN) => (await ready()).report(orgId, since, until, maxEntries, topN),
+    summary: async (orgId, since, until, maxAgents) => (await ready()).summary(orgId, since, until, maxAgents),
     replayGroups: async (orgId, agentId, since, until, onGroups) => (await ready()).replayGroups(orgId, agentId, since, until, onGroups),
     sealStored: async (orgId, writer, seq, sealHash) => (await ready()).sealStored(orgId, writer, seq, sealHash),
     replaySamples: async (orgId, agentId, since, until, keys, limit) => (await ready()).replaySamples(orgId, agentId, since, until, keys, limit),

@@ -255,6 +255,29 @@ t.test('organization isolation', async (t) => {
   t.notOk(ids((await list(owner, '?limit=1000')).rows).includes(mine.id), 'and not the other org\'s');
 });
 
+t.test('GET /audit/summary: the window counted by the store, in all and per agent with its p95, most calls first', async (t) => {
+  const since = new Date(Date.now() - 1000).toISOString();
+  const summing = await signup(base); // an org of its own: the other tests' entries are not in its counts
+  const summed = await createAgent(base, summing, 'Summed Agent');
+  for (let i = 1; i <= 20; i++) {
+    const res = await api(base, summing, 'POST', '/audit', { agent_id: summed.id, tool_name: 'sums', action: 'GET', decision: i % 4 === 0 ? 'denied' : 'allowed', latency_ms: i });
+    t.equal(res.status, 201);
+  }
+  const other = await api(base, stranger, 'POST', '/audit', { agent_id: foreign.id, tool_name: 'sums', action: 'GET', decision: 'denied', latency_ms: 5 });
+  t.equal(other.status, 201);
+  const res = await api(base, summing, 'GET', `/audit/summary?since=${since}`);
+  t.equal(res.status, 200, res.text.slice(0, 200));
+  t.match(res.json, { since, until: ISO_MS, calls: 20, denied: 5, agents_total: 1 }, 'the 20 calls of the window, the other org\'s not');
+  t.strictSame(res.json.agents, [{ agent_id: summed.id, agent_name: 'Summed Agent', calls: 20, denied: 5, p95_latency_ms: 20 }], 'per agent: p95 of 1..20 is 20 (quantileExact)');
+  const theirs = await api(base, stranger, 'GET', `/audit/summary?since=${since}`);
+  t.ok(theirs.json.agents.some((a: { agent_id: string; p95_latency_ms: number }) => a.agent_id === foreign.id) && !theirs.json.agents.some((a: { agent_id: string }) => a.agent_id === summed.id), 'the other org sees its own agents only');
+  const day = await api(base, summing, 'GET', '/audit/summary');
+  t.ok(day.json.calls >= 20 && Date.parse(day.json.until) - Date.parse(day.json.since) === 86_400_000, 'by default the last 24 hours');
+  assertError(t, await api(base, owner, 'GET', `/audit/summary?since=${since}&until=${since}`), 400, 'invalid_request', 'since');
+  assertError(t, await api(base, owner, 'GET', '/audit/summary?until=yesterday'), 400, 'invalid_request', 'until');
+  assertError(t, await api(base, null, 'GET', '/audit/summary'), 401, 'unauthorized');
+});
+
 t.test('GET /audit/export/pdf', async (t) => {
   const res = await fetch(`${base}/audit/export/pdf`, { headers: owner.auth });
   t.equal(res.status, 200);

@@ -10,7 +10,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import t from 'tap';
 import { auditRecord as record } from '../support/audit-records.js';
-import { quantileExact } from '../../console/summary.js';
+import { quantileExact } from '../support/quantile.js';
 import { spawnClickHouseHttpServer } from '../support/clickhouse-http-server.js';
 import { createClient } from '@clickhouse/client';
 import { loadConfig } from '../../shared/config.js';
@@ -401,7 +401,7 @@ export function auditStoreContract(t: TapTest, openStore: () => Promise<AuditSto
       for (let i = 0; i < counts[a]!; i++) {
         const latencyMs = [1, 2, 3, 5, 8, 13, 400][next() % 7]!;
         byAgent[a]!.push(latencyMs);
-        rows.push(record(org, { agentId, agentName: `a${a}`, timestamp: iso(base + rows.length * 1000), latencyMs }));
+        rows.push(record(org, { agentId, agentName: `a${a}`, timestamp: iso(base + rows.length * 1000), latencyMs, decision: i % (a + 3) === 0 ? 'denied' : 'allowed' }));
       }
     });
     await store.insert(rows);
@@ -413,6 +413,19 @@ export function auditStoreContract(t: TapTest, openStore: () => Promise<AuditSto
       const row = report.perAgent.find((x) => x.agentId === agentId)!;
       t.strictSame([row.calls, row.p50LatencyMs], [counts[a], quantileExact(sorted(byAgent[a]!), 0.5)], `agent of ${counts[a]} calls`);
     }
+    // GET /audit/summary: the same window counted by the store, p95 per agent, most calls first.
+    const summary = await store.summary(org, new Date(dayStart(1)), new Date(), 10);
+    t.strictSame(summary, {
+      calls: counts[0]! + counts[1]! + counts[2]!,
+      denied: rows.filter((r) => r.decision === 'denied').length,
+      agentsTotal: 3,
+      agents: [1, 2, 0].map((a) => ({
+        agentId: agents[a]!, agentName: rows.filter((r) => r.agentId === agents[a]).sort((x, y) => x.timestamp.localeCompare(y.timestamp)).at(-1)!.agentName,
+        calls: counts[a]!, denied: rows.filter((r) => r.agentId === agents[a] && r.decision === 'denied').length, p95LatencyMs: quantileExact(sorted(byAgent[a]!), 0.95),
+      })),
+    }, 'the summary: totals and each agent, most calls first');
+    t.strictSame((await store.summary(org, new Date(dayStart(1)), new Date(), 2)).agents.map((a) => a.agentId), [agents[1], agents[2]], 'at most the agents asked for, agentsTotal still all');
+    t.strictSame(await store.summary(randomUUID(), new Date(dayStart(1)), new Date(), 10), { calls: 0, denied: 0, agentsTotal: 0, agents: [] }, 'another org: nothing');
   });
 
   t.test('count counts one org, or all of them', async (t) => {

@@ -86,6 +86,7 @@ export async function openAuditStoreOnDemand(): Promise<AuditStoreOnDemand> {
     },
     list: (orgId, filter, limit, offset) => real.list(orgId, filter, limit, offset),
     report: (orgId, since, until, maxEntries, topN) => real.report(orgId, since, until, maxEntries, topN),
+    summary: (orgId, since, until, maxAgents) => real.summary(orgId, since, until, maxAgents),
     replayGroups: (orgId, agentId, since, until, onGroups) => real.replayGroups(orgId, agentId, since, until, onGroups),
     sealStored: (orgId, writer, seq, sealHash) => real.sealStored(orgId, writer, seq, sealHash),
     replaySamples: (orgId, agentId, since, until, keys, limit) => real.replaySamples(orgId, agentId, since, until, keys, limit),

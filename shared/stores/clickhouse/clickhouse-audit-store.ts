@@ -29,7 +29,7 @@ import {
 import { AUDIT_EXACT_FILTERS, type AuditFilter, type AuditRecord } from '../../types.js';
 import { isoFromCh } from '../../audit/ch-instant.js';
 import { decodeSealRow, SEAL_COLUMNS, splitBatchBody, type Seal } from '../../audit/seal.js';
-import { REPLAY_SAMPLE_GROUPS, type AuditPage, type AuditReportData, type BatchParts, type AuditStore, type EntryRef, type ReplayGroup, type ReplaySample, type SealChain, type VerifyGroup, type VerifyScan, type WrittenCount, type WrittenId } from '../audit-store.js';
+import { REPLAY_SAMPLE_GROUPS, type AuditPage, type AuditReportData, type AuditSummary, type BatchParts, type AuditStore, type EntryRef, type ReplayGroup, type ReplaySample, type SealChain, type VerifyGroup, type VerifyScan, type WrittenCount, type WrittenId } from '../audit-store.js';
 import { guardBoundary, unreachableClassifier } from '../store-boundary.js';
 import { isProcessAlive } from '../../pid.js';
 import { engineThreadNicer } from './thread-nice.js';
@@ -265,6 +265,35 @@ export class ClickHouseAuditStore implements AuditStore {
       mcpTool: r.mcp_tool,
       decision: r.decision as 'allowed' | 'denied',
     }));
+  }
+
+  async summary(orgId: string, since: Date, until: Date, maxAgents: number): Promise<AuditSummary> {
+    if (!UUID_RE.test(orgId)) return { calls: 0, denied: 0, agentsTotal: 0, agents: [] };
+    const params: QueryParams = { org: orgId, since: toChDateTime(since), until: toChDateTime(until), maxAgents: nonNegativeInt(maxAgents, 'maxAgents') };
+    const window = "org_id = {org:UUID} AND timestamp >= {since:DateTime64(3, 'UTC')} AND timestamp < {until:DateTime64(3, 'UTC')}";
+    const [totals, agents] = await Promise.all([
+      this.#query<{ calls: number | string; denied: number | string; agents: number | string }>(
+        `SELECT count() AS calls, countIf(decision = 'denied') AS denied, uniqExact(agent_id) AS agents FROM ${AUDIT_TABLE} WHERE ${window}`,
+        params,
+      ),
+      // As the report's per agent (a histogram of latencies, ranked in memory bounded by distinct values), with p95.
+      this.#query<{ agent_id: string; agent_name: string; calls: number | string; denied: number | string; p95: number | string }>(
+        `WITH ${LATENCY_HISTOGRAM}
+         SELECT agent_id, argMax(name, at) AS agent_name, sum(c) AS calls, sum(d) AS denied, ${histogramQuantile('0.95', 'calls')} AS p95
+         FROM (SELECT agent_id, latency_ms, argMax(agent_name, timestamp) AS name, max(timestamp) AS at, count() AS c,
+                      countIf(decision = 'denied') AS d
+               FROM ${AUDIT_TABLE} WHERE ${window} GROUP BY agent_id, latency_ms)
+         GROUP BY agent_id ORDER BY calls DESC, agent_id LIMIT {maxAgents:UInt32}`,
+        params,
+      ),
+    ]);
+    const t = totals[0];
+    return {
+      calls: Number(t?.calls ?? 0),
+      denied: Number(t?.denied ?? 0),
+      agentsTotal: Number(t?.agents ?? 0),
+      agents: agents.map((a) => ({ agentId: a.agent_id, agentName: a.agent_name, calls: Number(a.calls), denied: Number(a.denied), p95LatencyMs: finiteOrZero(a.p95) })),
+    };
   }
 
   async report(orgId: string, since: Date, until: Date, maxEntries: number, topN: number): Promise<AuditReportData> {
