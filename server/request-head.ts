@@ -8,7 +8,6 @@
 // 16 KiB head limit is enforced while copying.
 import type { HttpRequest } from 'uWebSockets.js';
 import type { ErrorCode } from '../shared/errors.js';
-import { MAX_URL_BYTES } from '../shared/http.js';
 
 export interface HeadProblem {
   code: ErrorCode;
@@ -34,6 +33,8 @@ export interface RequestHeadTarget {
 
 /** Request heads larger than this are answered 431 (uWS itself resets only beyond ~120 KB). */
 export const MAX_HEAD_BYTES = 16 * 1024;
+/** Longer request targets are answered 414 (RFC 9112 §3 recommends supporting at least 8000). */
+export const MAX_URL_BYTES = 8 * 1024;
 
 const KEEP_ALIVE_ONLY = /^[ \t]*keep-alive[ \t]*$/i;
 

@@ -3,9 +3,6 @@
 // and agent keys. Pure data and pure functions: no transport lives here.
 import { STATUS_CODES } from 'node:http';
 
-/** Longer request targets are answered 414 (RFC 9112 §3 recommends supporting at least 8000). */
-export const MAX_URL_BYTES = 8 * 1024;
-
 /** The methods the proxy forwards (CONTRACT.md "Proxy"); any other is 405. */
 export const PROXY_METHODS = ['GET', 'POST', 'PUT', 'PATCH', 'DELETE', 'HEAD', 'OPTIONS'] as const;
 export type ProxyMethod = (typeof PROXY_METHODS)[number];

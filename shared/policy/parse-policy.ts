@@ -32,7 +32,6 @@ import type { Alias, Document, Node, Pair, YAMLMap } from 'yaml';
 import { isIPv6 } from 'node:net';
 import { domainToASCII } from 'node:url';
 import { GuardError } from '../errors.js';
-import { MAX_URL_BYTES } from '../http.js';
 import { normalizePolicyPath, parseTarget, REFUSED_PATH_PARTS } from '../target.js';
 import { PathMatch, ToolMatch } from './types.js';
 import { APPROVAL_TIMEOUT, LIMIT_RULE_PREFIX, PENDING_APPROVALS_LIMIT, RATE_PERIODS, TARGET_FORBIDDEN_RULE, UNINSPECTABLE_RULE } from './types.js';
@@ -656,14 +655,14 @@ function compilePathGlob(glob: string, where: string): PathMatcher {
   }
   // One wildcard: a RegExp, whose backtracking is then bounded by the path's length. More: pathGlobMatcher.
   const wildcards = glob.match(/\*+/g)!.length;
-  if (wildcards > pathGlobWildcards) fail(`${where}: 'path' may hold at most ${pathGlobWildcards} wildcards (this one has ${formatCount(wildcards)})`);
-  // Longer than any path the proxy reads: a one-wildcard RegExp of ~35,000
-  // characters is more than V8 compiles, and every call of the agent was a 500.
-  if (glob.length - countStars(glob) > MAX_CALL_PATH_CHARS) {
-    if (refuseUnmatchable) fail(`${where}: 'path' never matches a call: it is longer than a call's path can be (${formatCount(MAX_CALL_PATH_CHARS)} characters, an 8 KiB URL with every byte escaped)`);
-    return NO_PATH;
+  if (wildcards === 1) {
+    // A RegExp of a very long glob is more than V8 compiles (~32,000 characters of
+    // source): every call of the agent was a 500. Such a glob is matched by its two
+    // ends, in time linear in the path.
+    const regExp = glob.length > ONE_WILDCARD_REGEXP_MAX_CHARS ? oneWildcardMatcher(glob) : pathGlobToRegExp(glob);
+    return { match: PathMatch.Pattern, text: '', prefix: '', regExp };
   }
-  if (wildcards === 1) return { match: PathMatch.Pattern, text: '', prefix: '', regExp: pathGlobToRegExp(glob) };
+  if (wildcards > pathGlobWildcards) fail(`${where}: 'path' may hold at most ${pathGlobWildcards} wildcards (this one has ${formatCount(wildcards)})`);
   patternPathBudget -= glob.length;
   if (patternPathBudget < 0) {
     fail(`${where}: the policy's path globs of two or more wildcards come to more than ${formatCount(patternPathLimit)} characters, the most allowed`);
@@ -671,16 +670,38 @@ function compilePathGlob(glob: string, where: string): PathMatcher {
   return { match: PathMatch.Pattern, text: '', prefix: '', regExp: pathGlobMatcher(glob) };
 }
 
-/** The longest path a call can have as the proxy reads it: a URL of MAX_URL_BYTES, each byte escaped as %XX. */
-const MAX_CALL_PATH_CHARS = 3 * MAX_URL_BYTES;
+/** One-wildcard globs longer than this are matched by oneWildcardMatcher, not a RegExp. */
+const ONE_WILDCARD_REGEXP_MAX_CHARS = 8192;
+/** What `.` does not match in a RegExp without the `s` flag, as `**` (any, segments, subtree) compiles. */
+const LINE_TERMINATOR = /[\n\r\u2028\u2029]/;
 
-/** A stored policy's path glob that no call can meet (STORED_POLICY_LIMITS keeps it, matching nothing). */
-const NO_PATH: PathMatcher = { match: PathMatch.Pattern, text: '', prefix: '', regExp: { test: () => false } };
-
-function countStars(glob: string): number {
-  let stars = 0;
-  for (let i = 0; i < glob.length; i++) if (glob.charCodeAt(i) === 0x2a) stars++;
-  return stars;
+/**
+ * A glob of one wildcard as pathGlobToRegExp matches it: the text before the
+ * wildcard, the text after it, and what is between them (one way to split a
+ * path, there being one variable part) as the wildcard's pattern takes it.
+ */
+export function oneWildcardMatcher(glob: string): TextTest {
+  const tokens = pathTokens(glob);
+  const at = tokens.findIndex((token) => token.kind !== 'text');
+  const before = at > 0 ? (tokens[0] as { text: string }).text : '';
+  const after = at < tokens.length - 1 ? (tokens[at + 1] as { text: string }).text : '';
+  const kind = tokens[at]!.kind;
+  return {
+    test(path) {
+      if (path.length < before.length + after.length || !path.startsWith(before) || !path.endsWith(after)) return false;
+      const middle = path.slice(before.length, path.length - after.length);
+      switch (kind) {
+        case 'segment': // [^/]*
+          return !middle.includes('/');
+        case 'any': // .*
+          return !LINE_TERMINATOR.test(middle);
+        case 'segments': // (?:.*/)?
+          return middle === '' || (middle.endsWith('/') && !LINE_TERMINATOR.test(middle));
+        default: // subtree: (?:/.*)?
+          return middle === '' || (middle.startsWith('/') && !LINE_TERMINATOR.test(middle));
+      }
+    },
+  };
 }
 
 /** pathGlobMatcher's two rows, reused (it never runs re-entrantly). */
