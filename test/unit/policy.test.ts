@@ -3,6 +3,8 @@
 // test/fixtures/policies/, one problem per broken file.
 
 import { readdirSync, readFileSync } from 'node:fs';
+import { setFlagsFromString } from 'node:v8';
+import { runInNewContext } from 'node:vm';
 import fc from 'fast-check';
 import t from 'tap';
 import { GuardError } from '../../shared/errors.js';
@@ -606,6 +608,19 @@ t.test('a policy text is compiled once, and never answers under bounds looser th
   t.match(refusal(reserved).message, /is reserved for the proxy's own refusals/, 'a text compiled under the stored bounds is still refused under the strict ones');
   t.equal(parsePolicy(reserved, STORED_POLICY_LIMITS), loose, 'and is still the stored one');
   t.equal(evaluatePolicy(parsePolicy(text, POLICY_LIMITS), 'api7.example.com', 'GET', '/v1/items/x').ruleMatched, 'r7', 'a shared policy decides as its own');
+});
+
+t.test('the memo of compiled policies is bounded by what they hold, not by their text (YAML aliases repeat a rule without its text)', async (t) => {
+  setFlagsFromString('--expose-gc');
+  const gc = runInNewContext('gc') as () => void;
+  // 8 KB of text, 100 rules of an 8,000-character glob each, a RegExp apiece: 300 such held ~300 MB.
+  const aliased = (k: number) => `version: "1"\nrules:\n  - &r {tool: "*", action: "*", path: "/${'a.'.repeat(4_000)}${k}-${process.pid}*", decision: deny}\n${'  - *r\n'.repeat(99)}`;
+  gc();
+  const before = process.memoryUsage().heapUsed;
+  for (let k = 0; k < 300; k++) parsePolicy(aliased(k));
+  gc();
+  const grown = (process.memoryUsage().heapUsed - before) / 1e6;
+  t.ok(grown < 64, `300 such policies checked: the heap grew ${grown.toFixed(1)} MB`);
 });
 
 t.test("the limit name 'pending_approvals' is reserved for the bound on pending approvals", async (t) => {
