@@ -44,6 +44,7 @@ const ID_INPUTS: Record<RouteKey, { path?: string[]; body?: string[]; query?: st
   'POST /policy/replay': { body: ['agent_id'] },
   'POST /audit': { body: ['agent_id'] },
   'GET /audit': { query: ['agent_id'] },
+  'GET /audit/summary': {},
   'GET /audit/export/pdf': {},
   'GET /audit/public-key': {},
   'GET /audit/seals': {},

@@ -56,6 +56,7 @@ const INPUTS: Record<RouteKey, { body?: string[]; query?: string[] }> = {
   'POST /policy/replay': { body: ['agent_id', 'rules_yaml', 'since', 'until'] },
   'POST /audit': { body: ['agent_id', 'tool_name', 'action', 'decision', 'tool_url', 'reasoning', 'task_id', 'latency_ms', 'status_code'] },
   'GET /audit': { query: ['agent_id', 'decision', 'tool_name', 'task_id', 'mcp_session_id', 'mcp_method', 'mcp_tool', 'approval_id', 'since', 'until', 'limit', 'offset'] },
+  'GET /audit/summary': { query: ['since', 'until'] },
   'GET /audit/export/pdf': { query: ['days'] },
   'GET /audit/public-key': {},
   'GET /audit/seals': { query: ['since', 'until', 'limit'] },

@@ -195,6 +195,12 @@ const COLLECTION_ROUTES: Record<RouteKey, (t: Test) => Promise<void>> = {
     await new Promise((r) => setTimeout(r, 1200)); // a poll more
     for (const s of streams) t.same(s.events, [], 'B\'s stream got none of A\'s entries');
   },
+  'GET /audit/summary': async (t) => {
+    const res = await api(base, B.session, 'GET', '/audit/summary?since=2000-01-01');
+    t.equal(res.status, 200);
+    t.notOk(res.text.includes(A.agent.id), "no mention of A's agent");
+    t.match(res.json, { calls: 1, agents_total: 1, agents: [{ agent_id: B.agent.id, calls: 1 }] }, "only B's one call is counted");
+  },
   'GET /audit/export/pdf': async (t) => {
     const res = await fetch(`${base}/audit/export/pdf?days=365`, { headers: B.session.auth });
     t.equal(res.status, 200);
