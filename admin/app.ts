@@ -94,6 +94,8 @@ export function createAdminApp(ctx: AdminContext, log: Logger): AdminApp {
   const auditStream = new AuditStreamHub({
     store: ctx.auditStore,
     pollMs: ctx.config.auditStreamPollMs,
+    maxPerOrg: ctx.config.auditStreamsPerOrg,
+    maxStreams: ctx.config.auditStreamsMax,
     keepaliveMs: ctx.config.auditStreamKeepaliveMs,
     log,
   });

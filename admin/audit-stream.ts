@@ -31,9 +31,8 @@ import type { StreamSink } from './http.js';
 
 /** How far back each poll reads before its cursor: longer than an insert takes to commit (ms on chDB; the HTTP client gives up after 10 s). */
 export const WRITTEN_OVERLAP_MS = 15_000;
-/** Live streams at once: of one organization (429 past it), and of the process (503), the bound a split proxy passes through. */
-export const AUDIT_STREAMS_PER_ORG = 32;
-export const AUDIT_STREAMS_MAX = 256;
+/** Rows dated more than this before a poll's window are not read (the store's WRITTEN_WINDOW: the table is ordered by date). */
+const DATED_WITHIN_MS = 86_400_000;
 /** Entries fetched per query once their ids are known (ids travel as a query parameter). */
 const FETCH_CHUNK = 1000;
 /** A subscriber's events are written in pieces of about this size (far under the adapter's 1 MiB bound for a slow reader). */
@@ -48,6 +47,9 @@ interface Pending {
 export interface AuditStreamOptions {
   store: AuditStore;
   pollMs: number;
+  /** Streams at once of one organization (429 past it; AUDIT_STREAMS_PER_ORG, 32) and in all (503; AUDIT_STREAMS_MAX, 256, the bound a split proxy passes through). */
+  maxPerOrg?: number;
+  maxStreams?: number;
   keepaliveMs: number;
   log: Logger;
 }
@@ -65,8 +67,8 @@ export class AuditStreamHub {
   readonly #byOrg = new Map<string, Set<Subscriber>>();
   /** Ids sent in the overlap window, with their written_at. */
   readonly #seen = new Map<string, number>();
-  /** How many of those each org has at each written_at: an insert whose count the store exceeds holds news. */
-  readonly #seenAt = new Map<number, Map<string, number>>();
+  /** The dates (ms) of those, by written_at and org: an insert whose count the store exceeds holds news. */
+  readonly #seenAt = new Map<number, Map<string, number[]>>();
   /** Streams asked for whose subscription is not counted yet, by org and in all. */
   readonly #opening = new Map<string, number>();
   #openingTotal = 0;
@@ -93,10 +95,11 @@ export class AuditStreamHub {
    */
   async subscribe(orgId: string, filter: AuditFilter): Promise<(sink: StreamSink) => () => void> {
     // Those whose head is on its way count too: many opened at once all pass a check of the open ones.
-    if ((this.#byOrg.get(orgId)?.size ?? 0) + (this.#opening.get(orgId) ?? 0) >= AUDIT_STREAMS_PER_ORG) {
-      throw new GuardError('rate_limited', `At most ${AUDIT_STREAMS_PER_ORG} live audit streams of one organization are open at once; close one.`, undefined, { 'retry-after': '5' });
+    const perOrg = this.#opts.maxPerOrg ?? 32;
+    if ((this.#byOrg.get(orgId)?.size ?? 0) + (this.#opening.get(orgId) ?? 0) >= perOrg) {
+      throw new GuardError('rate_limited', `At most ${perOrg} live audit streams of one organization are open at once; close one.`, { limit: 'audit_streams', retry_after: 5 }, { 'retry-after': '5' });
     }
-    if (this.#count + this.#openingTotal >= AUDIT_STREAMS_MAX) {
+    if (this.#count + this.#openingTotal >= (this.#opts.maxStreams ?? 256)) {
       throw new GuardError('unavailable', 'Too many live audit streams are open; retry later.', undefined, { 'retry-after': '5' });
     }
     this.#opening.set(orgId, (this.#opening.get(orgId) ?? 0) + 1);
@@ -166,8 +169,9 @@ export class AuditStreamHub {
       const { store } = this.#opts;
       const nowMs = await store.clockMs();
       const windowMs = Math.max(0, this.#cursorMs - WRITTEN_OVERLAP_MS);
-      const fromMs = this.#firstNews(await store.writtenCounts(orgs, windowMs));
-      const fresh = fromMs === null ? [] : (await store.writtenSince(orgs, fromMs)).filter((w) => !this.#seen.has(w.id));
+      const fromMs = this.#firstNews(await store.writtenCounts(orgs, windowMs), windowMs - DATED_WITHIN_MS);
+      // The floor of the rows' dates the counts had (windowMs), not fromMs's: rows between the two were counted and would never be listed.
+      const fresh = fromMs === null ? [] : (await store.writtenSince(orgs, fromMs, windowMs)).filter((w) => !this.#seen.has(w.id));
       for (let i = 0; i < fresh.length; i += FETCH_CHUNK) {
         const chunk = fresh.slice(i, i + FETCH_CHUNK);
         const written = new Map<string, WrittenId>(chunk.map((w) => [w.id, w]));
@@ -182,7 +186,9 @@ export class AuditStreamHub {
           this.#seen.set(record.id, w.writtenMs);
           let sentOf = this.#seenAt.get(w.writtenMs);
           if (sentOf === undefined) this.#seenAt.set(w.writtenMs, (sentOf = new Map()));
-          sentOf.set(w.orgId, (sentOf.get(w.orgId) ?? 0) + 1);
+          const dates = sentOf.get(w.orgId);
+          if (dates === undefined) sentOf.set(w.orgId, [Date.parse(record.timestamp)]);
+          else dates.push(Date.parse(record.timestamp));
           this.#collect(record, w.writtenMs, pending);
         }
         for (const [sub, batch] of pending) if (batch.events.length > 0) sub.sink.write(batch.events.join(''));
@@ -202,9 +208,18 @@ export class AuditStreamHub {
     }
   }
 
-  /** The written_at of the oldest insert (counts oldest first) with more rows than were sent of it, or null when every row was sent. */
-  #firstNews(counts: readonly WrittenCount[]): number | null {
-    for (const c of counts) if (c.rows > (this.#seenAt.get(c.writtenMs)?.get(c.orgId) ?? 0)) return c.writtenMs;
+  /**
+   * The written_at of the oldest insert (counts oldest first) with more rows than
+   * were sent of it, or null when every row was sent. Counted as the store counts:
+   * rows dated from `floorMs` on (one sent when the floor was lower is not in the store's count).
+   */
+  #firstNews(counts: readonly WrittenCount[], floorMs: number): number | null {
+    for (const c of counts) {
+      const dates = this.#seenAt.get(c.writtenMs)?.get(c.orgId);
+      let sent = 0;
+      if (dates !== undefined) for (const date of dates) if (date >= floorMs) sent++;
+      if (c.rows > sent) return c.writtenMs;
+    }
     return null;
   }
 

@@ -46,6 +46,8 @@ export interface Config {
   loginWindowSeconds: number;
   pdfMaxEntries: number;
   auditStreamPollMs: number;
+  auditStreamsPerOrg: number;
+  auditStreamsMax: number;
   auditStreamKeepaliveMs: number;
   dnsServer: string | null;
   dnsCacheTtlMs: number;
@@ -191,6 +193,8 @@ export const CONFIG_SPECS: readonly Spec[] = [
   { env: 'LOGIN_MAX_FAILURES', key: 'loginMaxFailures', doc: 'failed logins per email or client address before 429', parse: integer(1, 1_000_000), fallback: 10 },
   { env: 'LOGIN_WINDOW_SECONDS', key: 'loginWindowSeconds', doc: 'window of LOGIN_MAX_FAILURES', parse: integer(1, 86_400), fallback: 900 },
   { env: 'AUDIT_STREAM_POLL_MS', key: 'auditStreamPollMs', doc: 'how often the admin process reads new audit rows for open GET /audit/stream streams (only while one is open)', parse: integer(50, 10_000), fallback: 250 },
+  { env: 'AUDIT_STREAMS_PER_ORG', key: 'auditStreamsPerOrg', doc: 'GET /audit/stream streams of one organization a process serves at once (the next is 429)', parse: integer(1, 100_000), fallback: 32 },
+  { env: 'AUDIT_STREAMS_MAX', key: 'auditStreamsMax', doc: 'GET /audit/stream streams a process serves at once (the next is 503): every poll filters each new entry for each and writes to each, on the loop the proxy shares all-in-one', parse: integer(1, 100_000), fallback: 256 },
   { env: 'AUDIT_STREAM_KEEPALIVE_MS', key: 'auditStreamKeepaliveMs', doc: 'interval of the comment line that keeps an idle GET /audit/stream open (the contract promises one at least every 15 s; timers only fire late, so the default leaves room)', parse: integer(100, 15_000), fallback: 10_000 },
   { env: 'PDF_MAX_ENTRIES', key: 'pdfMaxEntries', doc: 'audit entries listed in a PDF export, at most', parse: integer(0, 100_000), fallback: 500 },
   { env: 'GUARD_DNS_CACHE_TTL_MS', key: 'dnsCacheTtlMs', doc: 'how long a checked DNS answer is reused', parse: integer(1, 3_600_000), fallback: 30_000 },

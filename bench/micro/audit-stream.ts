@@ -23,7 +23,7 @@ const CONCURRENCY = 32;
 const tmp = mkdtempSync(join(tmpdir(), 'tcg-audit-stream-'));
 try {
   const upstream = await startUpstream();
-  const guard = await startGuard(tmp, upstream.authority);
+  const guard = await startGuard(tmp, upstream.authority, { name: 'guard', env: { AUDIT_STREAMS_PER_ORG: String(SUBSCRIBERS), AUDIT_STREAMS_MAX: String(Math.max(256, SUBSCRIBERS)) } });
   const pid = guard.proc!.child.pid!;
   const org = await GuardOrg.signup(guard.origin, 'stream');
   const agent = await org.createAgent('streamed', 'none');

@@ -222,8 +222,13 @@ export interface AuditStore {
   orgIds(): Promise<string[]>;
   /** The store's clock (ms since the epoch): the live audit stream keeps its cursor on it, not on this process's. */
   clockMs(): Promise<number>;
-  /** The rows of these orgs inserted at or after `sinceMs` (store clock), oldest written first: ids only (live audit stream). */
-  writtenSince(orgIds: readonly string[], sinceMs: number): Promise<WrittenId[]>;
+  /**
+   * The rows of these orgs inserted at or after `sinceMs` (store clock), oldest
+   * written first: ids only (live audit stream). All three `written` reads take
+   * only rows dated at most a day before `floorMs` (default `sinceMs`; the others'
+   * floor is their `sinceMs`): a poll passes one floor to the three.
+   */
+  writtenSince(orgIds: readonly string[], sinceMs: number, floorMs?: number): Promise<WrittenId[]>;
   /** How many rows of each of these orgs were inserted at each millisecond at or after `sinceMs` (an insert's rows share one), oldest first. */
   writtenCounts(orgIds: readonly string[], sinceMs: number): Promise<WrittenCount[]>;
   /** The rows of these ids among the orgs' rows written at or after `sinceMs`, as `list` returns them, oldest written first. */

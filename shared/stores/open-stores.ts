@@ -67,7 +67,7 @@ export async function openAuditStoreWhenReachable(config: Readonly<Config>, onWa
     sealStored: async (orgId, writer, seq, sealHash) => (await ready()).sealStored(orgId, writer, seq, sealHash),
     replaySamples: async (orgId, agentId, since, until, keys, limit) => (await ready()).replaySamples(orgId, agentId, since, until, keys, limit),
     clockMs: async () => (await ready()).clockMs(),
-    writtenSince: async (orgIds, sinceMs) => (await ready()).writtenSince(orgIds, sinceMs),
+    writtenSince: async (orgIds, sinceMs, floorMs) => (await ready()).writtenSince(orgIds, sinceMs, floorMs),
     writtenCounts: async (orgIds, sinceMs) => (await ready()).writtenCounts(orgIds, sinceMs),
     writtenEntries: async (orgIds, ids, sinceMs) => (await ready()).writtenEntries(orgIds, ids, sinceMs),
     count: async (orgId) => (await ready()).count(orgId),

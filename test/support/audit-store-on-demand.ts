@@ -91,7 +91,7 @@ export async function openAuditStoreOnDemand(): Promise<AuditStoreOnDemand> {
     sealStored: (orgId, writer, seq, sealHash) => real.sealStored(orgId, writer, seq, sealHash),
     replaySamples: (orgId, agentId, since, until, keys, limit) => real.replaySamples(orgId, agentId, since, until, keys, limit),
     clockMs: () => real.clockMs(),
-    writtenSince: (orgIds, sinceMs) => real.writtenSince(orgIds, sinceMs),
+    writtenSince: (orgIds, sinceMs, floorMs) => real.writtenSince(orgIds, sinceMs, floorMs),
     writtenCounts: (orgIds, sinceMs) => real.writtenCounts(orgIds, sinceMs),
     writtenEntries: (orgIds, ids, sinceMs) => real.writtenEntries(orgIds, ids, sinceMs),
     count: (orgId) => real.count(orgId),

@@ -532,13 +532,13 @@ export class ClickHouseAuditStore implements AuditStore {
     return Number(rows[0]?.now ?? 0);
   }
 
-  async writtenSince(orgIds: readonly string[], sinceMs: number): Promise<WrittenId[]> {
+  async writtenSince(orgIds: readonly string[], sinceMs: number, floorMs = sinceMs): Promise<WrittenId[]> {
     const orgs = orgIds.filter((o) => UUID_RE.test(o));
     if (orgs.length === 0) return [];
     const rows = await this.#query<{ id: string; org_id: string; written: number | string }>(
       `SELECT id, org_id, toUnixTimestamp64Milli(written_at) AS written FROM ${AUDIT_TABLE}
        WHERE ${WRITTEN_WINDOW} ORDER BY written_at, timestamp, id`,
-      { orgs, since: epochMs(sinceMs) },
+      { orgs, since: epochMs(sinceMs), floor: epochMs(floorMs) },
     );
     return rows.map((r) => ({ id: r.id, orgId: r.org_id, writtenMs: Number(r.written) }));
   }
@@ -549,7 +549,7 @@ export class ClickHouseAuditStore implements AuditStore {
     const rows = await this.#query<{ org_id: string; written: number | string; n: number | string }>(
       `SELECT org_id, toUnixTimestamp64Milli(written_at) AS written, count() AS n FROM ${AUDIT_TABLE}
        WHERE ${WRITTEN_WINDOW} GROUP BY org_id, written_at ORDER BY written_at, org_id`,
-      { orgs, since: epochMs(sinceMs) },
+      { orgs, since: epochMs(sinceMs), floor: epochMs(sinceMs) },
     );
     return rows.map((r) => ({ orgId: r.org_id, writtenMs: Number(r.written), rows: Number(r.n) }));
   }
@@ -561,7 +561,7 @@ export class ClickHouseAuditStore implements AuditStore {
     const rows = await this.#query<AuditRow>(
       `SELECT ${AUDIT_SELECT_LIST} FROM ${AUDIT_TABLE}
        WHERE ${WRITTEN_WINDOW} AND id IN {ids:Array(UUID)} ORDER BY written_at, timestamp, id`,
-      { orgs, ids: wanted, since: epochMs(sinceMs) },
+      { orgs, ids: wanted, since: epochMs(sinceMs), floor: epochMs(sinceMs) },
     );
     return rows.map(decodeAuditRow);
   }
@@ -882,7 +882,8 @@ SETTINGS non_replicated_deduplication_window = 10000, fsync_after_insert = 1, fs
  * materialized read written_at as now() and would otherwise stream the org's
  * whole history as new, again on every poll.
  */
-const WRITTEN_WINDOW = "org_id IN {orgs:Array(UUID)} AND written_at >= fromUnixTimestamp64Milli(toInt64({since:UInt64}), 'UTC') AND timestamp >= fromUnixTimestamp64Milli(toInt64({since:UInt64}), 'UTC') - INTERVAL 1 DAY";
+/** The live stream's rows: written at or after `since`, dated at most a day before `floor` (the table's order; WRITTEN_DATED_WITHIN_MS). */
+const WRITTEN_WINDOW = "org_id IN {orgs:Array(UUID)} AND written_at >= fromUnixTimestamp64Milli(toInt64({since:UInt64}), 'UTC') AND timestamp >= fromUnixTimestamp64Milli(toInt64({floor:UInt64}), 'UTC') - INTERVAL 1 DAY";
 
 /** Policy replay reads the agent's proxied calls in a half-open window. */
 const REPLAY_WINDOW =
