@@ -10,6 +10,7 @@ import { requireAgent } from './agents.js';
 import { createPdfRenderer, type PdfRenderer } from './report/pdf-renderer.js';
 import { auditFilterFromQuery } from './audit-filter.js';
 import { windowOf } from './audit-seals.js';
+import { JOBS_WAITING_MAX, OneAtATime } from './one-at-a-time.js';
 import type { Seal } from '../shared/audit/seal.js';
 
 const DECISIONS: readonly AuditDecision[] = ['allowed', 'denied'];
@@ -46,7 +47,7 @@ export function sealsToPrint(seals: readonly Seal[], max: number): Seal[] {
 
 export function auditHandlers(ctx: AdminContext) {
   let pdfRenderer: PdfRenderer | null = null;
-  let exporting: Promise<unknown> = Promise.resolve();
+  const reports = new OneAtATime('PDF reports', JOBS_WAITING_MAX);
 
   const write: Handler = async (req, caller) => {
     const body = readJsonObject(req);
@@ -119,11 +120,8 @@ export function auditHandlers(ctx: AdminContext) {
 
   const exportPdf: Handler = async (req, caller) => {
     const days = queryInteger(req.query, 'days', PDF_DAYS_DEFAULT, 1, PDF_DAYS_MAX);
-    // One report at a time per process, its reads included (the worker renders one at a
-    // time already): each parses up to PDF_MAX_ENTRIES rows on the event loop.
-    const run = exporting.then(() => buildPdf(caller, days));
-    exporting = run.catch(() => undefined);
-    return run;
+    // Its reads included (the worker renders one at a time already): each parses up to PDF_MAX_ENTRIES rows on the event loop.
+    return reports.run(() => buildPdf(caller, days));
   };
 
   const buildPdf = async (caller: Caller, days: number): Promise<AdminResponse> => {

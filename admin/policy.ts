@@ -8,9 +8,10 @@ import { policyInputs, REFUSED_PATH_PARTS } from '../shared/target.js';
 import type { AdminContext, Handler } from './context.js';
 import { json, readJsonObject, stringField } from './http.js';
 import { requireAgent } from './agents.js';
+import { JOBS_WAITING_MAX, OneAtATime } from './one-at-a-time.js';
 
 export function policyHandlers(ctx: AdminContext) {
-  let replaying: Promise<unknown> = Promise.resolve();
+  const replays = new OneAtATime('policy replays', JOBS_WAITING_MAX);
   const get: Handler = async (req, caller, params) => {
     const agent = await requireAgent(ctx, caller.orgId, params.id);
     const policy = await ctx.store.getPolicy(agent.id);
@@ -106,12 +107,7 @@ export function policyHandlers(ctx: AdminContext) {
     // An empty or inverted window is a mistake, not a replay of nothing (as /audit/seals and /audit/verify refuse it).
     if (since.getTime() >= until.getTime()) throw new GuardError('invalid_request', "Field 'since' must be before 'until'.", { field: 'since' });
     const agent = await requireAgent(ctx, caller.orgId, agentId);
-    // One replay at a time per process, as verifications (audit-seals.ts): each
-    // gives the loop a turn every REPLAY_SLICE_MS, but n at once took n slices
-    // between two turns, and in all-in-one the proxied calls waited that long.
-    const run = replaying.then(() => replayPolicy(ctx.auditStore, caller.orgId, agent.id, since, until, candidate));
-    replaying = run.catch(() => undefined);
-    return json(200, await run);
+    return json(200, await replays.run(() => replayPolicy(ctx.auditStore, caller.orgId, agent.id, since, until, candidate)));
   };
 
   return { get, set, check, replay };
