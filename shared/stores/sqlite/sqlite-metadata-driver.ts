@@ -210,7 +210,7 @@ export const SCHEMA_VERSION = MIGRATIONS.length;
 
 /** How long a change row is kept for pollers. */
 const CHANGE_RETENTION_MS = 60 * 60 * 1000;
-/** Pruning runs inside a write transaction, at most this often per process. */
+
 /** The approvals of an org, newest first, with the optional filters; `status` adds the test by status. */
 export function approvalsSql(status: string): string {
   return `SELECT ${APPROVAL_COLUMNS} FROM approvals
@@ -223,6 +223,7 @@ export function approvalsSql(status: string): string {
        ORDER BY created_at DESC, rowid DESC LIMIT @limit`;
 }
 
+/** Pruning runs inside a write transaction, at most this often per process. */
 const CHANGE_PRUNE_INTERVAL_MS = 60 * 1000;
 /** Expired rate counts and long-gone nodes are deleted at most this often per process. */
 const RATE_PRUNE_INTERVAL_MS = 10 * 1000;
