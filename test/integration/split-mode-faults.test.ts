@@ -136,7 +136,8 @@ t.test('a saturated pipeline whose store and spool take nothing holds at most a 
   t.ok(held >= 100 && held <= 110 + 10, `records held: the bound and its tenth, plus at most the calls in flight (${held}), not one a refusal`);
   const metrics = await (await fetch(`${proxyD.url}/metrics`)).text();
   const unrecorded = Number(/^tcg_audit_refusals_unrecorded_total (\d+)$/m.exec(metrics)?.[1]);
-  t.ok(unrecorded >= 280, `the refusals past the headroom are counted (${unrecorded})`);
+  // How many refusals came before saturation varies from run to run (CI saw 279 against a fixed 280): at most the headroom's are recorded.
+  t.ok(unrecorded >= refused - 120 && unrecorded > 0, `the refusals past the headroom are counted (${unrecorded} of ${refused})`);
   await split.startClickHouse();
   const audited = await auditedOnceDrained(proxyD, agent.id);
   t.equal(audited + unrecorded, statuses.length, `every answer is a row or a counted refusal (${audited} rows)`);
