@@ -339,18 +339,24 @@ t.test('a window of more groups than one query reads (paths with ids: a group a 
   t.equal(parts.reduce((a, b) => a + b, 0), ROWS, 'every group once');
 });
 
-t.test('a replay deciding many groups against a large candidate gives the event loop its turns (all-in-one, the proxy shares it)', async (t) => {
-  const agent = await createAgent(service.url, owner, 'many-rules', 'none');
-  const ROWS = 20_000;
+/** A new agent with `rows` allowed GETs of a day ago, each its own path (a group a call), written to the store in one insert. */
+async function seedPathGroups(name: string, rows: number) {
+  const agent = await createAgent(service.url, owner, name, 'none');
   const base = Date.now() - 86_400_000;
   let body = '';
-  for (let i = 0; i < ROWS; i++) {
+  for (let i = 0; i < rows; i++) {
     body += service.auditStore.encode(auditRecord(ownerOrg, {
-      agentId: agent.id, agentName: 'many-rules', timestamp: new Date(base + i * 100).toISOString(), toolName: 'api.example.com', action: 'GET',
+      agentId: agent.id, agentName: name, timestamp: new Date(base + i * 100).toISOString(), toolName: 'api.example.com', action: 'GET',
       toolUrl: `https://api.example.com/items/${i}`, policyPath: `/items/${i}`, policyDecided: true, ruleMatched: 'default',
     }));
   }
-  await service.auditStore.insertEncoded(body, `many-rules-${agent.id}`);
+  await service.auditStore.insertEncoded(body, `${name}-${agent.id}`);
+  return agent;
+}
+
+t.test('a replay deciding many groups against a large candidate gives the event loop its turns (all-in-one, the proxy shares it)', async (t) => {
+  const ROWS = 20_000;
+  const agent = await seedPathGroups('many-rules', ROWS);
   // 800 rules that match none of the paths, each tried on each of the 20,000 groups (a group a path):
   // ~2.7 s of deciding, which held the loop whole. Parsing the YAML is one run of ~0.25 s (the yaml library's).
   const rules = Array.from({ length: 800 }, (_, i) => `  - {name: r${i}, tool: "*", action: GET, path: "/x${i}*", decision: deny}`).join('\n');
@@ -370,17 +376,8 @@ t.test('a replay deciding many groups against a large candidate gives the event 
 });
 
 t.test('replays asked at once run one at a time: the event loop waits one slice between turns, not one a replay', async (t) => {
-  const agent = await createAgent(service.url, owner, 'replayed-at-once', 'none');
   const ROWS = 10_000;
-  const base = Date.now() - 86_400_000;
-  let body = '';
-  for (let i = 0; i < ROWS; i++) {
-    body += service.auditStore.encode(auditRecord(ownerOrg, {
-      agentId: agent.id, agentName: 'replayed-at-once', timestamp: new Date(base + i * 100).toISOString(), toolName: 'api.example.com', action: 'GET',
-      toolUrl: `https://api.example.com/items/${i}`, policyPath: `/items/${i}`, policyDecided: true, ruleMatched: 'default',
-    }));
-  }
-  await service.auditStore.insertEncoded(body, `replayed-at-once-${agent.id}`);
+  const agent = await seedPathGroups('replayed-at-once', ROWS);
   const rules = Array.from({ length: 400 }, (_, i) => `  - {name: r${i}, tool: "*", action: GET, path: "/x${i}*", decision: deny}`).join('\n');
   const candidate = `version: "1"\nrules:\n${rules}\n  - {name: rest, tool: "*", action: "*", decision: allow}\n`;
   const REPLAYS = 6;

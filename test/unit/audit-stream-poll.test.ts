@@ -6,6 +6,7 @@ import { randomUUID } from 'node:crypto';
 import t from 'tap';
 import { AuditStreamHub } from '../../admin/audit-stream.js';
 import { GuardError } from '../../shared/errors.js';
+import type { StreamSink } from '../../admin/http.js';
 import { createLogger } from '../../shared/log.js';
 import type { AuditStore } from '../../shared/stores/audit-store.js';
 import { auditRecord } from '../support/audit-records.js';
@@ -26,6 +27,17 @@ const store: AuditStore = {
   },
 };
 
+/** A stream's sink that collects the ids of the events it is sent. */
+function idsInto(ids: string[]): StreamSink {
+  return {
+    write: (chunk) => {
+      for (const m of String(chunk).matchAll(/^id: (.+)$/gm)) ids.push(m[1]!);
+      return true;
+    },
+    end: () => {},
+  };
+}
+
 async function insert(orgId: string, rows: number): Promise<string[]> {
   const records = Array.from({ length: rows }, () => auditRecord(orgId, { timestamp: new Date().toISOString() }));
   await store.insertEncoded(records.map((r) => store.encode(r)).join(''), randomUUID());
@@ -37,14 +49,7 @@ t.test('a poll reads the ids of new inserts only, and every entry is sent once',
   const hub = new AuditStreamHub({ store, pollMs: 50, keepaliveMs: 60_000, log: createLogger('warn', (l) => console.error(l)) });
   t.teardown(() => hub.close());
   const sent: string[] = [];
-  const open = await hub.subscribe(orgId, {});
-  open({
-    write: (chunk) => {
-      for (const m of String(chunk).matchAll(/^id: (.+)$/gm)) sent.push(m[1]!);
-      return true;
-    },
-    end: () => {},
-  });
+  (await hub.subscribe(orgId, {}))(idsInto(sent));
 
   const first = await insert(orgId, 2000);
   await eventually(async () => (sent.length >= 2000 ? true : undefined), 10_000);
@@ -67,13 +72,7 @@ t.test('an org that subscribes later gets its entries, the first only its own', 
   const hub = new AuditStreamHub({ store, pollMs: 50, keepaliveMs: 60_000, log: createLogger('error', () => {}) });
   t.teardown(() => hub.close());
   const sentTo = new Map<string, string[]>([[a, []], [b, []]]);
-  const sinkOf = (org: string) => ({
-    write: (chunk: string | Uint8Array) => {
-      for (const m of String(chunk).matchAll(/^id: (.+)$/gm)) sentTo.get(org)!.push(m[1]!);
-      return true;
-    },
-    end: () => {},
-  });
+  const sinkOf = (org: string) => idsInto(sentTo.get(org)!);
   (await hub.subscribe(a, {}))(sinkOf(a));
   await insert(a, 5);
   await eventually(async () => (sentTo.get(a)!.length >= 5 ? true : undefined), 10_000);
@@ -89,13 +88,7 @@ t.test('rows dated up to a day before the window (a spool replayed after a long 
   const hub = new AuditStreamHub({ store, pollMs: 50, keepaliveMs: 60_000, log: createLogger('error', () => {}) });
   t.teardown(() => hub.close());
   const sent: string[] = [];
-  (await hub.subscribe(orgId, {}))({
-    write: (chunk) => {
-      for (const m of String(chunk).matchAll(/^id: (.+)$/gm)) sent.push(m[1]!);
-      return true;
-    },
-    end: () => {},
-  });
+  (await hub.subscribe(orgId, {}))(idsInto(sent));
   await new Promise((r) => setTimeout(r, 200)); // a few polls: the window now starts before the insert
   // Dated a day and 5 s ago: within a day of the poll's window (15 s back), not within a day of the insert itself.
   const records = Array.from({ length: 3 }, () => auditRecord(orgId, { timestamp: new Date(Date.now() - 86_400_000 - 5_000).toISOString() }));

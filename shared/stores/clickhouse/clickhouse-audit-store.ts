@@ -270,22 +270,13 @@ export class ClickHouseAuditStore implements AuditStore {
   async summary(orgId: string, since: Date, until: Date, maxAgents: number): Promise<AuditSummary> {
     if (!UUID_RE.test(orgId)) return { calls: 0, denied: 0, agentsTotal: 0, agents: [] };
     const params: QueryParams = { org: orgId, since: toChDateTime(since), until: toChDateTime(until), maxAgents: nonNegativeInt(maxAgents, 'maxAgents') };
-    const window = "org_id = {org:UUID} AND timestamp >= {since:DateTime64(3, 'UTC')} AND timestamp < {until:DateTime64(3, 'UTC')}";
+    const window = REPORT_WINDOW;
     const [totals, agents] = await Promise.all([
       this.#query<{ calls: number | string; denied: number | string; agents: number | string }>(
         `SELECT count() AS calls, countIf(decision = 'denied') AS denied, uniqExact(agent_id) AS agents FROM ${AUDIT_TABLE} WHERE ${window}`,
         params,
       ),
-      // As the report's per agent (a histogram of latencies, ranked in memory bounded by distinct values), with p95.
-      this.#query<{ agent_id: string; agent_name: string; calls: number | string; denied: number | string; p95: number | string }>(
-        `WITH ${LATENCY_HISTOGRAM}
-         SELECT agent_id, argMax(name, at) AS agent_name, sum(c) AS calls, sum(d) AS denied, ${histogramQuantile('0.95', 'calls')} AS p95
-         FROM (SELECT agent_id, latency_ms, argMax(agent_name, timestamp) AS name, max(timestamp) AS at, count() AS c,
-                      countIf(decision = 'denied') AS d
-               FROM ${AUDIT_TABLE} WHERE ${window} GROUP BY agent_id, latency_ms)
-         GROUP BY agent_id ORDER BY calls DESC, agent_id LIMIT {maxAgents:UInt32}`,
-        params,
-      ),
+      this.#query<PerAgentRow>(`${perAgentSql(REPORT_WINDOW)} LIMIT {maxAgents:UInt32}`, params),
     ]);
     const t = totals[0];
     return {
@@ -310,8 +301,7 @@ export class ClickHouseAuditStore implements AuditStore {
       topN: nonNegativeInt(topN, 'topN'),
       recentDenied: REPORT_RECENT_DENIED,
     };
-    const window =
-      "org_id = {org:UUID} AND timestamp >= {since:DateTime64(3, 'UTC')} AND timestamp < {until:DateTime64(3, 'UTC')}";
+    const window = REPORT_WINDOW;
     const [totals, perDay, perAgent, topTools, recentDenied, entries] = await Promise.all([
       this.#query<{ calls: number | string; allowed: number | string; denied: number | string; p50: number | string; p95: number | string }>(
         `WITH ${LATENCY_HISTOGRAM}
@@ -327,16 +317,7 @@ export class ClickHouseAuditStore implements AuditStore {
         params,
       ),
       // argMax: the name the agent had at its latest call, deterministic unlike any().
-      this.#query<{ agent_id: string; agent_name: string; calls: number | string; allowed: number | string; denied: number | string; p50: number | string }>(
-        `WITH ${LATENCY_HISTOGRAM}
-         SELECT agent_id, argMax(name, at) AS agent_name, sum(c) AS calls, sum(a) AS allowed, sum(d) AS denied,
-                ${histogramQuantile('0.5', 'calls')} AS p50
-         FROM (SELECT agent_id, latency_ms, argMax(agent_name, timestamp) AS name, max(timestamp) AS at, count() AS c,
-                      countIf(decision = 'allowed') AS a, countIf(decision = 'denied') AS d
-               FROM ${AUDIT_TABLE} WHERE ${window} GROUP BY agent_id, latency_ms)
-         GROUP BY agent_id ORDER BY calls DESC, agent_id`,
-        params,
-      ),
+      this.#query<PerAgentRow>(perAgentSql(window), params),
       // Split by MCP tool where the proxy read one (mcp_tool '' otherwise): an MCP
       // server is one host, and its tools are what the report should tell apart.
       this.#query<{ tool_name: string; mcp_tool: string; calls: number | string; denied: number | string }>(
@@ -697,6 +678,35 @@ function insertFolder(root: string): string {
  * differently: ceil(level × n), 19 of 1..20 at 0.95 where quantileExact says 20.)
  */
 const LATENCY_HISTOGRAM = 'arraySort(groupArray((latency_ms, c))) AS h, arrayCumSum(arrayMap(p -> p.2, h)) AS cum';
+
+/** The report's and the summary's window: the org's calls in [since, until). */
+const REPORT_WINDOW = "org_id = {org:UUID} AND timestamp >= {since:DateTime64(3, 'UTC')} AND timestamp < {until:DateTime64(3, 'UTC')}";
+
+interface PerAgentRow {
+  agent_id: string;
+  agent_name: string;
+  calls: number | string;
+  allowed: number | string;
+  denied: number | string;
+  p50: number | string;
+  p95: number | string;
+}
+
+/**
+ * Each agent's calls in the window, most first: its name at its latest call, its
+ * counts, and its p50 and p95 latency (quantileExact, from a histogram of
+ * latencies ranked in memory bounded by distinct values). The PDF report and
+ * GET /audit/summary read the same figures.
+ */
+function perAgentSql(window: string): string {
+  return `WITH ${LATENCY_HISTOGRAM}
+         SELECT agent_id, argMax(name, at) AS agent_name, sum(c) AS calls, sum(a) AS allowed, sum(d) AS denied,
+                ${histogramQuantile('0.5', 'calls')} AS p50, ${histogramQuantile('0.95', 'calls')} AS p95
+         FROM (SELECT agent_id, latency_ms, argMax(agent_name, timestamp) AS name, max(timestamp) AS at, count() AS c,
+                      countIf(decision = 'allowed') AS a, countIf(decision = 'denied') AS d
+               FROM ${AUDIT_TABLE} WHERE ${window} GROUP BY agent_id, latency_ms)
+         GROUP BY agent_id ORDER BY calls DESC, agent_id`;
+}
 
 function histogramQuantile(level: string, total: string): string {
   return `h[arrayFirstIndex(k -> k > floor(${level} * ${total}), cum)].1`;
