@@ -136,26 +136,76 @@ const METHOD_TOKEN = /^[!#$%&'+.^_`|~0-9A-Za-z-]+$/;
  * proxied calls. A text seen again is now a lookup. The limits only refuse (a
  * policy that passes the strict bounds compiles the same under the stored ones),
  * so an entry compiled under POLICY_LIMITS answers both, and one compiled under
- * STORED_POLICY_LIMITS answers only that. A compiled policy is shared and frozen
- * but for its tool index, a bounded cache of lookups (evaluate-policy.ts) that
- * agents with one text may share. Bounded by what the compiled policies weigh
- * (compiledWeight, which overstates them): about 32 MB that the proxy's policy
- * cache does not hold already.
+ * STORED_POLICY_LIMITS answers only that. A compiled policy is shared and frozen;
+ * each caller gets it with a tool index of its own (withOwnToolIndex), the
+ * bounded cache of lookups that evaluate-policy.ts fills per tool, so the memo's
+ * copy never grows. Bounded by what the compiled policies weigh (compiledWeight):
+ * about 32 MB that the proxy's policy cache does not hold already.
  */
 const memo = new LRUCache<string, { policy: CompiledPolicy; strict: boolean; weight: number }>({
   maxSize: 32 * 1024 * 1024,
   sizeCalculation: (entry) => entry.weight,
 });
+
 /**
- * What the policy being compiled weighs in the memo, in about bytes: its text, and
- * each rule and limit with its globs, counted at each use. YAML aliases repeat a
- * rule without repeating its text: 20 KB of text of one 20,000-character glob and
- * 99 aliases of it compiled to ~1.6 MB, and a memo bounded by text held 400 MB of
- * 250 such. Measured: a 256 KiB policy of 2,391 rules weighs 1.7 MB and holds 1.4;
- * that one of aliases weighs 6 MB.
+ * What the policy being compiled holds, in about bytes, at least: its text, each
+ * rule and limit, and each distinct glob's compiled form once (globsOfPolicy).
+ * A test measures the heap of the worst shapes against it (policy.test.ts). YAML aliases repeat a rule without its text: weighed by
+ * text, 250 policies of one 20,000-character glob used 100 times held 400 MB;
+ * weighed by each use, with each use compiled apart, the pieces of `mcp_tool`
+ * globs still held 4–11 times their weight.
  */
 let compiledWeight = 0;
-const MATCHER_WEIGHT = 512;
+/** A policy's own objects and its memo entry (a policy of 17 rules held ~11 KB in all). */
+const POLICY_WEIGHT = 4096;
+/** A rule or limit's own objects: the frozen rule, its answer, its name and message (measured ~0.5 KB). */
+const RULE_WEIGHT = 640;
+/** A compiled glob's matcher and strings beside its text (measured ~0.1–0.4 KB)... */
+const GLOB_WEIGHT = 256;
+/** ...and beside that, a pattern's RegExp, closure or tokens (measured ~0.2–0.4 KB)... */
+const PATTERN_WEIGHT = 256;
+/** ...each character of a path pattern (a RegExp's code, once run, ~25 B a character)... */
+const PATH_PATTERN_CHAR_WEIGHT = 32;
+/** ...and each piece of a tool or MCP glob split at its wildcards: a string of up to 8 bytes and its slot (32 B; its characters are its text's). */
+const PIECE_WEIGHT = 32;
+
+/** `text`'s characters' bytes in V8's heap: one each, or two each once any is past U+00FF. */
+function textWeight(text: string): number {
+  return NOT_LATIN1.test(text) ? 2 * text.length : text.length;
+}
+const NOT_LATIN1 = /[^\u0000-\u00ff]/;
+
+/**
+ * The globs of the policy being compiled, each compiled once: rules repeated
+ * by YAML aliases (or naming one glob) share its compiled form, and it is
+ * weighed once. A path glob's characters still count against the policy's
+ * budget at each use: each is matched at each use. Emptied after each compile.
+ */
+const globsOfPolicy = {
+  tools: new Map<string, ToolMatcher>(),
+  paths: new Map<string, CompiledPathGlob>(),
+  mcp: new Map<string, readonly string[] | null>(),
+  clear(): void {
+    this.tools.clear();
+    this.paths.clear();
+    this.mcp.clear();
+  },
+};
+
+/** `policy` with an empty tool index of its own: the memo's copy never fills one, and agents do not share one. */
+function withOwnToolIndex(policy: CompiledPolicy): CompiledPolicy {
+  return Object.freeze({ ...policy, toolIndex: { byTool: new Map(), refs: 0 } });
+}
+
+/** The memo's weight of `text`'s compiled policy, if it holds one (for tests). */
+export function memoWeightOf(text: string): number | undefined {
+  return memo.get(text)?.weight;
+}
+
+/** Empties the memo (for tests that measure what its entries hold). */
+export function forgetCompiledPolicies(): void {
+  memo.clear();
+}
 
 /**
  * Parses, validates and compiles a policy. Throws GuardError('invalid_policy') with a
@@ -167,14 +217,22 @@ export function parsePolicy(yamlText: string, limits: PolicyLimits = POLICY_LIMI
   const strict = limits === POLICY_LIMITS;
   if (!strict && limits !== STORED_POLICY_LIMITS) return compilePolicy(yamlText, limits);
   const known = memo.get(yamlText);
-  if (known !== undefined && (known.strict || !strict)) return known.policy;
-  compiledWeight = yamlText.length;
+  if (known !== undefined && (known.strict || !strict)) return withOwnToolIndex(known.policy);
+  compiledWeight = POLICY_WEIGHT + textWeight(yamlText);
   const policy = compilePolicy(yamlText, limits);
   memo.set(yamlText, { policy, strict, weight: compiledWeight });
-  return policy;
+  return withOwnToolIndex(policy);
 }
 
 function compilePolicy(yamlText: string, limits: PolicyLimits): CompiledPolicy {
+  try {
+    return compileDocument(yamlText, limits);
+  } finally {
+    globsOfPolicy.clear();
+  }
+}
+
+function compileDocument(yamlText: string, limits: PolicyLimits): CompiledPolicy {
   // A UTF-16 code unit is at least one UTF-8 byte, so a long string is refused
   // before its bytes are counted.
   if (yamlText.length > limits.maxBytes || Buffer.byteLength(yamlText, 'utf8') > limits.maxBytes) {
@@ -337,12 +395,9 @@ function compileMatcher(
   fieldWhere: Partial<Record<string, string>>,
   where: string,
 ): CallMatcher {
-  const tool = compileToolGlob(fields.tool, fieldWhere.tool ?? where);
-  const path = fields.path === undefined ? ANY_PATH : compilePathGlob(fields.path, fieldWhere.path ?? where);
-  // Each use of a glob, an alias's too, is compiled again: what it weighs in the memo.
-  compiledWeight += MATCHER_WEIGHT + 2 * fields.tool.length + 3 * ((fields.path?.length ?? 0) + (fields.mcp_method?.length ?? 0) + (fields.mcp_tool?.length ?? 0));
-  // `mcp_tool: "*"` still needs a tool: a request without one (tools/list) does not match it.
-  const glob = (text: string | undefined) => (text === undefined ? null : Object.freeze(text.split(/\*+/)));
+  const tool = toolGlobOf(fields.tool, fieldWhere.tool ?? where);
+  const path = fields.path === undefined ? ANY_PATH : pathGlobOf(fields.path, fieldWhere.path ?? where);
+  compiledWeight += RULE_WEIGHT;
   return {
     action: fields.action === undefined ? null : compileAction(fields.action, fieldWhere.action ?? where),
     toolMatch: tool.match,
@@ -355,10 +410,51 @@ function compileMatcher(
     // `mcp_method` / `mcp_tool`: case-sensitive (JSON-RPC method names and MCP tool
     // names are), `*` any run of characters (slashes included); nothing else is special.
     mcp: fields.mcp_method !== undefined || fields.mcp_tool !== undefined,
-    mcpMethodGlob: glob(fields.mcp_method),
-    mcpToolGlob: glob(fields.mcp_tool),
-    mcpToolGlobEncoded: fields.mcp_tool === undefined || encodeAsUrl(fields.mcp_tool) === fields.mcp_tool ? null : glob(encodeAsUrl(fields.mcp_tool)),
+    mcpMethodGlob: fields.mcp_method === undefined ? null : mcpGlobOf(fields.mcp_method),
+    mcpToolGlob: fields.mcp_tool === undefined ? null : mcpGlobOf(fields.mcp_tool),
+    mcpToolGlobEncoded: fields.mcp_tool === undefined ? null : mcpGlobOf(fields.mcp_tool, true),
   };
+}
+
+function toolGlobOf(glob: string, where: string): ToolMatcher {
+  let matcher = globsOfPolicy.tools.get(glob);
+  if (matcher === undefined) {
+    matcher = compileToolGlob(glob, where);
+    globsOfPolicy.tools.set(glob, matcher);
+    compiledWeight += GLOB_WEIGHT + 2 * textWeight(glob) + (matcher.match === ToolMatch.Pattern ? PATTERN_WEIGHT + PIECE_WEIGHT * glob.split('*').length : 0);
+  }
+  return matcher;
+}
+
+function pathGlobOf(glob: string, where: string): PathMatcher {
+  let known = globsOfPolicy.paths.get(glob);
+  if (known === undefined) {
+    known = compilePathGlob(glob, where);
+    globsOfPolicy.paths.set(glob, known);
+    const chars = textWeight(known.compiled);
+    compiledWeight += GLOB_WEIGHT + (known.matcher.match === PathMatch.Pattern ? PATTERN_WEIGHT + PATH_PATTERN_CHAR_WEIGHT * chars : 3 * chars);
+  }
+  patternPathBudget -= known.budgetChars;
+  if (patternPathBudget < 0) {
+    fail(`${where}: the policy's path globs of two or more wildcards come to more than ${formatCount(patternPathLimit)} characters, the most allowed`);
+  }
+  return known.matcher;
+}
+
+/**
+ * An `mcp_method` or `mcp_tool` glob split at its wildcards (`mcp_tool: "*"`
+ * still needs a tool: a request without one, tools/list, does not match it).
+ * `encoded`: the glob as the URL parser writes a resource URI, or null when
+ * that is the glob itself.
+ */
+function mcpGlobOf(text: string, encoded = false): readonly string[] | null {
+  const key = encoded ? `%${text}` : `=${text}`;
+  if (globsOfPolicy.mcp.has(key)) return globsOfPolicy.mcp.get(key)!;
+  const glob = encoded ? encodeAsUrl(text) : text;
+  const pieces = encoded && glob === text ? null : Object.freeze(glob.split(/\*+/));
+  globsOfPolicy.mcp.set(key, pieces);
+  if (pieces !== null) compiledWeight += GLOB_WEIGHT + 2 * textWeight(glob) + PIECE_WEIGHT * pieces.length;
+  return pieces;
 }
 
 /** What the WHATWG URL parser percent-encodes in a path, query or fragment: C0 controls, space, `"<>\`{}`, DEL and non-ASCII. */
@@ -637,19 +733,26 @@ function toolText(glob: string, where: string): string {
   return labels.join('.');
 }
 
+/** A path glob compiled: its matcher, the glob as compiled (normalized), and its characters that count against the policy's budget (MAX_PATTERN_PATH_CHARS). */
+interface CompiledPathGlob {
+  matcher: PathMatcher;
+  compiled: string;
+  budgetChars: number;
+}
+
 // Path globs are case-sensitive (RFC 3986 §6.2.2.1) and match the path without its
 // query string. `*` matches within one segment (no `/`); `**` matches across
 // segments: `/admin/**` matches /admin, /admin/ and everything below it (a deny on a
 // subtree should cover its root), and `/a/**/b` matches /a/b and /a/x/y/b. A lone
 // `*` or `**` matches every path.
-function compilePathGlob(glob: string, where: string): PathMatcher {
+function compilePathGlob(glob: string, where: string): CompiledPathGlob {
   if (glob[0] !== '/' && glob[0] !== '*') {
     fail(`${where}: 'path' must start with '/' (for example /repos/*/issues), not ${quoted(glob)}`);
   }
   if (glob.includes('?') || glob.includes('#')) {
     fail(`${where}: 'path' is matched against the path only, without a query string or fragment (${quoted(glob)})`);
   }
-  if (/^\*+$/.test(glob)) return ANY_PATH;
+  if (/^\*+$/.test(glob)) return { matcher: ANY_PATH, compiled: glob, budgetChars: 0 };
   // As the proxy reads a call's path (normalizePolicyPath): escapes of
   // unreserved characters and '/' decoded, others upper-cased, characters a
   // client must escape escaped, runs of '/' collapsed. `/projects/acme%2Fapp/**`
@@ -661,10 +764,10 @@ function compilePathGlob(glob: string, where: string): PathMatcher {
     glob = normalized;
   }
   const firstStar = glob.indexOf('*');
-  if (firstStar === -1) return { match: PathMatch.Exact, text: glob, prefix: '', regExp: null };
+  if (firstStar === -1) return { matcher: { match: PathMatch.Exact, text: glob, prefix: '', regExp: null }, compiled: glob, budgetChars: 0 };
   if (glob.endsWith('/**') && firstStar === glob.length - 2) {
     const base = glob.slice(0, -3);
-    return { match: PathMatch.Subtree, text: base, prefix: `${base}/`, regExp: null };
+    return { matcher: { match: PathMatch.Subtree, text: base, prefix: `${base}/`, regExp: null }, compiled: glob, budgetChars: 0 };
   }
   // One wildcard: a RegExp, whose backtracking is then bounded by the path's length. More: pathGlobMatcher.
   const wildcards = glob.match(/\*+/g)!.length;
@@ -673,14 +776,10 @@ function compilePathGlob(glob: string, where: string): PathMatcher {
     // source): every call of the agent was a 500. Such a glob is matched by its two
     // ends, in time linear in the path.
     const regExp = glob.length > ONE_WILDCARD_REGEXP_MAX_CHARS ? oneWildcardMatcher(glob) : pathGlobToRegExp(glob);
-    return { match: PathMatch.Pattern, text: '', prefix: '', regExp };
+    return { matcher: { match: PathMatch.Pattern, text: '', prefix: '', regExp }, compiled: glob, budgetChars: 0 };
   }
   if (wildcards > pathGlobWildcards) fail(`${where}: 'path' may hold at most ${pathGlobWildcards} wildcards (this one has ${formatCount(wildcards)})`);
-  patternPathBudget -= glob.length;
-  if (patternPathBudget < 0) {
-    fail(`${where}: the policy's path globs of two or more wildcards come to more than ${formatCount(patternPathLimit)} characters, the most allowed`);
-  }
-  return { match: PathMatch.Pattern, text: '', prefix: '', regExp: pathGlobMatcher(glob) };
+  return { matcher: { match: PathMatch.Pattern, text: '', prefix: '', regExp: pathGlobMatcher(glob) }, compiled: glob, budgetChars: glob.length };
 }
 
 /** One-wildcard globs longer than this are matched by oneWildcardMatcher, not a RegExp. */

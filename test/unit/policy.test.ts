@@ -21,7 +21,7 @@ import {
 } from '../../shared/policy/index.js';
 import { normalizePolicyPath, parseTarget } from '../../shared/target.js';
 import type { CompiledPolicy } from '../../shared/policy/index.js';
-import { oneWildcardMatcher, pathGlobMatcher, pathGlobToRegExp } from '../../shared/policy/parse-policy.js';
+import { forgetCompiledPolicies, memoWeightOf, oneWildcardMatcher, pathGlobMatcher, pathGlobToRegExp } from '../../shared/policy/parse-policy.js';
 
 const FIXTURES = new URL('../fixtures/policies/', import.meta.url);
 
@@ -598,15 +598,16 @@ t.test('a policy text is compiled once, and never answers under bounds looser th
   const again = parsePolicy(text);
   const stored = parsePolicy(readBack, STORED_POLICY_LIMITS);
   const againMs = performance.now() - started;
-  t.equal(again, first, 'the same text again: the same compiled policy');
-  t.equal(stored, first, 'the text read back from the store, under the stored bounds: the same');
+  t.equal(again.rules, first.rules, 'the same text again: the same compiled rules');
+  t.equal(stored.rules, first.rules, 'the text read back from the store, under the stored bounds: the same');
+  t.not(again.toolIndex, first.toolIndex, 'each caller fills a tool index of its own: the memo\'s copy never grows');
   t.ok(againMs < compileMs / 4, `read twice in ${againMs.toFixed(2)} ms, compiled in ${compileMs.toFixed(1)} ms`);
-  t.not(parsePolicy(`${text}# changed\n`), first, 'another text is compiled');
+  t.not(parsePolicy(`${text}# changed\n`).rules, first.rules, 'another text is compiled');
   // Accepted under the stored bounds only: a later strict parse must still refuse it.
   const reserved = `# ${tag}\nversion: "1"\nrules:\n  - {name: "target_forbidden", tool: "*", action: "*", decision: deny}\n`;
   const loose = parsePolicy(reserved, STORED_POLICY_LIMITS);
   t.match(refusal(reserved).message, /is reserved for the proxy's own refusals/, 'a text compiled under the stored bounds is still refused under the strict ones');
-  t.equal(parsePolicy(reserved, STORED_POLICY_LIMITS), loose, 'and is still the stored one');
+  t.equal(parsePolicy(reserved, STORED_POLICY_LIMITS).rules, loose.rules, 'and is still the stored one');
   t.equal(evaluatePolicy(parsePolicy(text, POLICY_LIMITS), 'api7.example.com', 'GET', '/v1/items/x').ruleMatched, 'r7', 'a shared policy decides as its own');
 });
 
@@ -621,6 +622,67 @@ t.test('the memo of compiled policies is bounded by what they hold, not by their
   gc();
   const grown = (process.memoryUsage().heapUsed - before) / 1e6;
   t.ok(grown < 64, `300 such policies checked: the heap grew ${grown.toFixed(1)} MB`);
+});
+
+t.test('rules repeated by YAML aliases share their compiled globs, and decide as each would alone', async (t) => {
+  const text = `version: "1"\ndefault: allow\nrules:\n  - &r {tool: "api*.example.*", action: POST, path: "/v1/*/items/*", mcp_tool: "é_*", decision: deny}\n  - *r\n  - *r\n`;
+  const policy = parsePolicy(text);
+  const [first, , last] = policy.rules;
+  for (const field of ['toolRegExp', 'pathRegExp', 'mcpToolGlob', 'mcpToolGlobEncoded'] as const) {
+    t.ok(first![field] !== null && first![field] === last![field], `${field}: one compiled form`);
+  }
+  const call = (tool: string) => ({ method: 'tools/call', tool });
+  t.equal(evaluatePolicy(policy, 'api2.example.com', 'POST', '/v1/a/items/b', call('é_x')).ruleMatched, 'rule-1');
+  t.equal(evaluatePolicy(policy, 'api2.example.com', 'POST', '/v1/a/items/b', call('%C3%A9_x')).decision, 'allow', 'the encoded form is for resource URIs only');
+  t.equal(evaluatePolicy(policy, 'api2.example.com', 'POST', '/v1/a/items/b', call('e_x')).ruleMatched, 'default');
+  // Each use still counts against the budget of path-glob characters.
+  const over = `version: "1"\nrules:\n  - &r {tool: "*", action: "*", path: "/${'a'.repeat(6_000)}/*/*", decision: deny}\n  - *r\n  - *r\n`;
+  t.match(refusal(over).message, /^rule 3 \(line 3\): the policy's path globs of two or more wildcards come to more than 16,384 characters/);
+});
+
+t.test('the memo weighs each policy at least at what it holds, for the shapes that hold most for their text', async (t) => {
+  setFlagsFromString('--expose-gc');
+  const gc = runInNewContext('gc') as () => void;
+  const aliased = (fields: string) => `version: "1"\nrules:\n  - &r {tool: "*", action: "*", ${fields}, decision: deny}\n${'  - *r\n'.repeat(99)}`;
+  const shapes: Record<string, (k: number) => string> = {
+    // Before aliases shared their globs: 16 MB held each, weighed at 2.4 MB.
+    'mcp_tool of 4,000 non-Latin-1 pieces, used 100 times': (k) => aliased(`mcp_tool: "${'é*'.repeat(4_000)}${k}-${process.pid}"`),
+    'tool of 4,000 pieces, used 100 times': (k) => aliased(`tool: "${'a*'.repeat(4_000)}${k}-${process.pid}.com"`).replace('tool: "*", ', ''),
+    'a one-wildcard path of 8,000 characters, run': (k) => aliased(`path: "/${'a.'.repeat(4_000)}${k}-${process.pid}*"`),
+    '2,000 rules of their own globs': (k) => `version: "1"\nrules:\n${Array.from({ length: 2_000 }, (_, i) => `  - {tool: "a${i}*b*c", action: GET, path: "/v${i}/*", mcp_tool: "t${i}_*", decision: allow}\n`).join('')}# ${k}-${process.pid}\n`,
+  };
+  for (const [shape, make] of Object.entries(shapes)) {
+    const warm = parsePolicy(make(-1));
+    evaluatePolicy(warm, 'a1.example.com', 'GET', `/${'a.'.repeat(4_000)}x`);
+    const texts = Array.from({ length: 10 }, (_, k) => make(k));
+    forgetCompiledPolicies(); // what the memo frees as it takes these would offset what they hold
+    gc();
+    gc();
+    const before = process.memoryUsage().heapUsed;
+    let weighed = 0;
+    const kept = texts.map((text) => {
+      const policy = parsePolicy(text);
+      evaluatePolicy(policy, 'a1.example.com', 'GET', `/${'a.'.repeat(4_000)}x`);
+      weighed += memoWeightOf(text) ?? NaN;
+      return policy;
+    });
+    gc();
+    const held = process.memoryUsage().heapUsed - before;
+    t.equal(kept.length, texts.length);
+    t.ok(weighed > 0 && held <= weighed, `${shape}: held ${(held / 1e6).toFixed(2)} MB, weighed ${(weighed / 1e6).toFixed(2)} MB`);
+  }
+});
+
+t.test('policies whose aliases repeat an MCP glob of many pieces: the memo stays bounded', async (t) => {
+  setFlagsFromString('--expose-gc');
+  const gc = runInNewContext('gc') as () => void;
+  const aliased = (k: number) => `version: "1"\nrules:\n  - &r {tool: "*", action: "*", mcp_tool: "${'é*'.repeat(4_000)}${k}-${process.pid}", decision: deny}\n${'  - *r\n'.repeat(99)}`;
+  gc();
+  const before = process.memoryUsage().heapUsed;
+  for (let k = 0; k < 100; k++) parsePolicy(aliased(k));
+  gc();
+  const grown = (process.memoryUsage().heapUsed - before) / 1e6;
+  t.ok(grown < 64, `100 such policies checked: the heap grew ${grown.toFixed(1)} MB`);
 });
 
 t.test("the limit name 'pending_approvals' is reserved for the bound on pending approvals", async (t) => {
