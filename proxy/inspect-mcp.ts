@@ -7,7 +7,7 @@
 // only shadow rules name MCP fields, nothing is refused for the body: it is read
 // when it can be (identity, a known length up to 1 MiB, JSON) so that those
 // rules can match. Any other policy decided in authorize.ts; nothing here.
-import { MCP_BATCH_MAX, MCP_INSPECT_MAX_BYTES, readJsonRpc } from '../shared/mcp.js';
+import { MCP_BATCH_MAX, MCP_INSPECT_MAX_BYTES, MCP_NAMES_MAX_CHARS, mcpNamesChars, readJsonRpc } from '../shared/mcp.js';
 import { evaluatePolicy, UNINSPECTABLE_RULE, type CompiledPolicy, type McpCall, type PolicyDecision } from '../shared/policy/index.js';
 import { applyDecision, decideOnHead, recordShadow } from './authorize.js';
 import type { ProxyExchange, Stage } from './exchange.js';
@@ -80,6 +80,13 @@ function decide(ex: ProxyExchange, policy: CompiledPolicy, bytes: Buffer | null,
     return enforcing ? uninspectable(ex, 'a body that servers could read differently (a key repeated or spelled another way, an empty method or tool name, a resource URI that does not parse)') : decideOnHead(ex, policy);
   }
   const { batch, calls } = read;
+  // Globs that search names (`*delete*`) cost each name's length: past the
+  // bound, the body cannot be inspected for them, and shadow rules see the head.
+  let shadowSeesBody = true;
+  if ((policy.scansMcpNames || policy.shadowScansMcpNames) && mcpNamesChars(calls) > MCP_NAMES_MAX_CHARS) {
+    if (policy.scansMcpNames) return uninspectable(ex, `a body whose methods and tool names come to more than ${MCP_NAMES_MAX_CHARS / 1024} KiB`);
+    shadowSeesBody = false;
+  }
 
   const methodHeader = ex.mcpMethodHeader;
   const nameHeader = ex.mcpNameHeader;
@@ -115,7 +122,7 @@ function decide(ex: ProxyExchange, policy: CompiledPolicy, bytes: Buffer | null,
     if (element.decision === 'deny') break;
   }
   ex.mcpCall = chosen;
-  return applyDecision(ex, policy, decision!, distinct);
+  return applyDecision(ex, policy, decision!, shadowSeesBody ? distinct : null);
 }
 
 function distinctCalls(calls: readonly (McpCall | null)[]): (McpCall | null)[] {

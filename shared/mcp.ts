@@ -15,6 +15,28 @@ export const MCP_INSPECT_MAX_BYTES = 1024 * 1024;
  */
 export const MCP_BATCH_MAX = 1000;
 
+/**
+ * The most characters of methods and tool names (each resource URI in each of
+ * its spellings) a body may hold, all its requests together, when the policy
+ * has an MCP glob that searches them (`*delete*`, CompiledPolicy.scansMcpNames).
+ * Each such glob searches each name: a 256 KiB policy of 3,900 rules `*a<n>*`
+ * against a tool name of 1 MiB of `a` held the event loop 28 s a call. With
+ * at most MAX_MCP_SCANNING_GLOBS of them, a call's worst is ~30 ms
+ * (policy.test.ts, "MCP globs that search names").
+ */
+export const MCP_NAMES_MAX_CHARS = 16 * 1024;
+
+/** The characters of the methods and tool names of `calls`, every spelling of a resource's URI included. */
+export function mcpNamesChars(calls: readonly (McpCall | null)[]): number {
+  let chars = 0;
+  for (const call of calls) {
+    if (call === null) continue;
+    chars += call.method.length + (call.tool?.length ?? 0);
+    if (call.readAs !== undefined) for (const name of call.readAs) chars += name.length;
+  }
+  return chars;
+}
+
 /** The methods whose request names a tool (a prompt's or tool's name, a resource's URI); any other has none. */
 export const MCP_TOOL_METHODS: ReadonlySet<string> = new Set(['tools/call', 'prompts/get', 'resources/read']);
 

@@ -68,6 +68,15 @@ const MAX_ALIAS_EXPANSION = 100;
  */
 export const MAX_PATH_GLOB_WILDCARDS = 16;
 export const MAX_PATTERN_PATH_CHARS = 16_384;
+/**
+ * MCP globs with text between two wildcards (`*delete*`, `a*b*c`) one policy
+ * may use, each use counted (an alias's too): each searches the whole method or
+ * tool name of every request of a call (MCP_NAMES_MAX_CHARS). A glob with a
+ * wildcard at one end or none (`delete_*`) compares its ends only, at any count.
+ */
+export const MAX_MCP_SCANNING_GLOBS = 256;
+let mcpScanningBudget = MAX_MCP_SCANNING_GLOBS;
+let mcpScanningLimit = MAX_MCP_SCANNING_GLOBS;
 /** The policy being compiled: its wildcard bound, and what is left of its characters of such globs (parsing is synchronous: set at its start). */
 let pathGlobWildcards = MAX_PATH_GLOB_WILDCARDS;
 let patternPathBudget = MAX_PATTERN_PATH_CHARS;
@@ -81,6 +90,7 @@ export interface PolicyLimits {
   readonly maxAliases: number;
   readonly maxPathGlobWildcards: number;
   readonly maxPatternPathChars: number;
+  readonly maxMcpScanningGlobs: number;
   /** Refuse a tool or path that can never match a call (a port, dot segments); off for stored policies. */
   readonly refuseUnmatchable: boolean;
 }
@@ -92,6 +102,7 @@ export const POLICY_LIMITS: PolicyLimits = Object.freeze({
   maxAliases: MAX_POLICY_ALIASES,
   maxPathGlobWildcards: MAX_PATH_GLOB_WILDCARDS,
   maxPatternPathChars: MAX_PATTERN_PATH_CHARS,
+  maxMcpScanningGlobs: MAX_MCP_SCANNING_GLOBS,
   refuseUnmatchable: true,
 });
 
@@ -105,6 +116,7 @@ export const STORED_POLICY_LIMITS: PolicyLimits = Object.freeze({
   ...POLICY_LIMITS,
   maxPathGlobWildcards: Infinity,
   maxPatternPathChars: Infinity,
+  maxMcpScanningGlobs: Infinity,
   refuseUnmatchable: false,
 });
 
@@ -245,6 +257,7 @@ function compileDocument(yamlText: string, limits: PolicyLimits): CompiledPolicy
   // anyway (it sits under an unknown key or where a string belongs).
   pathGlobWildcards = limits.maxPathGlobWildcards;
   patternPathBudget = patternPathLimit = limits.maxPatternPathChars;
+  mcpScanningBudget = mcpScanningLimit = limits.maxMcpScanningGlobs;
   refuseUnmatchable = limits.refuseUnmatchable;
   const lines = new LineCounter();
   const doc = parseDocument(yamlText, { lineCounter: lines, prettyErrors: false, uniqueKeys: false, strict: true });
@@ -315,6 +328,8 @@ function compileDocument(yamlText: string, limits: PolicyLimits): CompiledPolicy
     limits: Object.freeze(compiledLimits),
     usesMcp: rules.some((rule) => rule.mcp && !rule.shadow) || compiledLimits.some((limit) => limit.mcp),
     shadowUsesMcp: rules.some((rule) => rule.mcp && rule.shadow),
+    scansMcpNames: rules.some((rule) => scansMcpNames(rule) && !rule.shadow) || compiledLimits.some(scansMcpNames),
+    shadowScansMcpNames: rules.some((rule) => scansMcpNames(rule) && rule.shadow),
   });
 }
 
@@ -398,6 +413,13 @@ function compileMatcher(
   const tool = toolGlobOf(fields.tool, fieldWhere.tool ?? where);
   const path = fields.path === undefined ? ANY_PATH : pathGlobOf(fields.path, fieldWhere.path ?? where);
   compiledWeight += RULE_WEIGHT;
+  for (const key of ['mcp_method', 'mcp_tool'] as const) {
+    const text = fields[key];
+    if (text === undefined || !SCANNING_GLOB.test(text)) continue;
+    if (--mcpScanningBudget < 0) {
+      fail(`${fieldWhere[key] ?? where}: the policy may use at most ${formatCount(mcpScanningLimit)} MCP globs with text between two wildcards, such as "*delete*" (each searches every name of every request; "delete_*" compares its start only)`);
+    }
+  }
   return {
     action: fields.action === undefined ? null : compileAction(fields.action, fieldWhere.action ?? where),
     toolMatch: tool.match,
@@ -439,6 +461,14 @@ function pathGlobOf(glob: string, where: string): PathMatcher {
     fail(`${where}: the policy's path globs of two or more wildcards come to more than ${formatCount(patternPathLimit)} characters, the most allowed`);
   }
   return known.matcher;
+}
+
+/** A glob with text between two wildcards: matching it searches the name (matchGlob's middle parts). */
+const SCANNING_GLOB = /\*[^*]+\*/;
+
+/** The rule or limit has such an MCP glob. */
+function scansMcpNames(m: CallMatcher): boolean {
+  return (m.mcpMethodGlob?.length ?? 0) > 2 || (m.mcpToolGlob?.length ?? 0) > 2;
 }
 
 /**

@@ -183,4 +183,12 @@ export interface CompiledPolicy {
   readonly usesMcp: boolean;
   /** Only shadow rules name them: the body is read when it can be, for the audit, and never refuses a call. */
   readonly shadowUsesMcp: boolean;
+  /**
+   * An enforced rule or a limit has an MCP glob with text between two wildcards
+   * (`*delete*`): matching it searches the whole method or tool name, so a body
+   * whose names come to more than MCP_NAMES_MAX_CHARS cannot be inspected.
+   */
+  readonly scansMcpNames: boolean;
+  /** A shadow rule has one: over that bound, shadow rules see the call's head alone. */
+  readonly shadowScansMcpNames: boolean;
 }

@@ -371,6 +371,30 @@ t.test('a call refused for its body (uninspectable, headers that disagree) still
   for (const row of rows) t.match(row, { decision: 'denied', shadow_rule: 'try-posts', shadow_decision: 'deny' }, `${row.status_code}: the shadow rule is recorded`);
 });
 
+t.test('a glob that searches names (`*delete*`) bounds the names a body may hold to 16 KiB; other globs and shadow rules refuse nothing for it', async (t) => {
+  const echo = await startUpstream();
+  t.teardown(() => echo.close());
+  const call = (name: string, id = 1) => ({ jsonrpc: '2.0', id, method: 'tools/call', params: { name } });
+  const scanning = await agentWithPolicy(t, 'mcp-scanning', 'version: "1"\nrules:\n  - {name: no-deletes, tool: "*", action: POST, mcp_tool: "*delete*", decision: deny}\n');
+  const send = (key: string, body: object) => postStatus(key, echo.authority, JSON.stringify(body), {});
+  t.equal(await send(scanning.api_key, call(`${'a'.repeat(16_000)}_delete`)), 403, 'a name within the bound is searched: denied by the rule');
+  t.equal(await send(scanning.api_key, call('a'.repeat(16_000))), 200, 'and one without the text passes');
+  const over = await fetch(`${service.url}/proxy/${scanning.api_key}/${echo.authority}/echo`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(call('a'.repeat(17_000))) });
+  t.match(await over.json(), { error: 'policy_denied', rule_matched: 'uninspectable_body', message: /methods and tool names come to more than 16 KiB/ }, 'a name of 17,000 characters is not searched: refused');
+  t.equal(await send(scanning.api_key, Array.from({ length: 200 }, (_, i) => call(`tool_${'x'.repeat(80)}`, i))), 403, 'nor are 200 names of 86 characters');
+
+  const prefixed = await agentWithPolicy(t, 'mcp-prefixed', 'version: "1"\nrules:\n  - {name: no-deletes, tool: "*", action: POST, mcp_tool: "delete_*", decision: deny}\n  - {name: try-no-deletes, tool: "*", action: POST, mcp_tool: "*delete*", decision: deny, mode: shadow}\n');
+  t.equal(await send(prefixed.api_key, call(`list_${'a'.repeat(100_000)}_delete`)), 200, 'a glob that compares its start only has no such bound, and a shadow rule refuses nothing');
+  t.equal(await send(prefixed.api_key, call(`delete_${'a'.repeat(100_000)}`)), 403, 'and still decides on the whole name');
+  t.equal(await send(prefixed.api_key, call('list_delete')), 200);
+  const rows = await eventually(async () => {
+    const page = (await api(service.url, owner, 'GET', `/audit?agent_id=${prefixed.id}`)).json as any[];
+    return page.length >= 3 ? page : undefined;
+  });
+  t.equal(rows.find((r) => r.mcp_tool?.startsWith('list_a'))?.shadow_rule, null, 'over the bound, the shadow rule saw the head alone');
+  t.equal(rows.find((r) => r.mcp_tool === 'list_delete')?.shadow_rule, 'try-no-deletes', 'within it, the name');
+});
+
 t.test('resources/read: the policy decides on the URI as sent and as the MCP SDKs read it (WHATWG-normalised), the stricter stands', async (t) => {
   const echo = await startUpstream();
   t.teardown(() => echo.close());

@@ -512,6 +512,31 @@ t.test('path globs of several wildcards are bounded: 16 wildcards a glob, 16,384
   t.ok(ms < 250, `the worst policy decides in ${ms.toFixed(1)} ms a call`);
 });
 
+t.test('MCP globs that search names (`*delete*`) are bounded: 256 uses a policy (aliases, limits and shadow rules counted)', async (t) => {
+  const rule = (i: number, glob: string, extra = '') => `  - {name: r${i}, tool: "*", action: "*", mcp_tool: "${glob}", decision: deny${extra}}`;
+  const policy = (lines: string[]) => ['version: "1"', 'rules:', ...lines].join('\n');
+  const full = Array.from({ length: 256 }, (_, i) => rule(i, `*a${i}*`));
+  const compiled = parsePolicy(policy(full));
+  t.ok(compiled.scansMcpNames && !compiled.shadowScansMcpNames, "exactly 256: accepted; the body's names are bounded");
+  t.match(refusal(policy([...full, rule(256, 'x*y*z')])).message,
+    /^rule 257 \(line 259\): the policy may use at most 256 MCP globs with text between two wildcards, such as "\*delete\*"/);
+  t.match(refusal(policy([...full, rule(256, 'x', ', mode: shadow').replace('mcp_tool: "x"', 'mcp_method: "*call*"')])).message, /at most 256 MCP globs/, 'a shadow rule counts, mcp_method too');
+  t.match(refusal(['version: "1"', 'rules:', ...full, 'limits:', '  - {name: l, tool: "*", mcp_tool: "*b*", rate: 1/second}'].join('\n')).message, /^limit 1 \(line 260\): .*at most 256 MCP globs/, 'a limit counts');
+  const aliased = policy([`  - &r {tool: "*", action: "*", mcp_tool: "*delete*", decision: deny}`, ...Array.from({ length: 99 }, () => "  - *r"), ...full.slice(99)]);
+  t.match(refusal(aliased).message, /at most 256 MCP globs/, 'each use of an alias counts');
+  t.doesNotThrow(() => parsePolicy(aliased, STORED_POLICY_LIMITS), 'a stored policy (saved before the bound) keeps deciding');
+  const ends = parsePolicy(policy(Array.from({ length: 3_000 }, (_, i) => rule(i, i % 2 ? `delete_${i}*` : `*_${i}`))));
+  t.ok(!ends.scansMcpNames, 'globs that compare an end only: any number, and no bound on the names');
+  t.ok(parsePolicy(policy([rule(0, '*delete*', ', mode: shadow')])).shadowScansMcpNames, 'a shadow rule that searches: flagged apart');
+
+  // The worst a policy may hold, against names of the bound's length: tens of ms a call.
+  const name = 'a'.repeat(16 * 1024 - 20);
+  const started = performance.now();
+  t.equal(evaluatePolicy(compiled, 'h', 'POST', '/', { method: 'tools/call', tool: name }).ruleMatched, 'default');
+  const ms = performance.now() - started;
+  t.ok(ms < 250, `the worst policy decides in ${ms.toFixed(1)} ms a call`);
+});
+
 t.test('path globs of several wildcards match as their RegExp form does, on random globs and paths', async (t) => {
   const piece = fc.constantFrom('/', 'a', 'b', '*', '**', '/**/', '/**');
   const globs = fc.array(piece, { minLength: 1, maxLength: 7 }).map((p) => `/${p.join('')}`).filter((g) => (g.match(/\*+/g)?.length ?? 0) >= 2 && !/\*\*\/\*/.test(g)); // (the RegExp form mis-reads a wildcard right after '/**/')
