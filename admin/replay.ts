@@ -8,7 +8,7 @@
 // one stays unchanged. POST /policy/replay answers with this; bench/micro/replay.ts times it.
 import { evaluatePolicy, type CompiledPolicy, type PolicyDecision, type RuleVerdict } from '../shared/policy/index.js';
 import { REPLAY_SAMPLE_GROUPS, type AuditStore, type ReplayGroupKey } from '../shared/stores/audit-store.js';
-import { mcpCallReading } from '../shared/mcp.js';
+import { MCP_NAMES_TOO_LONG_DECISION, mcpCallReading, mcpNamesTooLong } from '../shared/mcp.js';
 import { normalizePolicyPath } from '../shared/target.js';
 
 /** Changed calls listed, at most. */
@@ -72,7 +72,10 @@ export async function replayPolicy(store: AuditStore, orgId: string, agentId: st
       // As the proxy reads it (a resource's URI also normalised); a URI that does not parse (recorded before the proxy refused it) on its own.
       const mcpTool = group.mcpTool === '' ? null : group.mcpTool;
       const mcp = group.mcpMethod === '' ? null : mcpCallReading(group.mcpMethod, mcpTool) ?? { method: group.mcpMethod, tool: mcpTool };
-      const would = evaluatePolicy(candidate, group.toolName, group.action, path, mcp);
+      // The proxy would not search names that long under this candidate: refused unsearched.
+      const would = candidate.scansMcpNames && mcp !== null && mcpNamesTooLong([mcp])
+        ? MCP_NAMES_TOO_LONG_DECISION
+        : evaluatePolicy(candidate, group.toolName, group.action, path, mcp);
       const forwards = would.decision === 'allow';
       if (group.decision === 'allowed' && !forwards) {
         allowToDeny += group.calls;

@@ -2,7 +2,7 @@
 // Streamable HTTP transport posts one request, or a batch), as the policy's
 // `mcp_method` / `mcp_tool` see them. Used only for policies that name them.
 import { isUtf8 } from 'node:buffer';
-import type { McpCall } from './policy/index.js';
+import { UNINSPECTABLE_RULE, type McpCall, type PolicyDecision } from './policy/index.js';
 
 /** The most body the proxy reads to decide an MCP-aware policy (1 MiB); a larger one cannot be inspected. */
 export const MCP_INSPECT_MAX_BYTES = 1024 * 1024;
@@ -26,16 +26,30 @@ export const MCP_BATCH_MAX = 1000;
  */
 export const MCP_NAMES_MAX_CHARS = 16 * 1024;
 
-/** The characters of the methods and tool names of `calls`, every spelling of a resource's URI included. */
-export function mcpNamesChars(calls: readonly (McpCall | null)[]): number {
+/** `calls` name more than MCP_NAMES_MAX_CHARS: methods and tool names, every spelling of a resource's URI included. */
+export function mcpNamesTooLong(calls: readonly (McpCall | null)[]): boolean {
   let chars = 0;
   for (const call of calls) {
     if (call === null) continue;
     chars += call.method.length + (call.tool?.length ?? 0);
     if (call.readAs !== undefined) for (const name of call.readAs) chars += name.length;
   }
-  return chars;
+  return chars > MCP_NAMES_MAX_CHARS;
 }
+
+/** What a body whose names are too long to search is (the proxy refuses it as uninspectable_body). */
+export const MCP_NAMES_TOO_LONG = `a body whose methods and tool names come to more than ${MCP_NAMES_MAX_CHARS / 1024} KiB`;
+
+/**
+ * The proxy's answer to such a body, under an enforced rule or limit that
+ * searches names, as replay and check report it: refused unsearched.
+ */
+export const MCP_NAMES_TOO_LONG_DECISION: PolicyDecision = Object.freeze({
+  decision: 'deny',
+  ruleMatched: UNINSPECTABLE_RULE,
+  message: `The policy decides on the JSON-RPC body, and ${MCP_NAMES_TOO_LONG} cannot be inspected.`,
+  approvalTimeoutS: 0,
+});
 
 /** The methods whose request names a tool (a prompt's or tool's name, a resource's URI); any other has none. */
 export const MCP_TOOL_METHODS: ReadonlySet<string> = new Set(['tools/call', 'prompts/get', 'resources/read']);

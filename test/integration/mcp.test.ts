@@ -393,6 +393,21 @@ t.test('a glob that searches names (`*delete*`) bounds the names a body may hold
   });
   t.equal(rows.find((r) => r.mcp_tool?.startsWith('list_a'))?.shadow_rule, null, 'over the bound, the shadow rule saw the head alone');
   t.equal(rows.find((r) => r.mcp_tool === 'list_delete')?.shadow_rule, 'try-no-deletes', 'within it, the name');
+
+  // A replay decides as the proxy would: under a candidate that searches names, the long one is refused unsearched.
+  const replay = await api(service.url, owner, 'POST', '/policy/replay', { agent_id: prefixed.id, rules_yaml: 'version: "1"\nrules:\n  - {name: no-deletes, tool: "*", action: POST, mcp_tool: "*delete*", decision: deny}\n' });
+  t.match(replay.json, { total: 3, allow_to_deny: 2, deny_to_allow: 0 });
+  const wouldRules = (replay.json.samples as any[]).map((sample) => sample.would_rule).sort();
+  t.strictSame(wouldRules, ['no-deletes', 'uninspectable_body'], 'list_delete: denied by the rule; the long name: uninspectable');
+
+  // So does a check: a resource URI of 8,100 characters is three spellings of it, over 16 KiB together.
+  const uri = `file:///${'a b'.repeat(2_700)}`;
+  const checked = await api(service.url, owner, 'POST', '/policy/check', { agent_id: prefixed.id, tool: echo.authority, action: 'POST', reasoning: 'check', mcp_method: 'resources/read', mcp_tool: uri,
+    rules_yaml: 'version: "1"\nrules:\n  - {name: no-secrets, tool: "*", action: POST, mcp_tool: "*secret*", decision: deny}\n' });
+  t.match(checked.json, { decision: 'deny', rule_matched: 'uninspectable_body', message: /more than 16 KiB cannot be inspected/ });
+  const short = await api(service.url, owner, 'POST', '/policy/check', { agent_id: prefixed.id, tool: echo.authority, action: 'POST', reasoning: 'check', mcp_method: 'resources/read', mcp_tool: 'file:///a b',
+    rules_yaml: 'version: "1"\nrules:\n  - {name: no-secrets, tool: "*", action: POST, mcp_tool: "*secret*", decision: deny}\n' });
+  t.match(short.json, { decision: 'allow', rule_matched: 'default' }, 'a short one is searched');
 });
 
 t.test('resources/read: the policy decides on the URI as sent and as the MCP SDKs read it (WHATWG-normalised), the stricter stands', async (t) => {
