@@ -7,7 +7,7 @@ import { sealJson } from '../shared/audit/seal.js';
 import { isoInstant } from '../shared/iso-instant.js';
 import type { AdminContext, Handler } from './context.js';
 import { json, queryInteger } from './http.js';
-import { JOBS_WAITING_MAX, OneAtATime } from './one-at-a-time.js';
+import { JOBS_WAITING_MAX, JOBS_WAITING_PER_ORG, OneAtATime } from './one-at-a-time.js';
 
 /** The default window of seals and verify: the last day. */
 const DEFAULT_WINDOW_MS = 86_400_000;
@@ -35,7 +35,7 @@ export function windowOf(query: URLSearchParams): { since: Date; until: Date } {
 export function auditSealHandlers(ctx: AdminContext) {
   const keys = new Map([[ctx.signingKey.fingerprint, ctx.signingKey.publicKey]]);
   /** One verification at a time per process: each reads a window's every entry. */
-  const verifications = new OneAtATime('audit verifications', JOBS_WAITING_MAX);
+  const verifications = new OneAtATime('audit verifications', JOBS_WAITING_MAX, JOBS_WAITING_PER_ORG);
 
   const publicKey: Handler = async () => ({
     status: 200,
@@ -52,7 +52,7 @@ export function auditSealHandlers(ctx: AdminContext) {
 
   const verify: Handler = async (req, caller) => {
     const window = windowOf(req.query);
-    const result = await verifications.run(async () => {
+    const result = await verifications.run(caller.orgId, async () => {
       const [heads, sealingSince] = await Promise.all([ctx.store.listSealHeads(caller.orgId), ctx.store.sealingSince()]);
       return verifyAudit(ctx.auditStore, caller.orgId, { ...window, keys, heads, pageRows: VERIFY_PAGE_ROWS, ...(sealingSince === null ? {} : { sealingSince }) });
     });

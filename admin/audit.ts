@@ -10,7 +10,7 @@ import { requireAgent } from './agents.js';
 import { createPdfRenderer, type PdfRenderer } from './report/pdf-renderer.js';
 import { auditFilterFromQuery } from './audit-filter.js';
 import { windowOf } from './audit-seals.js';
-import { JOBS_WAITING_MAX, OneAtATime } from './one-at-a-time.js';
+import { JOBS_WAITING_MAX, JOBS_WAITING_PER_ORG, OneAtATime } from './one-at-a-time.js';
 import type { Seal } from '../shared/audit/seal.js';
 
 const DECISIONS: readonly AuditDecision[] = ['allowed', 'denied'];
@@ -47,7 +47,7 @@ export function sealsToPrint(seals: readonly Seal[], max: number): Seal[] {
 
 export function auditHandlers(ctx: AdminContext) {
   let pdfRenderer: PdfRenderer | null = null;
-  const reports = new OneAtATime('PDF reports', JOBS_WAITING_MAX);
+  const reports = new OneAtATime('PDF reports', JOBS_WAITING_MAX, JOBS_WAITING_PER_ORG);
 
   const write: Handler = async (req, caller) => {
     const body = readJsonObject(req);
@@ -121,7 +121,7 @@ export function auditHandlers(ctx: AdminContext) {
   const exportPdf: Handler = async (req, caller) => {
     const days = queryInteger(req.query, 'days', PDF_DAYS_DEFAULT, 1, PDF_DAYS_MAX);
     // Its reads included (the worker renders one at a time already): each parses up to PDF_MAX_ENTRIES rows on the event loop.
-    return reports.run(() => buildPdf(caller, days));
+    return reports.run(caller.orgId, () => buildPdf(caller, days));
   };
 
   const buildPdf = async (caller: Caller, days: number): Promise<AdminResponse> => {

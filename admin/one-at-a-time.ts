@@ -3,18 +3,30 @@
 // n at once made it wait n slices between turns, and all-in-one the proxied
 // calls waited with it. At most `maxWaiting` wait; the next is 503 with
 // Retry-After, so a client that asks for hundreds does not queue hours of work.
+// Those places are shared by every organization, so one organization may hold
+// at most `maxWaitingPerOrg` of them; its next is 429 `rate_limited` (limit
+// `jobs`, as the audit stream's per-org bound), and the others still get in.
+// Only jobs that wait count: one leaves the counts as it starts, whether it then
+// succeeds or throws.
 import { GuardError } from '../shared/errors.js';
+
+/** Retry-After of both refusals, in seconds (as the audit stream's). */
+const RETRY_AFTER_S = 5;
 
 export class OneAtATime {
   readonly #what: string;
   readonly #maxWaiting: number;
+  readonly #maxWaitingPerOrg: number;
   #tail: Promise<unknown> = Promise.resolve();
   #waiting = 0;
+  /** Jobs waiting, by org; an org with none has no entry. */
+  readonly #waitingByOrg = new Map<string, number>();
 
-  /** `what`: the jobs' plural name, for the 503's message ("policy replays"). */
-  constructor(what: string, maxWaiting: number) {
+  /** `what`: the jobs' plural name, for the refusals' messages ("policy replays"). */
+  constructor(what: string, maxWaiting: number, maxWaitingPerOrg: number) {
     this.#what = what;
     this.#maxWaiting = maxWaiting;
+    this.#maxWaitingPerOrg = maxWaitingPerOrg;
   }
 
   /** Jobs asked for that have not started. */
@@ -22,14 +34,29 @@ export class OneAtATime {
     return this.#waiting;
   }
 
-  /** Runs `job` once the jobs asked before it have ended (whether they succeeded or not). */
-  run<T>(job: () => Promise<T>): Promise<T> {
+  /** Jobs of `org` asked for that have not started. */
+  waitingOf(org: string): number {
+    return this.#waitingByOrg.get(org) ?? 0;
+  }
+
+  /** Runs `job` for `org` once the jobs asked before it have ended (whether they succeeded or not). */
+  run<T>(org: string, job: () => Promise<T>): Promise<T> {
+    // The org's own share first: when both are full, 429 tells it that it is the one to wait.
+    const mine = this.waitingOf(org);
+    if (mine >= this.#maxWaitingPerOrg) {
+      return Promise.reject(new GuardError('rate_limited', `${mine} ${this.#what} of this organization are waiting to run; retry once one has started.`, { limit: 'jobs', retry_after: RETRY_AFTER_S }, { 'retry-after': String(RETRY_AFTER_S) }));
+    }
     if (this.#waiting >= this.#maxWaiting) {
-      return Promise.reject(new GuardError('unavailable', `${this.#maxWaiting} ${this.#what} are waiting to run; retry later.`, undefined, { 'retry-after': '5' }));
+      return Promise.reject(new GuardError('unavailable', `${this.#maxWaiting} ${this.#what} are waiting to run; retry later.`, undefined, { 'retry-after': String(RETRY_AFTER_S) }));
     }
     this.#waiting++;
+    this.#waitingByOrg.set(org, mine + 1);
+    // #tail never rejects, so this always runs: the counts are released before the job can throw.
     const run = this.#tail.then(() => {
       this.#waiting--;
+      const left = this.waitingOf(org) - 1;
+      if (left === 0) this.#waitingByOrg.delete(org);
+      else this.#waitingByOrg.set(org, left);
       return job();
     });
     this.#tail = run.catch(() => undefined);
@@ -39,3 +66,5 @@ export class OneAtATime {
 
 /** Jobs of one kind that may wait behind the one running, per process. */
 export const JOBS_WAITING_MAX = 16;
+/** Of those, how many one organization may hold: at least 8 organizations to fill them. */
+export const JOBS_WAITING_PER_ORG = 2;

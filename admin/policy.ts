@@ -8,10 +8,10 @@ import { policyInputs, REFUSED_PATH_PARTS } from '../shared/target.js';
 import type { AdminContext, Handler } from './context.js';
 import { json, readJsonObject, stringField } from './http.js';
 import { requireAgent } from './agents.js';
-import { JOBS_WAITING_MAX, OneAtATime } from './one-at-a-time.js';
+import { JOBS_WAITING_MAX, JOBS_WAITING_PER_ORG, OneAtATime } from './one-at-a-time.js';
 
 export function policyHandlers(ctx: AdminContext) {
-  const replays = new OneAtATime('policy replays', JOBS_WAITING_MAX);
+  const replays = new OneAtATime('policy replays', JOBS_WAITING_MAX, JOBS_WAITING_PER_ORG);
   const get: Handler = async (req, caller, params) => {
     const agent = await requireAgent(ctx, caller.orgId, params.id);
     const policy = await ctx.store.getPolicy(agent.id);
@@ -109,7 +109,7 @@ export function policyHandlers(ctx: AdminContext) {
     // An empty or inverted window is a mistake, not a replay of nothing (as /audit/seals and /audit/verify refuse it).
     if (since.getTime() >= until.getTime()) throw new GuardError('invalid_request', "Field 'since' must be before 'until'.", { field: 'since' });
     const agent = await requireAgent(ctx, caller.orgId, agentId);
-    return json(200, await replays.run(() => replayPolicy(ctx.auditStore, caller.orgId, agent.id, since, until, candidate)));
+    return json(200, await replays.run(caller.orgId, () => replayPolicy(ctx.auditStore, caller.orgId, agent.id, since, until, candidate)));
   };
 
   return { get, set, check, replay };

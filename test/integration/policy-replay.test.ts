@@ -339,13 +339,13 @@ t.test('a window of more groups than one query reads (paths with ids: a group a 
   t.equal(parts.reduce((a, b) => a + b, 0), ROWS, 'every group once');
 });
 
-/** A new agent with `rows` allowed GETs of a day ago, each its own path (a group a call), written to the store in one insert. */
-async function seedPathGroups(name: string, rows: number) {
-  const agent = await createAgent(service.url, owner, name, 'none');
+/** A new agent (of `account`'s org) with `rows` allowed GETs of a day ago, each its own path (a group a call), written to the store in one insert. */
+async function seedPathGroups(name: string, rows: number, account = { session: owner, orgId: ownerOrg }) {
+  const agent = await createAgent(service.url, account.session, name, 'none');
   const base = Date.now() - 86_400_000;
   let body = '';
   for (let i = 0; i < rows; i++) {
-    body += service.auditStore.encode(auditRecord(ownerOrg, {
+    body += service.auditStore.encode(auditRecord(account.orgId, {
       agentId: agent.id, agentName: name, timestamp: new Date(base + i * 100).toISOString(), toolName: 'api.example.com', action: 'GET',
       toolUrl: `https://api.example.com/items/${i}`, policyPath: `/items/${i}`, policyDecided: true, ruleMatched: 'default',
     }));
@@ -375,24 +375,58 @@ t.test('a replay deciding many groups against a large candidate gives the event 
   t.ok(longest < 1000, `the longest the event loop waited during the ${seconds.toFixed(2)} s replay: ${longest.toFixed(0)} ms`);
 });
 
+/** A candidate of 400 rules that match none of the seeded paths: ~0.4 s to replay 10,000 groups. */
+const ROWS_AT_ONCE = 10_000;
+const CANDIDATE_AT_ONCE = `version: "1"\nrules:\n${Array.from({ length: 400 }, (_, i) => `  - {name: r${i}, tool: "*", action: GET, path: "/x${i}*", decision: deny}`).join('\n')}\n  - {name: rest, tool: "*", action: "*", decision: allow}\n`;
+
+/** A new organization with an agent of ROWS_AT_ONCE groups, and a replay of CANDIDATE_AT_ONCE over them. */
+async function orgToReplay(name: string) {
+  const session = await signup(service.url);
+  const orgId = (await service.store.findUserByEmail(session.email))!.orgId;
+  const agent = await seedPathGroups(name, ROWS_AT_ONCE, { session, orgId });
+  return () => api(service.url, session, 'POST', '/policy/replay', { agent_id: agent.id, rules_yaml: CANDIDATE_AT_ONCE });
+}
+
 t.test('replays asked at once run one at a time: the event loop waits one slice between turns, not one a replay', async (t) => {
-  const ROWS = 10_000;
-  const agent = await seedPathGroups('replayed-at-once', ROWS);
-  const rules = Array.from({ length: 400 }, (_, i) => `  - {name: r${i}, tool: "*", action: GET, path: "/x${i}*", decision: deny}`).join('\n');
-  const candidate = `version: "1"\nrules:\n${rules}\n  - {name: rest, tool: "*", action: "*", decision: allow}\n`;
+  // Two of each of three organizations: each within its share of the places to wait (JOBS_WAITING_PER_ORG).
+  const orgs = await Promise.all(['at-once-a', 'at-once-b', 'at-once-c'].map(orgToReplay));
   const REPLAYS = 6;
   const delay = monitorEventLoopDelay({ resolution: 2 });
   delay.enable();
   const started = performance.now();
   const finished: number[] = [];
-  const replays = await Promise.all(Array.from({ length: REPLAYS }, () =>
-    api(service.url, owner, 'POST', '/policy/replay', { agent_id: agent.id, rules_yaml: candidate }).then((res) => {
+  const replays = await Promise.all(Array.from({ length: REPLAYS }, (_, i) =>
+    orgs[i % orgs.length]!().then((res) => {
       finished.push(performance.now() - started);
       return res;
     })));
   delay.disable();
-  for (const replay of replays) t.match(replay.json, { total: ROWS, unchanged: ROWS }, replay.text.slice(0, 200));
+  for (const replay of replays) t.match(replay.json, { total: ROWS_AT_ONCE, unchanged: ROWS_AT_ONCE }, replay.text.slice(0, 200));
   // Six at once gave the loop a turn every six slices of 10 ms (a median wait of ~60 ms); one at a time, every slice (~10 ms).
   const median = delay.percentile(50) / 1e6;
   t.ok(median < 30, `the event loop's median wait while ${REPLAYS} replays ran: ${median.toFixed(1)} ms (the longest ${(delay.max / 1e6).toFixed(0)} ms; answered at ${finished.map((ms) => ms.toFixed(0)).join(', ')} ms)`);
+});
+
+t.test('an organization past its share of waiting replays gets 429 (limit jobs), while another organization gets in', async (t) => {
+  const [greedy, other] = await Promise.all([orgToReplay('greedy'), orgToReplay('other')]);
+  // Six of one organization at once: one runs and two wait; the others, asked well
+  // within the ~0.4 s the first takes, are refused. The first two always fit.
+  const started = performance.now();
+  const asked = Array.from({ length: 6 }, () => greedy().then((res) => ({ res, ms: performance.now() - started })));
+  const theirs = other();
+  const answers = await Promise.all(asked);
+  const when = answers.map((a) => `${a.res.status} at ${a.ms.toFixed(0)} ms`).join(', ');
+  const done = answers.filter((a) => a.res.status === 200);
+  const refused = answers.filter((a) => a.res.status === 429);
+  t.equal(done.length + refused.length, 6, `each answered 200 or 429 (${when})`);
+  t.ok(done.length >= 2 && done.length <= 3, `2 or 3 replayed: the one running and the two waiting (${when})`);
+  for (const a of done) t.match(a.res.json, { total: ROWS_AT_ONCE, unchanged: ROWS_AT_ONCE });
+  for (const a of refused) {
+    t.match(a.res.json, { error: 'rate_limited', limit: 'jobs', retry_after: 5, message: /^2 policy replays of this organization are waiting to run/ }, a.res.text);
+    t.equal(a.res.headers.get('retry-after'), '5', 'with Retry-After: 5');
+  }
+  const answer = await theirs;
+  t.equal(answer.status, 200, `another organization's replay, asked meanwhile, is taken: ${answer.text.slice(0, 200)}`);
+  t.match(answer.json, { total: ROWS_AT_ONCE, unchanged: ROWS_AT_ONCE });
+  t.equal((await greedy()).status, 200, 'once its replays have run, the organization is taken again');
 });
