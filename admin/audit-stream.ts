@@ -35,7 +35,7 @@ export const WRITTEN_OVERLAP_MS = 15_000;
 const DATED_WITHIN_MS = 86_400_000;
 /** Entries fetched per query once their ids are known (ids travel as a query parameter). */
 const FETCH_CHUNK = 1000;
-/** A subscriber's events are written in pieces of about this size (far under the adapter's 1 MiB bound for a slow reader). */
+/** A subscriber's events are written in pieces of about this size (far under the adapter's 8 MiB bound for a slow reader, STREAM_MAX_BUFFERED_BYTES). */
 const WRITE_BYTES = 64 * 1024;
 
 /** Events waiting for one write to a subscriber. */
