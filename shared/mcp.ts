@@ -21,7 +21,7 @@ export const MCP_BATCH_MAX = 1000;
  * has an MCP glob that searches them (`*delete*`, CompiledPolicy.scansMcpNames).
  * Each such glob searches each name: a 256 KiB policy of 3,900 rules `*a<n>*`
  * against a tool name of 1 MiB of `a` held the event loop 28 s a call. With
- * at most MAX_MCP_SCANNING_GLOBS of them, a call's worst is ~30 ms
+ * at most MAX_MCP_SCANNING_GLOBS of them, of MAX_MCP_SCANNED_PIECE_CHARS each, a call's worst is tens of ms
  * (policy.test.ts, "MCP globs that search names").
  */
 export const MCP_NAMES_MAX_CHARS = 16 * 1024;

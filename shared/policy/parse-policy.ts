@@ -77,6 +77,23 @@ export const MAX_PATTERN_PATH_CHARS = 16_384;
 export const MAX_MCP_SCANNING_GLOBS = 256;
 let mcpScanningBudget = MAX_MCP_SCANNING_GLOBS;
 let mcpScanningLimit = MAX_MCP_SCANNING_GLOBS;
+/**
+ * The longest text between two wildcards of an MCP glob. V8's indexOf skips
+ * ahead by the last 250 characters of what it seeks: a longer piece is compared
+ * in time of its length × the name's where those agree (a 6,000-character
+ * piece against 16 KiB of one letter took 19 ms, one of 250 or fewer ~0.01 ms).
+ */
+export const MAX_MCP_SCANNED_PIECE_CHARS = 200;
+/**
+ * The characters of MCP globs one policy may hold, each use counted: each is
+ * compared with every name (three spellings of a resource's URI) of every
+ * request, so YAML aliases of one long glob multiplied that work (100 of a
+ * 250 KB prefix: 52 ms a call). Text alone cannot pass it, only aliases.
+ */
+export const MAX_MCP_GLOB_CHARS = MAX_POLICY_BYTES;
+let mcpGlobBudget = MAX_MCP_GLOB_CHARS;
+let mcpGlobLimit = MAX_MCP_GLOB_CHARS;
+let mcpScannedPieceLimit = MAX_MCP_SCANNED_PIECE_CHARS;
 /** The policy being compiled: its wildcard bound, and what is left of its characters of such globs (parsing is synchronous: set at its start). */
 let pathGlobWildcards = MAX_PATH_GLOB_WILDCARDS;
 let patternPathBudget = MAX_PATTERN_PATH_CHARS;
@@ -91,6 +108,8 @@ export interface PolicyLimits {
   readonly maxPathGlobWildcards: number;
   readonly maxPatternPathChars: number;
   readonly maxMcpScanningGlobs: number;
+  readonly maxMcpScannedPieceChars: number;
+  readonly maxMcpGlobChars: number;
   /** Refuse a tool or path that can never match a call (a port, dot segments); off for stored policies. */
   readonly refuseUnmatchable: boolean;
 }
@@ -103,6 +122,8 @@ export const POLICY_LIMITS: PolicyLimits = Object.freeze({
   maxPathGlobWildcards: MAX_PATH_GLOB_WILDCARDS,
   maxPatternPathChars: MAX_PATTERN_PATH_CHARS,
   maxMcpScanningGlobs: MAX_MCP_SCANNING_GLOBS,
+  maxMcpScannedPieceChars: MAX_MCP_SCANNED_PIECE_CHARS,
+  maxMcpGlobChars: MAX_MCP_GLOB_CHARS,
   refuseUnmatchable: true,
 });
 
@@ -117,6 +138,8 @@ export const STORED_POLICY_LIMITS: PolicyLimits = Object.freeze({
   maxPathGlobWildcards: Infinity,
   maxPatternPathChars: Infinity,
   maxMcpScanningGlobs: Infinity,
+  maxMcpScannedPieceChars: Infinity,
+  maxMcpGlobChars: Infinity,
   refuseUnmatchable: false,
 });
 
@@ -258,6 +281,8 @@ function compileDocument(yamlText: string, limits: PolicyLimits): CompiledPolicy
   pathGlobWildcards = limits.maxPathGlobWildcards;
   patternPathBudget = patternPathLimit = limits.maxPatternPathChars;
   mcpScanningBudget = mcpScanningLimit = limits.maxMcpScanningGlobs;
+  mcpScannedPieceLimit = limits.maxMcpScannedPieceChars;
+  mcpGlobBudget = mcpGlobLimit = limits.maxMcpGlobChars;
   refuseUnmatchable = limits.refuseUnmatchable;
   const lines = new LineCounter();
   const doc = parseDocument(yamlText, { lineCounter: lines, prettyErrors: false, uniqueKeys: false, strict: true });
@@ -415,9 +440,14 @@ function compileMatcher(
   compiledWeight += RULE_WEIGHT;
   for (const key of ['mcp_method', 'mcp_tool'] as const) {
     const text = fields[key];
-    if (text === undefined || !SCANNING_GLOB.test(text)) continue;
-    if (--mcpScanningBudget < 0) {
-      fail(`${fieldWhere[key] ?? where}: the policy may use at most ${formatCount(mcpScanningLimit)} MCP globs with text between two wildcards, such as "*delete*" (each searches every name of every request; "delete_*" compares its start only)`);
+    if (text === undefined) continue;
+    const keyWhere = fieldWhere[key] ?? where;
+    mcpGlobBudget -= text.length;
+    if (mcpGlobBudget < 0) {
+      fail(`${keyWhere}: the policy's MCP globs come to more than ${formatCount(mcpGlobLimit)} characters, each use of a YAML alias counted (each is compared with every name of every request)`);
+    }
+    if (SCANNING_GLOB.test(text) && --mcpScanningBudget < 0) {
+      fail(`${keyWhere}: the policy may use at most ${formatCount(mcpScanningLimit)} MCP globs with text between two wildcards, such as "*delete*" (each searches every name of every request; "delete_*" compares its start only)`);
     }
   }
   return {
@@ -432,9 +462,9 @@ function compileMatcher(
     // `mcp_method` / `mcp_tool`: case-sensitive (JSON-RPC method names and MCP tool
     // names are), `*` any run of characters (slashes included); nothing else is special.
     mcp: fields.mcp_method !== undefined || fields.mcp_tool !== undefined,
-    mcpMethodGlob: fields.mcp_method === undefined ? null : mcpGlobOf(fields.mcp_method),
-    mcpToolGlob: fields.mcp_tool === undefined ? null : mcpGlobOf(fields.mcp_tool),
-    mcpToolGlobEncoded: fields.mcp_tool === undefined ? null : mcpGlobOf(fields.mcp_tool, true),
+    mcpMethodGlob: fields.mcp_method === undefined ? null : mcpGlobOf(fields.mcp_method, false, fieldWhere.mcp_method ?? where),
+    mcpToolGlob: fields.mcp_tool === undefined ? null : mcpGlobOf(fields.mcp_tool, false, fieldWhere.mcp_tool ?? where),
+    mcpToolGlobEncoded: fields.mcp_tool === undefined ? null : mcpGlobOf(fields.mcp_tool, true, fieldWhere.mcp_tool ?? where),
   };
 }
 
@@ -477,11 +507,14 @@ function scansMcpNames(m: CallMatcher): boolean {
  * `encoded`: the glob as the URL parser writes a resource URI, or null when
  * that is the glob itself.
  */
-function mcpGlobOf(text: string, encoded = false): readonly string[] | null {
+function mcpGlobOf(text: string, encoded: boolean, where: string): readonly string[] | null {
   const key = encoded ? `%${text}` : `=${text}`;
   if (globsOfPolicy.mcp.has(key)) return globsOfPolicy.mcp.get(key)!;
   const glob = encoded ? encodeAsUrl(text) : text;
   const pieces = encoded && glob === text ? null : Object.freeze(glob.split(/\*+/));
+  if (pieces !== null && pieces.slice(1, -1).some((piece) => piece.length > mcpScannedPieceLimit)) {
+    fail(`${where}: an MCP glob may hold at most ${formatCount(mcpScannedPieceLimit)} characters between two wildcards${encoded ? ', as a resource URI percent-encodes them (é is 6)' : ''} (a longer text is searched in time of its length × the name's)`);
+  }
   globsOfPolicy.mcp.set(key, pieces);
   if (pieces !== null) compiledWeight += GLOB_WEIGHT + 2 * textWeight(glob) + PIECE_WEIGHT * pieces.length;
   return pieces;

@@ -512,7 +512,7 @@ t.test('path globs of several wildcards are bounded: 16 wildcards a glob, 16,384
   t.ok(ms < 250, `the worst policy decides in ${ms.toFixed(1)} ms a call`);
 });
 
-t.test('MCP globs that search names (`*delete*`) are bounded: 256 uses a policy (aliases, limits and shadow rules counted)', async (t) => {
+t.test('MCP globs are bounded: 256 uses of those that search names (`*delete*`), 200 characters between two wildcards, 256 KiB of them a policy (aliases, limits and shadow rules counted)', async (t) => {
   const rule = (i: number, glob: string, extra = '') => `  - {name: r${i}, tool: "*", action: "*", mcp_tool: "${glob}", decision: deny${extra}}`;
   const policy = (lines: string[]) => ['version: "1"', 'rules:', ...lines].join('\n');
   const full = Array.from({ length: 256 }, (_, i) => rule(i, `*a${i}*`));
@@ -529,10 +529,21 @@ t.test('MCP globs that search names (`*delete*`) are bounded: 256 uses a policy 
   t.ok(!ends.scansMcpNames, 'globs that compare an end only: any number, and no bound on the names');
   t.ok(parsePolicy(policy([rule(0, '*delete*', ', mode: shadow')])).shadowScansMcpNames, 'a shadow rule that searches: flagged apart');
 
+  // V8's indexOf compares a text of more than 250 characters in time of its length × the name's:
+  // 142 uses of one of 6,000 held the loop 2.3 s a call against a name of 16 KiB.
+  t.match(refusal(policy([rule(0, `*${'a'.repeat(5_000)}b${'a'.repeat(1_000)}*`)])).message,
+    /^rule 1 \(line 3\): an MCP glob may hold at most 200 characters between two wildcards/);
+  t.doesNotThrow(() => parsePolicy(policy([rule(0, `*${'a'.repeat(200)}*${'b'.repeat(5_000)}`)])), 'a longer end is compared, not searched');
+  t.match(refusal(policy([rule(0, `*${'é'.repeat(40)}*`)])).message, /at most 200 characters between two wildcards, as a resource URI percent-encodes them/);
+  // Aliases multiply the comparisons of a long glob: 100 uses of a 250 KB prefix held the loop 52 ms a call.
+  t.match(refusal(policy([`  - &r {tool: "*", action: "*", mcp_tool: "${'a'.repeat(200_000)}*", decision: deny}`, '  - *r'])).message,
+    /^rule 2 \(line 3\): the policy's MCP globs come to more than 262,144 characters, each use of a YAML alias counted/);
+
   // The worst a policy may hold, against names of the bound's length: tens of ms a call.
+  const worst = parsePolicy(policy(Array.from({ length: 256 }, (_, i) => rule(i, '*aaaaaab*')))); // each searches the whole name
   const name = 'a'.repeat(16 * 1024 - 20);
   const started = performance.now();
-  t.equal(evaluatePolicy(compiled, 'h', 'POST', '/', { method: 'tools/call', tool: name }).ruleMatched, 'default');
+  t.equal(evaluatePolicy(worst, 'h', 'POST', '/', { method: 'tools/call', tool: name }).ruleMatched, 'default');
   const ms = performance.now() - started;
   t.ok(ms < 250, `the worst policy decides in ${ms.toFixed(1)} ms a call`);
 });
@@ -677,7 +688,8 @@ t.test('the memo weighs each policy at least at what it holds, for the shapes th
     '2,000 rules of their own globs': (k) => `version: "1"\nrules:\n${Array.from({ length: 2_000 }, (_, i) => `  - {tool: "a${i}*b*c", action: GET, path: "/v${i}/*", mcp_tool: "t${i}_*", decision: allow}\n`).join('')}# ${k}-${process.pid}\n`,
   };
   for (const [shape, make] of Object.entries(shapes)) {
-    const warm = parsePolicy(make(-1));
+    // Under the stored bounds: a policy saved before the MCP globs' (2026-11-29) may still hold these.
+    const warm = parsePolicy(make(-1), STORED_POLICY_LIMITS);
     evaluatePolicy(warm, 'a1.example.com', 'GET', `/${'a.'.repeat(4_000)}x`);
     const texts = Array.from({ length: 10 }, (_, k) => make(k));
     forgetCompiledPolicies(); // what the memo frees as it takes these would offset what they hold
@@ -686,7 +698,7 @@ t.test('the memo weighs each policy at least at what it holds, for the shapes th
     const before = process.memoryUsage().heapUsed;
     let weighed = 0;
     const kept = texts.map((text) => {
-      const policy = parsePolicy(text);
+      const policy = parsePolicy(text, STORED_POLICY_LIMITS);
       evaluatePolicy(policy, 'a1.example.com', 'GET', `/${'a.'.repeat(4_000)}x`);
       weighed += memoWeightOf(text) ?? NaN;
       return policy;
@@ -695,6 +707,7 @@ t.test('the memo weighs each policy at least at what it holds, for the shapes th
     const held = process.memoryUsage().heapUsed - before;
     t.equal(kept.length, texts.length);
     t.ok(weighed > 0 && held <= weighed, `${shape}: held ${(held / 1e6).toFixed(2)} MB, weighed ${(weighed / 1e6).toFixed(2)} MB`);
+    kept.length = texts.length = 0; // freed before the next shape is measured, not during it
   }
 });
 
@@ -704,7 +717,7 @@ t.test('policies whose aliases repeat an MCP glob of many pieces: the memo stays
   const aliased = (k: number) => `version: "1"\nrules:\n  - &r {tool: "*", action: "*", mcp_tool: "${'é*'.repeat(4_000)}${k}-${process.pid}", decision: deny}\n${'  - *r\n'.repeat(99)}`;
   gc();
   const before = process.memoryUsage().heapUsed;
-  for (let k = 0; k < 100; k++) parsePolicy(aliased(k));
+  for (let k = 0; k < 100; k++) parsePolicy(aliased(k), STORED_POLICY_LIMITS); // saved before the MCP globs' bounds
   gc();
   const grown = (process.memoryUsage().heapUsed - before) / 1e6;
   t.ok(grown < 64, `100 such policies checked: the heap grew ${grown.toFixed(1)} MB`);
