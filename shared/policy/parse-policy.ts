@@ -75,8 +75,6 @@ export const MAX_PATTERN_PATH_CHARS = 16_384;
  * wildcard at one end or none (`delete_*`) compares its ends only, at any count.
  */
 export const MAX_MCP_SCANNING_GLOBS = 256;
-let mcpScanningBudget = MAX_MCP_SCANNING_GLOBS;
-let mcpScanningLimit = MAX_MCP_SCANNING_GLOBS;
 /**
  * The longest text between two wildcards of an MCP glob. V8's indexOf skips
  * ahead by the last 250 characters of what it seeks: a longer piece is compared
@@ -91,15 +89,6 @@ export const MAX_MCP_SCANNED_PIECE_CHARS = 200;
  * 250 KB prefix: 52 ms a call). Text alone cannot pass it, only aliases.
  */
 export const MAX_MCP_GLOB_CHARS = MAX_POLICY_BYTES;
-let mcpGlobBudget = MAX_MCP_GLOB_CHARS;
-let mcpGlobLimit = MAX_MCP_GLOB_CHARS;
-let mcpScannedPieceLimit = MAX_MCP_SCANNED_PIECE_CHARS;
-/** The policy being compiled: its wildcard bound, and what is left of its characters of such globs (parsing is synchronous: set at its start). */
-let pathGlobWildcards = MAX_PATH_GLOB_WILDCARDS;
-let patternPathBudget = MAX_PATTERN_PATH_CHARS;
-/** The budget the policy being compiled started with (its limits'), for the message. */
-let patternPathLimit = MAX_PATTERN_PATH_CHARS;
-let refuseUnmatchable = true;
 
 export interface PolicyLimits {
   readonly maxBytes: number;
@@ -184,11 +173,12 @@ const memo = new LRUCache<string, { policy: CompiledPolicy; strict: boolean; wei
 
 /**
  * What the policy being compiled holds, in about bytes, at least: its text, each
- * rule and limit, and each distinct glob's compiled form once (globsOfPolicy).
- * A test measures the heap of the worst shapes against it (policy.test.ts). YAML aliases repeat a rule without its text: weighed by
- * text, 250 policies of one 20,000-character glob used 100 times held 400 MB;
- * weighed by each use, with each use compiled apart, the pieces of `mcp_tool`
- * globs still held 4–11 times their weight.
+ * rule and limit, and each distinct glob's compiled form once (compiling).
+ * A test measures the heap of the worst shapes against it (policy.test.ts).
+ * YAML aliases repeat a rule without its text: weighed by text, 250 policies of
+ * one 20,000-character glob used 100 times held 400 MB; weighed by each use,
+ * with each use compiled apart, the pieces of `mcp_tool` globs still held 4–11
+ * times their weight.
  */
 let compiledWeight = 0;
 /** A policy's own objects and its memo entry (a policy of 17 rules held ~11 KB in all). */
@@ -211,16 +201,30 @@ function textWeight(text: string): number {
 const NOT_LATIN1 = /[^\u0000-\u00ff]/;
 
 /**
- * The globs of the policy being compiled, each compiled once: rules repeated
- * by YAML aliases (or naming one glob) share its compiled form, and it is
- * weighed once. A path glob's characters still count against the policy's
- * budget at each use: each is matched at each use. Emptied after each compile.
+ * The policy being compiled (parsing is synchronous: set at its start, emptied
+ * at its end): its bounds, what is left of its budgets, and its globs compiled
+ * so far. Each glob is compiled once: rules repeated by YAML aliases (or naming
+ * one glob) share its compiled form, weighed once; its characters still count
+ * against the budgets at each use, since each use is matched at each call.
  */
-const globsOfPolicy = {
+const compiling = {
+  limits: POLICY_LIMITS,
+  /** Characters left of path globs of two or more wildcards (maxPatternPathChars). */
+  pathGlobChars: 0,
+  /** MCP globs that search names left (maxMcpScanningGlobs). */
+  mcpScanningGlobs: 0,
+  /** Characters left of MCP globs (maxMcpGlobChars). */
+  mcpGlobChars: 0,
   tools: new Map<string, ToolMatcher>(),
   paths: new Map<string, CompiledPathGlob>(),
   mcp: new Map<string, readonly string[] | null>(),
-  clear(): void {
+  start(limits: PolicyLimits): void {
+    this.limits = limits;
+    this.pathGlobChars = limits.maxPatternPathChars;
+    this.mcpScanningGlobs = limits.maxMcpScanningGlobs;
+    this.mcpGlobChars = limits.maxMcpGlobChars;
+  },
+  end(): void {
     this.tools.clear();
     this.paths.clear();
     this.mcp.clear();
@@ -260,10 +264,11 @@ export function parsePolicy(yamlText: string, limits: PolicyLimits = POLICY_LIMI
 }
 
 function compilePolicy(yamlText: string, limits: PolicyLimits): CompiledPolicy {
+  compiling.start(limits);
   try {
     return compileDocument(yamlText, limits);
   } finally {
-    globsOfPolicy.clear();
+    compiling.end();
   }
 }
 
@@ -278,12 +283,6 @@ function compileDocument(yamlText: string, limits: PolicyLimits): CompiledPolicy
   // of 20,000 keys took 1.7 s with it and 0.26 s without (yaml 2.9.1, Node 20). The
   // walk below refuses duplicate keys itself; every map it does not walk is refused
   // anyway (it sits under an unknown key or where a string belongs).
-  pathGlobWildcards = limits.maxPathGlobWildcards;
-  patternPathBudget = patternPathLimit = limits.maxPatternPathChars;
-  mcpScanningBudget = mcpScanningLimit = limits.maxMcpScanningGlobs;
-  mcpScannedPieceLimit = limits.maxMcpScannedPieceChars;
-  mcpGlobBudget = mcpGlobLimit = limits.maxMcpGlobChars;
-  refuseUnmatchable = limits.refuseUnmatchable;
   const lines = new LineCounter();
   const doc = parseDocument(yamlText, { lineCounter: lines, prettyErrors: false, uniqueKeys: false, strict: true });
   const at = (node: { range?: readonly number[] | null | undefined } | null | undefined): number =>
@@ -442,12 +441,12 @@ function compileMatcher(
     const text = fields[key];
     if (text === undefined) continue;
     const keyWhere = fieldWhere[key] ?? where;
-    mcpGlobBudget -= text.length;
-    if (mcpGlobBudget < 0) {
-      fail(`${keyWhere}: the policy's MCP globs come to more than ${formatCount(mcpGlobLimit)} characters, each use of a YAML alias counted (each is compared with every name of every request)`);
+    compiling.mcpGlobChars -= text.length;
+    if (compiling.mcpGlobChars < 0) {
+      fail(`${keyWhere}: the policy's MCP globs come to more than ${formatCount(compiling.limits.maxMcpGlobChars)} characters, each use of a YAML alias counted (each is compared with every name of every request)`);
     }
-    if (SCANNING_GLOB.test(text) && --mcpScanningBudget < 0) {
-      fail(`${keyWhere}: the policy may use at most ${formatCount(mcpScanningLimit)} MCP globs with text between two wildcards, such as "*delete*" (each searches every name of every request; "delete_*" compares its start only)`);
+    if (SCANNING_GLOB.test(text) && --compiling.mcpScanningGlobs < 0) {
+      fail(`${keyWhere}: the policy may use at most ${formatCount(compiling.limits.maxMcpScanningGlobs)} MCP globs with text between two wildcards, such as "*delete*" (each searches every name of every request; "delete_*" compares its start only)`);
     }
   }
   return {
@@ -469,26 +468,26 @@ function compileMatcher(
 }
 
 function toolGlobOf(glob: string, where: string): ToolMatcher {
-  let matcher = globsOfPolicy.tools.get(glob);
+  let matcher = compiling.tools.get(glob);
   if (matcher === undefined) {
     matcher = compileToolGlob(glob, where);
-    globsOfPolicy.tools.set(glob, matcher);
+    compiling.tools.set(glob, matcher);
     compiledWeight += GLOB_WEIGHT + 2 * textWeight(glob) + (matcher.match === ToolMatch.Pattern ? PATTERN_WEIGHT + PIECE_WEIGHT * glob.split('*').length : 0);
   }
   return matcher;
 }
 
 function pathGlobOf(glob: string, where: string): PathMatcher {
-  let known = globsOfPolicy.paths.get(glob);
+  let known = compiling.paths.get(glob);
   if (known === undefined) {
     known = compilePathGlob(glob, where);
-    globsOfPolicy.paths.set(glob, known);
+    compiling.paths.set(glob, known);
     const chars = textWeight(known.compiled);
     compiledWeight += GLOB_WEIGHT + (known.matcher.match === PathMatch.Pattern ? PATTERN_WEIGHT + PATH_PATTERN_CHAR_WEIGHT * chars : 3 * chars);
   }
-  patternPathBudget -= known.budgetChars;
-  if (patternPathBudget < 0) {
-    fail(`${where}: the policy's path globs of two or more wildcards come to more than ${formatCount(patternPathLimit)} characters, the most allowed`);
+  compiling.pathGlobChars -= known.budgetChars;
+  if (compiling.pathGlobChars < 0) {
+    fail(`${where}: the policy's path globs of two or more wildcards come to more than ${formatCount(compiling.limits.maxPatternPathChars)} characters, the most allowed`);
   }
   return known.matcher;
 }
@@ -509,13 +508,13 @@ function scansMcpNames(m: CallMatcher): boolean {
  */
 function mcpGlobOf(text: string, encoded: boolean, where: string): readonly string[] | null {
   const key = encoded ? `%${text}` : `=${text}`;
-  if (globsOfPolicy.mcp.has(key)) return globsOfPolicy.mcp.get(key)!;
+  if (compiling.mcp.has(key)) return compiling.mcp.get(key)!;
   const glob = encoded ? encodeAsUrl(text) : text;
   const pieces = encoded && glob === text ? null : Object.freeze(glob.split(/\*+/));
-  if (pieces !== null && pieces.slice(1, -1).some((piece) => piece.length > mcpScannedPieceLimit)) {
-    fail(`${where}: an MCP glob may hold at most ${formatCount(mcpScannedPieceLimit)} characters between two wildcards${encoded ? ', as a resource URI percent-encodes them (é is 6)' : ''} (a longer text is searched in time of its length × the name's)`);
+  if (pieces !== null && pieces.slice(1, -1).some((piece) => piece.length > compiling.limits.maxMcpScannedPieceChars)) {
+    fail(`${where}: an MCP glob may hold at most ${formatCount(compiling.limits.maxMcpScannedPieceChars)} characters between two wildcards${encoded ? ', as a resource URI percent-encodes them (é is 6)' : ''} (a longer text is searched in time of its length × the name's)`);
   }
-  globsOfPolicy.mcp.set(key, pieces);
+  compiling.mcp.set(key, pieces);
   if (pieces !== null) compiledWeight += GLOB_WEIGHT + 2 * textWeight(glob) + PIECE_WEIGHT * pieces.length;
   return pieces;
 }
@@ -624,7 +623,7 @@ function compileRule(
     fail(`${fieldWhere.name ?? where}: the rule name 'default' is reserved for "no rule matched"; choose another`);
   }
   // The proxy's own refusals are audited under these: a rule of that name would read as one.
-  if (refuseUnmatchable && (PROXY_RULE_NAMES.has(name) || name.startsWith(LIMIT_RULE_PREFIX))) {
+  if (compiling.limits.refuseUnmatchable && (PROXY_RULE_NAMES.has(name) || name.startsWith(LIMIT_RULE_PREFIX))) {
     fail(`${fieldWhere.name ?? where}: the rule name ${quoted(name)} is reserved for the proxy's own refusals (${[...PROXY_RULE_NAMES].join(', ')}, ${LIMIT_RULE_PREFIX}<name>); choose another`);
   }
   claimName(positionByName, name, n, 'rule', fieldWhere.name ?? where);
@@ -772,7 +771,7 @@ function toolText(glob: string, where: string): string {
       ? null
       : (parseTarget(`${isIPv6(glob) ? `[${glob}]` : glob}/`) ?? parseTarget(`${domainToASCII(glob) || glob}/`));
     if (target !== null) return target.hostname;
-    if (refuseUnmatchable) {
+    if (compiling.limits.refuseUnmatchable) {
       fail(namesPort
         ? `${where}: 'tool' is matched against the hostname alone: it cannot name a port (${quoted(glob)})`
         : `${where}: 'tool' must be a hostname, an IP address or a glob such as "*.github.com", not ${quoted(glob)}`);
@@ -781,7 +780,7 @@ function toolText(glob: string, where: string): string {
   }
   // One ':' is a port (an IPv6 pattern has two or more).
   if (/[/[\]]/.test(glob) || glob.split(':').length === 2) {
-    if (refuseUnmatchable) fail(`${where}: 'tool' is matched against the hostname alone: no port, path or brackets (${quoted(glob)})`);
+    if (compiling.limits.refuseUnmatchable) fail(`${where}: 'tool' is matched against the hostname alone: no port, path or brackets (${quoted(glob)})`);
     return glob.toLowerCase();
   }
   // A trailing dot names the same host, and the proxy's tools have none; a
@@ -791,7 +790,7 @@ function toolText(glob: string, where: string): string {
     if (!/[^\x00-\x7f]/.test(labels[i]!)) continue;
     const ascii = labels[i]!.includes('*') ? '' : domainToASCII(labels[i]!);
     if (ascii !== '') labels[i] = ascii;
-    else if (refuseUnmatchable) fail(`${where}: 'tool' may not hold a non-ASCII label with a wildcard: write its punycode (xn--) form (${quoted(glob)})`);
+    else if (compiling.limits.refuseUnmatchable) fail(`${where}: 'tool' may not hold a non-ASCII label with a wildcard: write its punycode (xn--) form (${quoted(glob)})`);
   }
   return labels.join('.');
 }
@@ -822,7 +821,7 @@ function compilePathGlob(glob: string, where: string): CompiledPathGlob {
   // or `/docs/my report.pdf` was a rule no call met.
   const normalized = normalizePolicyPath(glob);
   if (normalized === null) {
-    if (refuseUnmatchable) fail(`${where}: 'path' never matches a call: the proxy refuses paths with ${REFUSED_PATH_PARTS} (${quoted(glob)})`);
+    if (compiling.limits.refuseUnmatchable) fail(`${where}: 'path' never matches a call: the proxy refuses paths with ${REFUSED_PATH_PARTS} (${quoted(glob)})`);
   } else {
     glob = normalized;
   }
@@ -841,7 +840,7 @@ function compilePathGlob(glob: string, where: string): CompiledPathGlob {
     const regExp = glob.length > ONE_WILDCARD_REGEXP_MAX_CHARS ? oneWildcardMatcher(glob) : pathGlobToRegExp(glob);
     return { matcher: { match: PathMatch.Pattern, text: '', prefix: '', regExp }, compiled: glob, budgetChars: 0 };
   }
-  if (wildcards > pathGlobWildcards) fail(`${where}: 'path' may hold at most ${pathGlobWildcards} wildcards (this one has ${formatCount(wildcards)})`);
+  if (wildcards > compiling.limits.maxPathGlobWildcards) fail(`${where}: 'path' may hold at most ${compiling.limits.maxPathGlobWildcards} wildcards (this one has ${formatCount(wildcards)})`);
   return { matcher: { match: PathMatch.Pattern, text: '', prefix: '', regExp: pathGlobMatcher(glob) }, compiled: glob, budgetChars: glob.length };
 }
 
