@@ -7,7 +7,7 @@
 // only shadow rules name MCP fields, nothing is refused for the body: it is read
 // when it can be (identity, a known length up to 1 MiB, JSON) so that those
 // rules can match. Any other policy decided in authorize.ts; nothing here.
-import { MCP_BATCH_MAX, MCP_INSPECT_MAX_BYTES, MCP_NAMES_TOO_LONG, mcpNamesTooLong, readJsonRpc } from '../shared/mcp.js';
+import { MCP_BATCH_DISTINCT_MAX, MCP_BATCH_MAX, MCP_INSPECT_MAX_BYTES, MCP_NAMES_TOO_LONG, mcpNamesTooLong, readJsonRpc } from '../shared/mcp.js';
 import { evaluatePolicy, UNINSPECTABLE_RULE, type CompiledPolicy, type McpCall, type PolicyDecision } from '../shared/policy/index.js';
 import { applyDecision, decideOnHead, recordShadow } from './authorize.js';
 import type { ProxyExchange, Stage } from './exchange.js';
@@ -107,6 +107,9 @@ function decide(ex: ProxyExchange, policy: CompiledPolicy, bytes: Buffer | null,
   // `tools/call send_email` is 1,000 calls to a limit on `send_email`, however
   // its arguments differ (countMatchingCalls).
   const distinct = batch && calls.length > 1 ? distinctCalls(calls) : calls;
+  if (distinct.length > MCP_BATCH_DISTINCT_MAX) {
+    return enforcing ? uninspectable(ex, `a batch of more than ${MCP_BATCH_DISTINCT_MAX} different requests`) : decideOnHead(ex, policy);
+  }
   ex.mcpCalls = calls;
   if (distinct.length === 0) return decideOnHead(ex, policy);
   const tool = ex.target!.hostname;

@@ -236,6 +236,11 @@ t.test('MCP-aware rules on raw bodies: batches, fail-closed bodies, header check
   t.match(flood, { status: 403, json: { error: 'policy_denied', rule_matched: 'uninspectable_body' } }, 'a batch of more than 1,000 requests is not inspected: refused');
   t.match(flood.json.message, /more than 1000 requests/);
   t.ok(performance.now() - started < 2000, 'and answered without deciding each element');
+  // Each different request is tried against every rule: at most 100 are decided.
+  const different = (n: number) => send(JSON.stringify(Array.from({ length: n }, (_, i) => rpc('tools/call', { name: `list_${i}` }, i))));
+  t.equal((await different(100)).status, 200, '100 different requests are decided');
+  const many = await different(101);
+  t.match(many, { status: 403, json: { error: 'policy_denied', rule_matched: 'uninspectable_body', message: /more than 100 different requests/ } }, '101 are not inspected: refused');
   const nested = await send(JSON.stringify(rpc('tools/call', { name: 'list_repos', arguments: { name: 'a', Name: 'b' } })));
   t.equal(nested.status, 200, 'keys that differ in case inside the arguments are the tool\'s business: forwarded');
   const notRpc = await send(JSON.stringify({ hello: 'world' }));
