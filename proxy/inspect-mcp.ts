@@ -23,14 +23,14 @@ export function createInspectMcp(): Stage {
     if (body === null) return decide(ex, policy, null, enforcing);
     const encoding = ex.contentEncoding?.trim().toLowerCase();
     if (encoding !== undefined && encoding !== '' && encoding !== 'identity') {
-      return enforcing ? uninspectable(ex, `a body with Content-Encoding: ${ex.contentEncoding!.slice(0, 40)}`) : decideOnHead(ex, policy);
+      return notInspected(ex, policy, enforcing, `a body with Content-Encoding: ${ex.contentEncoding!.slice(0, 40)}`);
     }
     if (ex.contentType !== null && (ex.contentTypeRepeated || !readsAsUtf8(ex.contentType))) {
       // A charset the server decodes by (body-parser and the MCP SDK honour
       // utf-7): `+AGQ-elete_repo` is `delete_repo` to it, and no tool name to the policy.
-      return enforcing ? uninspectable(ex, ex.contentTypeRepeated ? 'a body with two Content-Types' : `a body in another charset than UTF-8 (Content-Type: ${ex.contentType.slice(0, 60)})`) : decideOnHead(ex, policy);
+      return notInspected(ex, policy, enforcing, ex.contentTypeRepeated ? 'a body with two Content-Types' : `a body in another charset than UTF-8 (Content-Type: ${ex.contentType.slice(0, 60)})`);
     }
-    if (ex.contentLength > MCP_INSPECT_MAX_BYTES) return enforcing ? uninspectable(ex, 'a body over 1 MiB') : decideOnHead(ex, policy);
+    if (ex.contentLength > MCP_INSPECT_MAX_BYTES) return notInspected(ex, policy, enforcing, 'a body over 1 MiB');
     // A chunked body could outgrow the cap after part of it was read: only a rule that decides may refuse it.
     if (!enforcing && ex.contentLength < 0) return decideOnHead(ex, policy);
     return body.collect(MCP_INSPECT_MAX_BYTES).then((bytes) => {
@@ -66,6 +66,11 @@ function refuseHeaders(ex: ProxyExchange, message: string): false {
   return ex.answerError('invalid_request', message);
 }
 
+/** A body that cannot be inspected: refused when a rule or limit decides on it (`enforcing`), else the call is decided on its head (shadow rules alone name MCP fields). */
+function notInspected(ex: ProxyExchange, policy: CompiledPolicy, enforcing: boolean, what: string): undefined | false {
+  return enforcing ? uninspectable(ex, what) : decideOnHead(ex, policy);
+}
+
 function uninspectable(ex: ProxyExchange, what: string): false {
   recordShadow(ex, ex.policy, null);
   ex.ruleMatched = UNINSPECTABLE_RULE;
@@ -74,10 +79,10 @@ function uninspectable(ex: ProxyExchange, what: string): false {
 
 function decide(ex: ProxyExchange, policy: CompiledPolicy, bytes: Buffer | null, enforcing: boolean): undefined | false {
   const read = readJsonRpc(bytes);
-  if (read === 'not_json') return enforcing ? uninspectable(ex, 'a body that is not JSON') : decideOnHead(ex, policy);
-  if (read === 'too_many') return enforcing ? uninspectable(ex, `a batch of more than ${MCP_BATCH_MAX} requests`) : decideOnHead(ex, policy);
+  if (read === 'not_json') return notInspected(ex, policy, enforcing, 'a body that is not JSON');
+  if (read === 'too_many') return notInspected(ex, policy, enforcing, `a batch of more than ${MCP_BATCH_MAX} requests`);
   if (read === 'ambiguous') {
-    return enforcing ? uninspectable(ex, 'a body that servers could read differently (a key repeated or spelled another way, an empty method or tool name, a resource URI that does not parse)') : decideOnHead(ex, policy);
+    return notInspected(ex, policy, enforcing, 'a body that servers could read differently (a key repeated or spelled another way, an empty method or tool name, a resource URI that does not parse)');
   }
   const { batch, calls } = read;
   // Globs that search names (`*delete*`) cost each name's length: past the
@@ -108,7 +113,7 @@ function decide(ex: ProxyExchange, policy: CompiledPolicy, bytes: Buffer | null,
   // its arguments differ (countMatchingCalls).
   const distinct = batch && calls.length > 1 ? distinctCalls(calls) : calls;
   if (distinct.length > MCP_BATCH_DISTINCT_MAX) {
-    return enforcing ? uninspectable(ex, `a batch of more than ${MCP_BATCH_DISTINCT_MAX} different requests`) : decideOnHead(ex, policy);
+    return notInspected(ex, policy, enforcing, `a batch of more than ${MCP_BATCH_DISTINCT_MAX} different requests`);
   }
   ex.mcpCalls = calls;
   if (distinct.length === 0) return decideOnHead(ex, policy);
