@@ -55,7 +55,7 @@ export function auditSealHandlers(ctx: AdminContext) {
     const result = await verifications.run(caller.orgId, async () => {
       const [heads, sealingSince] = await Promise.all([ctx.store.listSealHeads(caller.orgId), ctx.store.sealingSince()]);
       return verifyAudit(ctx.auditStore, caller.orgId, { ...window, keys, heads, pageRows: VERIFY_PAGE_ROWS, ...(sealingSince === null ? {} : { sealingSince }) });
-    });
+    }, req.signal);
     return json(200, verifyJson(result));
   };
 

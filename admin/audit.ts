@@ -121,7 +121,7 @@ export function auditHandlers(ctx: AdminContext) {
   const exportPdf: Handler = async (req, caller) => {
     const days = queryInteger(req.query, 'days', PDF_DAYS_DEFAULT, 1, PDF_DAYS_MAX);
     // Its reads included (the worker renders one at a time already): each parses up to PDF_MAX_ENTRIES rows on the event loop.
-    return reports.run(caller.orgId, () => buildPdf(caller, days));
+    return reports.run(caller.orgId, () => buildPdf(caller, days), req.signal);
   };
 
   const buildPdf = async (caller: Caller, days: number): Promise<AdminResponse> => {

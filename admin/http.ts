@@ -14,6 +14,8 @@ export interface AdminRequest {
   headers: Record<string, string>;
   body: Buffer;
   remoteAddress: string;
+  /** Aborted when the client closes the connection before its answer (set by the server's adapter). */
+  signal?: AbortSignal;
 }
 
 export interface AdminResponse {

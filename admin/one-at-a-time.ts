@@ -7,7 +7,8 @@
 // at most `maxWaitingPerOrg` of them; its next is 429 `rate_limited` (limit
 // `jobs`, as the audit stream's per-org bound), and the others still get in.
 // Only jobs that wait count: one leaves the counts as it starts, whether it then
-// succeeds or throws.
+// succeeds or throws, or at once when its client leaves (it then never runs:
+// a client that gave up and asked again does not wait behind its own).
 import { GuardError } from '../shared/errors.js';
 
 /** Retry-After of both refusals, in seconds (as the audit stream's). */
@@ -39,8 +40,12 @@ export class OneAtATime {
     return this.#waitingByOrg.get(org) ?? 0;
   }
 
-  /** Runs `job` for `org` once the jobs asked before it have ended (whether they succeeded or not). */
-  run<T>(org: string, job: () => Promise<T>): Promise<T> {
+  /**
+   * Runs `job` for `org` once the jobs asked before it have ended (whether they
+   * succeeded or not). When `signal` aborts first (its client left), the job
+   * gives its place up at once and never runs.
+   */
+  run<T>(org: string, job: () => Promise<T>, signal?: AbortSignal): Promise<T> {
     // The org's own share first: when both are full, 429 tells it that it is the one to wait.
     const mine = this.waitingOf(org);
     if (mine >= this.#maxWaitingPerOrg) {
@@ -51,12 +56,21 @@ export class OneAtATime {
     }
     this.#waiting++;
     this.#waitingByOrg.set(org, mine + 1);
-    // #tail never rejects, so this always runs: the counts are released before the job can throw.
-    const run = this.#tail.then(() => {
+    let waiting = true;
+    const leave = (): void => {
+      if (!waiting) return;
+      waiting = false;
       this.#waiting--;
       const left = this.waitingOf(org) - 1;
       if (left === 0) this.#waitingByOrg.delete(org);
       else this.#waitingByOrg.set(org, left);
+    };
+    signal?.addEventListener('abort', leave, { once: true });
+    // #tail never rejects, so this always runs: the counts are released before the job can throw.
+    const run = this.#tail.then(() => {
+      signal?.removeEventListener('abort', leave);
+      if (!waiting) throw new GuardError('unavailable', `The client of this job left before it started; ${this.#what} skip such jobs.`);
+      leave();
       return job();
     });
     this.#tail = run.catch(() => undefined);

@@ -109,7 +109,7 @@ export function policyHandlers(ctx: AdminContext) {
     // An empty or inverted window is a mistake, not a replay of nothing (as /audit/seals and /audit/verify refuse it).
     if (since.getTime() >= until.getTime()) throw new GuardError('invalid_request', "Field 'since' must be before 'until'.", { field: 'since' });
     const agent = await requireAgent(ctx, caller.orgId, agentId);
-    return json(200, await replays.run(caller.orgId, () => replayPolicy(ctx.auditStore, caller.orgId, agent.id, since, until, candidate)));
+    return json(200, await replays.run(caller.orgId, () => replayPolicy(ctx.auditStore, caller.orgId, agent.id, since, until, candidate), req.signal));
   };
 
   return { get, set, check, replay };

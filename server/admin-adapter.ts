@@ -48,9 +48,12 @@ export function handleAdmin(res: HttpResponse, req: HttpRequest, admin: AdminHan
   let aborted = false;
   /** Set while a streamed body is open: told when the client goes away. */
   let streamClosed: (() => void) | null = null;
+  /** Tells a job still waiting for its turn (one-at-a-time.ts) that nobody waits for its answer. */
+  const gone = new AbortController();
   res.onAborted(() => {
     aborted = true;
     streamClosed?.();
+    gone.abort();
   });
   const url = req.getUrl();
   const head = new AdminHead();
@@ -73,6 +76,7 @@ export function handleAdmin(res: HttpResponse, req: HttpRequest, admin: AdminHan
     headers,
     body: Buffer.alloc(0),
     remoteAddress: (trustForwardedFor ? headers['x-forwarded-for']?.split(',').pop()?.trim() : undefined) || Buffer.from(res.getRemoteAddressAsText()).toString(),
+    signal: gone.signal,
   };
   const respond = (response: AdminResponse): void => {
     if (aborted) {

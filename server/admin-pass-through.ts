@@ -106,6 +106,8 @@ export function createAdminPassThrough(adminUrl: string, limits: PassThroughLimi
       late = true;
       deadline.abort();
     }, limits.answerWithinMs);
+    // The client left: the admin process is told by the request's end (a job still waiting gives its place up).
+    req.signal?.addEventListener('abort', () => deadline.abort(), { once: true });
     try {
       let res: Dispatcher.ResponseData;
       try {

@@ -384,7 +384,11 @@ async function orgToReplay(name: string) {
   const session = await signup(service.url);
   const orgId = (await service.store.findUserByEmail(session.email))!.orgId;
   const agent = await seedPathGroups(name, ROWS_AT_ONCE, { session, orgId });
-  return () => api(service.url, session, 'POST', '/policy/replay', { agent_id: agent.id, rules_yaml: CANDIDATE_AT_ONCE });
+  const body = JSON.stringify({ agent_id: agent.id, rules_yaml: CANDIDATE_AT_ONCE });
+  return Object.assign(() => api(service.url, session, 'POST', '/policy/replay', { agent_id: agent.id, rules_yaml: CANDIDATE_AT_ONCE }), {
+    /** The same replay by a client that may leave before its answer. */
+    leaving: (signal: AbortSignal) => fetch(`${service.url}/policy/replay`, { method: 'POST', headers: { ...session.auth, 'content-type': 'application/json' }, body, signal }),
+  });
 }
 
 t.test('replays asked at once run one at a time: the event loop waits one slice between turns, not one a replay', async (t) => {
@@ -429,4 +433,20 @@ t.test('an organization past its share of waiting replays gets 429 (limit jobs),
   t.equal(answer.status, 200, `another organization's replay, asked meanwhile, is taken: ${answer.text.slice(0, 200)}`);
   t.match(answer.json, { total: ROWS_AT_ONCE, unchanged: ROWS_AT_ONCE });
   t.equal((await greedy()).status, 200, 'once its replays have run, the organization is taken again');
+});
+
+t.test('a waiting replay whose client left gives its place up: the organization may ask again at once', async (t) => {
+  const replay = await orgToReplay('leaves');
+  const running = replay(); // ~0.4 s
+  await new Promise((r) => setTimeout(r, 50));
+  const client = new AbortController();
+  const abandoned = replay.leaving(client.signal).catch((err: Error) => err);
+  await new Promise((r) => setTimeout(r, 50));
+  client.abort();
+  t.equal(((await abandoned) as Error).name, 'AbortError', 'the client gave up while its replay waited');
+  await new Promise((r) => setTimeout(r, 50));
+  // Two may wait: without the abandoned one's place given up, the second of these was 429.
+  const again = await Promise.all([replay(), replay()]);
+  t.strictSame(again.map((res) => res.status), [200, 200], again.map((res) => res.text.slice(0, 120)).join(' | '));
+  t.equal((await running).status, 200);
 });

@@ -107,3 +107,27 @@ t.test('a request queued behind connections busy with slow bodies is answered by
   t.ok(ms < 1500, `answered by its deadline (${ms} ms), not once a connection freed (~3 s)`);
   for (const res of await Promise.all(slow)) t.equal(res.status, 200, 'the slow ones, whole');
 });
+
+t.test('a client that leaves ends its request to the admin process too (a job waiting there gives its place up)', async (t) => {
+  let closed: () => void;
+  const adminSawClose = new Promise<void>((resolve) => (closed = resolve));
+  const admin = createHttpServer((req) => {
+    req.socket.on('close', () => closed()); // never answers: the job is still waiting
+  });
+  await new Promise<void>((resolve) => admin.listen(0, '127.0.0.1', resolve));
+  t.teardown(() => {
+    admin.closeAllConnections();
+    admin.close();
+  });
+  const { port } = admin.address() as AddressInfo;
+  const passThrough = createAdminPassThrough(`http://127.0.0.1:${port}`, { answerWithinMs: 30_000, maxPending: 10 });
+  t.teardown(() => passThrough.close());
+  const client = new AbortController();
+  const answer = passThrough.handle({ ...request('/policy/replay'), signal: client.signal });
+  await new Promise((r) => setTimeout(r, 100));
+  const started = Date.now();
+  client.abort();
+  await adminSawClose;
+  t.ok(Date.now() - started < 5_000, `the admin process saw the request end ${Date.now() - started} ms after the client left, not at the 30 s deadline`);
+  t.equal((await answer).status, 503, 'an answer nobody reads');
+});

@@ -155,3 +155,41 @@ t.test('the counts are released as jobs start, and a job that throws still relea
   for (const g of again) g.open();
   t.same(await Promise.all(runs), ['done', 'done']);
 });
+
+t.test('a waiting job whose client left gives its place up at once and never runs; one already running is not stopped', async (t) => {
+  const jobs = new OneAtATime('test jobs', 16, 2);
+  const running = gated();
+  const first = jobs.run('a', running.job);
+  await turns();
+  const left = gated();
+  const client = new AbortController();
+  const abandoned = jobs.run('a', left.job, client.signal);
+  const kept = gated();
+  const next = jobs.run('a', kept.job);
+  t.equal(jobs.waitingOf('a'), 2);
+  client.abort();
+  t.equal(jobs.waitingOf('a'), 1, 'its place is free as soon as its client leaves');
+  const another = gated();
+  const taken = jobs.run('a', another.job);
+  t.equal(jobs.waitingOf('a'), 2, 'so the org may ask again at once');
+  running.open();
+  t.equal(await first, 'done', 'the running job ran on');
+  const skipped = await abandoned.then(() => null, (err: unknown) => err);
+  t.ok(skipped instanceof GuardError && !left.started(), `the abandoned job never started (${(skipped as Error).message})`);
+  await turns();
+  t.ok(kept.started(), 'the next job took its turn');
+  kept.open();
+  another.open();
+  t.same(await Promise.all([next, taken]), ['done', 'done']);
+  t.equal(jobs.waiting, 0);
+
+  // A client that leaves once its job has started changes nothing.
+  const late = new AbortController();
+  const started = gated();
+  const run = jobs.run('a', started.job, late.signal);
+  await turns();
+  late.abort();
+  started.open();
+  t.equal(await run, 'done', 'a started job runs to its end');
+  t.equal(jobs.waitingOf('a'), 0);
+});
