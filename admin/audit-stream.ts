@@ -10,7 +10,8 @@
 // and the rows show once it commits, so each poll reads back WRITTEN_OVERLAP_MS
 // before its cursor and skips the ids it already sent. It reads that window's
 // row counts per org and insert (one written_at millisecond each), not its ids:
-// ids only from the first insert that holds rows not sent yet, mostly the newest.
+// ids only from the first insert that holds rows not sent yet, mostly the newest;
+// and whole entries only of rows written after a stream of their org opened.
 // Reading every id of the window cost ~4 µs a row each poll, 15 s of rows four
 // times a second: a fifth to a third of the event loop at 1,000 rows/s. The limit: a row whose
 // insert takes longer than the overlap to commit is not streamed (it is in GET
@@ -171,7 +172,17 @@ export class AuditStreamHub {
       const windowMs = Math.max(0, this.#cursorMs - WRITTEN_OVERLAP_MS);
       const fromMs = this.#firstNews(await store.writtenCounts(orgs, windowMs), windowMs - DATED_WITHIN_MS);
       // The floor of the rows' dates the counts had (windowMs), not fromMs's: rows between the two were counted and would never be listed.
-      const fresh = fromMs === null ? [] : (await store.writtenSince(orgs, fromMs, windowMs)).filter((w) => !this.#seen.has(w.id));
+      const listed = fromMs === null ? [] : (await store.writtenSince(orgs, fromMs, windowMs)).filter((w) => !this.#seen.has(w.id));
+      // Rows written before every stream of their org opened are no one's news:
+      // counted as sent, never fetched. A stream opening on an org that writes
+      // 1,000 rows a second fetched the 15,000 whole entries before it, outputs
+      // and all, to drop them.
+      const firstSince = this.#firstSinceByOrg();
+      const fresh: WrittenId[] = [];
+      for (const w of listed) {
+        if (w.writtenMs < (firstSince.get(w.orgId) ?? Infinity)) this.#markSent(w);
+        else fresh.push(w);
+      }
       for (let i = 0; i < fresh.length; i += FETCH_CHUNK) {
         const chunk = fresh.slice(i, i + FETCH_CHUNK);
         const written = new Map<string, WrittenId>(chunk.map((w) => [w.id, w]));
@@ -183,12 +194,7 @@ export class AuditStreamHub {
         for (const record of await store.writtenEntries(orgs, [...written.keys()], windowMs)) {
           const w = written.get(record.id)!;
           if (this.#seen.has(record.id)) continue;
-          this.#seen.set(record.id, w.writtenMs);
-          let sentOf = this.#seenAt.get(w.writtenMs);
-          if (sentOf === undefined) this.#seenAt.set(w.writtenMs, (sentOf = new Map()));
-          const dates = sentOf.get(w.orgId);
-          if (dates === undefined) sentOf.set(w.orgId, [Date.parse(record.timestamp)]);
-          else dates.push(Date.parse(record.timestamp));
+          this.#markSent(w);
           this.#collect(record, w.writtenMs, pending);
         }
         for (const [sub, batch] of pending) if (batch.events.length > 0) sub.sink.write(batch.events.join(''));
@@ -206,6 +212,27 @@ export class AuditStreamHub {
     } finally {
       this.#polling = false;
     }
+  }
+
+  /** Records a row as sent: its id, and its date among its insert's (#firstNews counts them). */
+  #markSent(w: WrittenId): void {
+    this.#seen.set(w.id, w.writtenMs);
+    let sentOf = this.#seenAt.get(w.writtenMs);
+    if (sentOf === undefined) this.#seenAt.set(w.writtenMs, (sentOf = new Map()));
+    const dates = sentOf.get(w.orgId);
+    if (dates === undefined) sentOf.set(w.orgId, [w.dateMs]);
+    else dates.push(w.dateMs);
+  }
+
+  /** When the first open stream of each subscribed org opened (store clock). */
+  #firstSinceByOrg(): Map<string, number> {
+    const first = new Map<string, number>();
+    for (const [orgId, subs] of this.#byOrg) {
+      let since = Infinity;
+      for (const sub of subs) since = Math.min(since, sub.sinceMs);
+      first.set(orgId, since);
+    }
+    return first;
   }
 
   /**

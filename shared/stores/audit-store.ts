@@ -144,11 +144,12 @@ export interface VerifyGroup {
   oldInWindow: EntryRef | null;
 }
 
-/** A row's id and when the store inserted it (written_at, ms since the epoch by the store's clock). */
+/** A row's id, when the store inserted it (written_at, ms since the epoch by the store's clock) and its date (timestamp, ms). */
 export interface WrittenId {
   id: string;
   orgId: string;
   writtenMs: number;
+  dateMs: number;
 }
 
 /** The rows of one org that the store inserted at one millisecond (written_at). */
@@ -224,7 +225,7 @@ export interface AuditStore {
   clockMs(): Promise<number>;
   /**
    * The rows of these orgs inserted at or after `sinceMs` (store clock), oldest
-   * written first: ids only (live audit stream). All three `written` reads take
+   * written first: ids and dates only (live audit stream). All three `written` reads take
    * only rows dated at most a day before `floorMs` (default `sinceMs`; the others'
    * floor is their `sinceMs`): a poll passes one floor to the three.
    */

@@ -16,14 +16,20 @@ import { eventually } from '../support/eventually.js';
 const audit = await openAuditStoreOnDemand();
 t.teardown(() => audit.close());
 
-/** The real store, counting the ids its writtenSince hands the poller. */
+/** The real store, counting the ids its writtenSince hands the poller and the whole entries it fetches. */
 let idsRead = 0;
+let entriesRead = 0;
 const store: AuditStore = {
   ...audit.store,
   writtenSince: async (orgIds, sinceMs, floorMs) => {
     const ids = await audit.store.writtenSince(orgIds, sinceMs, floorMs);
     idsRead += ids.length;
     return ids;
+  },
+  writtenEntries: async (orgIds, ids, sinceMs) => {
+    const entries = await audit.store.writtenEntries(orgIds, ids, sinceMs);
+    entriesRead += entries.length;
+    return entries;
   },
 };
 
@@ -95,6 +101,23 @@ t.test('rows dated up to a day before the window (a spool replayed after a long 
   await store.insertEncoded(records.map((r) => store.encode(r)).join(''), randomUUID());
   await eventually(async () => (sent.length >= 3 ? true : undefined), 5_000).catch(() => undefined);
   t.same(new Set(sent), new Set(records.map((r) => r.id)), 'the three old-dated entries arrive');
+});
+
+t.test('a stream opening on an org that writes fetches none of the entries written before it, and gets those after', async (t) => {
+  const orgId = randomUUID();
+  await insert(orgId, 2000); // in the 15 s each poll reads back
+  const hub = new AuditStreamHub({ store, pollMs: 50, keepaliveMs: 60_000, log: createLogger('warn', (l) => console.error(l)) });
+  t.teardown(() => hub.close());
+  const sent: string[] = [];
+  entriesRead = 0;
+  (await hub.subscribe(orgId, {}))(idsInto(sent));
+  await new Promise((r) => setTimeout(r, 400)); // several polls
+  t.equal(entriesRead, 0, 'the 2,000 entries before it are not fetched (they were fetched whole, then dropped)');
+  t.equal(sent.length, 0, 'nor sent');
+  const after = await insert(orgId, 5);
+  await eventually(async () => (sent.length >= 5 ? true : undefined), 10_000);
+  t.same(new Set(sent), new Set(after), 'the 5 written after it, each once');
+  t.equal(entriesRead, 5, 'and only those fetched');
 });
 
 t.test('streams are bounded: 32 of one org (429), 256 in all (503), counted while they open', async (t) => {

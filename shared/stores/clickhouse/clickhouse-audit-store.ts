@@ -516,12 +516,12 @@ export class ClickHouseAuditStore implements AuditStore {
   async writtenSince(orgIds: readonly string[], sinceMs: number, floorMs = sinceMs): Promise<WrittenId[]> {
     const orgs = orgIds.filter((o) => UUID_RE.test(o));
     if (orgs.length === 0) return [];
-    const rows = await this.#query<{ id: string; org_id: string; written: number | string }>(
-      `SELECT id, org_id, toUnixTimestamp64Milli(written_at) AS written FROM ${AUDIT_TABLE}
+    const rows = await this.#query<{ id: string; org_id: string; written: number | string; date: number | string }>(
+      `SELECT id, org_id, toUnixTimestamp64Milli(written_at) AS written, toUnixTimestamp64Milli(timestamp) AS date FROM ${AUDIT_TABLE}
        WHERE ${WRITTEN_WINDOW} ORDER BY written_at, timestamp, id`,
       { orgs, since: epochMs(sinceMs), floor: epochMs(floorMs) },
     );
-    return rows.map((r) => ({ id: r.id, orgId: r.org_id, writtenMs: Number(r.written) }));
+    return rows.map((r) => ({ id: r.id, orgId: r.org_id, writtenMs: Number(r.written), dateMs: Number(r.date) }));
   }
 
   async writtenCounts(orgIds: readonly string[], sinceMs: number): Promise<WrittenCount[]> {
