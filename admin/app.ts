@@ -175,7 +175,8 @@ export function createAdminApp(ctx: AdminContext, log: Logger): AdminApp {
       return await dispatch(req);
     } catch (err) {
       if (!(err instanceof GuardError)) log.error('admin request failed', { method: req.method, path: req.path, err });
-      else if (err.status >= 500) log.warn('admin request failed', { method: req.method, path: req.path, code: err.code });
+      // An answer whose client left (a heavy job it waited for, skipped) is read by no one: not a failure to report.
+      else if (err.status >= 500 && req.signal?.aborted !== true) log.warn('admin request failed', { method: req.method, path: req.path, code: err.code });
       const storeDown = isStoreUnavailable(err);
       if (storeDown && ctx.metrics) ctx.metrics.storeErrors++;
       const { status, body, headers } = toErrorResponse(storeDown ? new GuardError('unavailable') : err);

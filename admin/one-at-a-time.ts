@@ -46,6 +46,8 @@ export class OneAtATime {
    * gives its place up at once and never runs.
    */
   run<T>(org: string, job: () => Promise<T>, signal?: AbortSignal): Promise<T> {
+    // Its client left before it got here (while its caller was checked): no place, no run.
+    if (signal?.aborted) return Promise.reject(skipped(this.#what));
     // The org's own share first: when both are full, 429 tells it that it is the one to wait.
     const mine = this.waitingOf(org);
     if (mine >= this.#maxWaitingPerOrg) {
@@ -69,13 +71,18 @@ export class OneAtATime {
     // #tail never rejects, so this always runs: the counts are released before the job can throw.
     const run = this.#tail.then(() => {
       signal?.removeEventListener('abort', leave);
-      if (!waiting) throw new GuardError('unavailable', `The client of this job left before it started; ${this.#what} skip such jobs.`);
+      if (!waiting) throw skipped(this.#what);
       leave();
       return job();
     });
     this.#tail = run.catch(() => undefined);
     return run;
   }
+}
+
+/** What a job whose client left before it started answers (to no one). */
+function skipped(what: string): GuardError {
+  return new GuardError('unavailable', `The client of this job left before it started; ${what} skip such jobs.`);
 }
 
 /** Jobs of one kind that may wait behind the one running, per process. */

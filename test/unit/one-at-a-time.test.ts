@@ -183,6 +183,15 @@ t.test('a waiting job whose client left gives its place up at once and never run
   t.same(await Promise.all([next, taken]), ['done', 'done']);
   t.equal(jobs.waiting, 0);
 
+  // A client that left before its job reached the queue: no place taken, never run.
+  const before = new AbortController();
+  before.abort();
+  const never = gated();
+  const refusedAtOnce = await jobs.run('a', never.job, before.signal).then(() => null, (err: unknown) => err);
+  t.ok(refusedAtOnce instanceof GuardError && jobs.waitingOf('a') === 0, 'a job whose client already left takes no place');
+  await turns();
+  t.notOk(never.started(), 'and never runs');
+
   // A client that leaves once its job has started changes nothing.
   const late = new AbortController();
   const started = gated();
