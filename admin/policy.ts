@@ -1,8 +1,8 @@
 // Policies: get and set an agent's YAML policy, and the policy check.
 import { GuardError } from '../shared/errors.js';
-import { evaluatePolicy, evaluateShadow, matchingLimits, parsePolicy, STORED_POLICY_LIMITS } from '../shared/policy/index.js';
+import { evaluateShadow, matchingLimits, parsePolicy, STORED_POLICY_LIMITS } from '../shared/policy/index.js';
 import { isoInstant } from '../shared/iso-instant.js';
-import { MCP_NAMES_TOO_LONG_DECISION, mcpCallReading, mcpNamesTooLong, MCP_TOOL_METHODS } from '../shared/mcp.js';
+import { mcpCallReading, mcpNamesUnsearched, mcpRequestDecision, MCP_TOOL_METHODS } from '../shared/mcp.js';
 import { replayPolicy } from './replay.js';
 import { policyInputs, REFUSED_PATH_PARTS } from '../shared/target.js';
 import type { AdminContext, Handler } from './context.js';
@@ -74,8 +74,8 @@ export function policyHandlers(ctx: AdminContext) {
     }
     const method = action.toUpperCase();
     // Names too long to search (a resource's URI in three spellings): as the proxy, refused unsearched, and shadow rules see the head.
-    const namesTooLong = mcp !== null && compiled !== null && (compiled.scansMcpNames || compiled.shadowScansMcpNames) && mcpNamesTooLong([mcp]);
-    const result = namesTooLong && compiled!.scansMcpNames ? MCP_NAMES_TOO_LONG_DECISION : evaluatePolicy(compiled, inputs.tool, method, inputs.path, mcp);
+    const result = mcpRequestDecision(compiled, inputs.tool, method, inputs.path, mcp);
+    const unsearched = mcp !== null && compiled !== null && mcpNamesUnsearched(compiled, [mcp]);
     // The limits that would count the call if the rules allow it; nothing is counted here.
     const limits = result.decision === 'deny' ? [] : matchingLimits(compiled, inputs.tool, method, inputs.path, mcp).map((limit) => ({
       name: limit.name,
@@ -84,7 +84,7 @@ export function policyHandlers(ctx: AdminContext) {
       quota: limit.quota,
       window_seconds: limit.windowMs / 1000,
     }));
-    const shadow = evaluateShadow(compiled, inputs.tool, method, inputs.path, mcp === null || namesTooLong ? null : [mcp]);
+    const shadow = evaluateShadow(compiled, inputs.tool, method, inputs.path, mcp === null || unsearched ? null : [mcp]);
     return json(200, {
       decision: result.decision,
       message: result.message,

@@ -6,9 +6,9 @@
 // decision. A candidate's `approve` counts as not forwarded on its own: an
 // allowed call it would hold is allow_to_deny (its sample says approve), a denied
 // one stays unchanged. POST /policy/replay answers with this; bench/micro/replay.ts times it.
-import { evaluatePolicy, type CompiledPolicy, type PolicyDecision, type RuleVerdict } from '../shared/policy/index.js';
+import type { CompiledPolicy, PolicyDecision, RuleVerdict } from '../shared/policy/index.js';
 import { REPLAY_SAMPLE_GROUPS, type AuditStore, type ReplayGroupKey } from '../shared/stores/audit-store.js';
-import { MCP_NAMES_TOO_LONG_DECISION, mcpCallReading, mcpNamesTooLong } from '../shared/mcp.js';
+import { mcpCallReading, mcpRequestDecision } from '../shared/mcp.js';
 import { normalizePolicyPath } from '../shared/target.js';
 
 /** Changed calls listed, at most. */
@@ -72,10 +72,8 @@ export async function replayPolicy(store: AuditStore, orgId: string, agentId: st
       // As the proxy reads it (a resource's URI also normalised); a URI that does not parse (recorded before the proxy refused it) on its own.
       const mcpTool = group.mcpTool === '' ? null : group.mcpTool;
       const mcp = group.mcpMethod === '' ? null : mcpCallReading(group.mcpMethod, mcpTool) ?? { method: group.mcpMethod, tool: mcpTool };
-      // The proxy would not search names that long under this candidate: refused unsearched.
-      const would = candidate.scansMcpNames && mcp !== null && mcpNamesTooLong([mcp])
-        ? MCP_NAMES_TOO_LONG_DECISION
-        : evaluatePolicy(candidate, group.toolName, group.action, path, mcp);
+      // As the proxy decides it: names too long for a candidate that searches them are refused unsearched.
+      const would = mcpRequestDecision(candidate, group.toolName, group.action, path, mcp);
       const forwards = would.decision === 'allow';
       if (group.decision === 'allowed' && !forwards) {
         allowToDeny += group.calls;

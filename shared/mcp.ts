@@ -2,7 +2,7 @@
 // Streamable HTTP transport posts one request, or a batch), as the policy's
 // `mcp_method` / `mcp_tool` see them. Used only for policies that name them.
 import { isUtf8 } from 'node:buffer';
-import { UNINSPECTABLE_RULE, type McpCall, type PolicyDecision } from './policy/index.js';
+import { evaluatePolicy, UNINSPECTABLE_RULE, type CompiledPolicy, type McpCall, type PolicyDecision } from './policy/index.js';
 
 /** The most body the proxy reads to decide an MCP-aware policy (1 MiB); a larger one cannot be inspected. */
 export const MCP_INSPECT_MAX_BYTES = 1024 * 1024;
@@ -34,8 +34,24 @@ export const MCP_BATCH_DISTINCT_MAX = 100;
  */
 export const MCP_NAMES_MAX_CHARS = 16 * 1024;
 
+/**
+ * The policy searches MCP names (a rule, limit or shadow rule has a glob such
+ * as `*delete*`) and `calls` name more than MCP_NAMES_MAX_CHARS. The proxy then
+ * refuses the body when an enforced rule or limit searches, and shows shadow
+ * rules the call's head alone; check and replay decide alike (mcpRequestDecision).
+ */
+export function mcpNamesUnsearched(policy: CompiledPolicy, calls: readonly (McpCall | null)[]): boolean {
+  return (policy.scansMcpNames || policy.shadowScansMcpNames) && mcpNamesTooLong(calls);
+}
+
+/** One request (a check's, a recorded call's) decided as the proxy decides a body of it alone. */
+export function mcpRequestDecision(policy: CompiledPolicy | null, tool: string, action: string, path: string, mcp: McpCall | null): PolicyDecision {
+  if (policy?.scansMcpNames === true && mcp !== null && mcpNamesTooLong([mcp])) return MCP_NAMES_TOO_LONG_DECISION;
+  return evaluatePolicy(policy, tool, action, path, mcp);
+}
+
 /** `calls` name more than MCP_NAMES_MAX_CHARS: methods and tool names, every spelling of a resource's URI included. */
-export function mcpNamesTooLong(calls: readonly (McpCall | null)[]): boolean {
+function mcpNamesTooLong(calls: readonly (McpCall | null)[]): boolean {
   let chars = 0;
   for (const call of calls) {
     if (call === null) continue;
@@ -52,7 +68,7 @@ export const MCP_NAMES_TOO_LONG = `a body whose methods and tool names come to m
  * The proxy's answer to such a body, under an enforced rule or limit that
  * searches names, as replay and check report it: refused unsearched.
  */
-export const MCP_NAMES_TOO_LONG_DECISION: PolicyDecision = Object.freeze({
+const MCP_NAMES_TOO_LONG_DECISION: PolicyDecision = Object.freeze({
   decision: 'deny',
   ruleMatched: UNINSPECTABLE_RULE,
   message: `The policy decides on the JSON-RPC body, and ${MCP_NAMES_TOO_LONG} cannot be inspected.`,

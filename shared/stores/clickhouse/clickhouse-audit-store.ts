@@ -270,10 +270,9 @@ export class ClickHouseAuditStore implements AuditStore {
   async summary(orgId: string, since: Date, until: Date, maxAgents: number): Promise<AuditSummary> {
     if (!UUID_RE.test(orgId)) return { calls: 0, denied: 0, agentsTotal: 0, agents: [] };
     const params: QueryParams = { org: orgId, since: toChDateTime(since), until: toChDateTime(until), maxAgents: nonNegativeInt(maxAgents, 'maxAgents') };
-    const window = REPORT_WINDOW;
     const [totals, agents] = await Promise.all([
       this.#query<{ calls: number | string; denied: number | string; agents: number | string }>(
-        `SELECT count() AS calls, countIf(decision = 'denied') AS denied, uniqExact(agent_id) AS agents FROM ${AUDIT_TABLE} WHERE ${window}`,
+        `SELECT count() AS calls, countIf(decision = 'denied') AS denied, uniqExact(agent_id) AS agents FROM ${AUDIT_TABLE} WHERE ${REPORT_WINDOW}`,
         params,
       ),
       this.#query<PerAgentRow>(`${perAgentSql(REPORT_WINDOW)} LIMIT {maxAgents:UInt32}`, params),
