@@ -7,7 +7,7 @@
 // only shadow rules name MCP fields, nothing is refused for the body: it is read
 // when it can be (identity, a known length up to 1 MiB, JSON) so that those
 // rules can match. Any other policy decided in authorize.ts; nothing here.
-import { MCP_BATCH_DISTINCT_MAX, MCP_BATCH_MAX, MCP_INSPECT_MAX_BYTES, MCP_NAMES_TOO_LONG, mcpNamesUnsearched, readJsonRpc } from '../shared/mcp.js';
+import { MCP_BATCH_DISTINCT_MAX, MCP_BATCH_MAX, MCP_INSPECT_MAX_BYTES, mcpNamesTooLongText, mcpNamesUnsearched, readJsonRpc } from '../shared/mcp.js';
 import { evaluatePolicy, UNINSPECTABLE_RULE, type CompiledPolicy, type McpCall, type PolicyDecision } from '../shared/policy/index.js';
 import { applyDecision, decideOnHead, recordShadow } from './authorize.js';
 import type { ProxyExchange, Stage } from './exchange.js';
@@ -89,7 +89,7 @@ function decide(ex: ProxyExchange, policy: CompiledPolicy, bytes: Buffer | null,
   // bound, the body cannot be inspected for them, and shadow rules see the head.
   let shadowSeesBody = true;
   if (mcpNamesUnsearched(policy, calls)) {
-    if (policy.scansMcpNames) return uninspectable(ex, MCP_NAMES_TOO_LONG);
+    if (policy.scansMcpNames) return uninspectable(ex, mcpNamesTooLongText(policy));
     shadowSeesBody = false;
   }
 

@@ -2,7 +2,7 @@
 // Streamable HTTP transport posts one request, or a batch), as the policy's
 // `mcp_method` / `mcp_tool` see them. Used only for policies that name them.
 import { isUtf8 } from 'node:buffer';
-import { evaluatePolicy, UNINSPECTABLE_RULE, type CompiledPolicy, type McpCall, type PolicyDecision } from './policy/index.js';
+import { evaluatePolicy, MCP_NAMES_MAX_CHARS, UNINSPECTABLE_RULE, type CompiledPolicy, type McpCall, type PolicyDecision } from './policy/index.js';
 
 /** The most body the proxy reads to decide an MCP-aware policy (1 MiB); a larger one cannot be inspected. */
 export const MCP_INSPECT_MAX_BYTES = 1024 * 1024;
@@ -24,56 +24,52 @@ export const MCP_BATCH_MAX = 1000;
 export const MCP_BATCH_DISTINCT_MAX = 100;
 
 /**
- * The most characters of methods and tool names (each resource URI in each of
- * its spellings) a body may hold, all its requests together, when the policy
- * has an MCP glob that searches them (`*delete*`, CompiledPolicy.scansMcpNames).
- * Each such glob searches each name: a 256 KiB policy of 3,900 rules `*a<n>*`
- * against a tool name of 1 MiB of `a` held the event loop 28 s a call. With
- * at most MAX_MCP_SCANNING_GLOBS of them, of MAX_MCP_SCANNED_PIECE_CHARS each, a call's worst is tens of ms
- * (policy.test.ts, "MCP globs that search names").
- */
-export const MCP_NAMES_MAX_CHARS = 16 * 1024;
-
-/**
  * The policy searches MCP names (a rule, limit or shadow rule has a glob such
- * as `*delete*`) and `calls` name more than MCP_NAMES_MAX_CHARS. The proxy then
+ * as `*delete*`) and `calls` name more than it may search (MCP_NAMES_MAX_CHARS, or
+ * less for a policy saved before the bounds: CompiledPolicy.mcpNamesMaxChars). The proxy then
  * refuses the body when an enforced rule or limit searches, and shows shadow
  * rules the call's head alone; check and replay decide alike (mcpRequestDecision).
  */
 export function mcpNamesUnsearched(policy: CompiledPolicy, calls: readonly (McpCall | null)[]): boolean {
-  return (policy.scansMcpNames || policy.shadowScansMcpNames) && mcpNamesTooLong(calls);
+  return (policy.scansMcpNames || policy.shadowScansMcpNames) && mcpNamesTooLong(calls, policy.mcpNamesMaxChars);
 }
 
 /** One request (a check's, a recorded call's) decided as the proxy decides a body of it alone. */
 export function mcpRequestDecision(policy: CompiledPolicy | null, tool: string, action: string, path: string, mcp: McpCall | null): PolicyDecision {
-  if (policy?.scansMcpNames === true && mcp !== null && mcpNamesTooLong([mcp])) return MCP_NAMES_TOO_LONG_DECISION;
+  if (policy?.scansMcpNames === true && mcp !== null && mcpNamesTooLong([mcp], policy.mcpNamesMaxChars)) return mcpNamesTooLongDecision(policy);
   return evaluatePolicy(policy, tool, action, path, mcp);
 }
 
-/** `calls` name more than MCP_NAMES_MAX_CHARS: methods and tool names, every spelling of a resource's URI included. */
-function mcpNamesTooLong(calls: readonly (McpCall | null)[]): boolean {
+/** `calls` name more than `max` characters: methods and tool names, every spelling of a resource's URI included. */
+function mcpNamesTooLong(calls: readonly (McpCall | null)[], max: number): boolean {
   let chars = 0;
   for (const call of calls) {
     if (call === null) continue;
     chars += call.method.length + (call.tool?.length ?? 0);
     if (call.readAs !== undefined) for (const name of call.readAs) chars += name.length;
   }
-  return chars > MCP_NAMES_MAX_CHARS;
+  return chars > max;
 }
 
-/** What a body whose names are too long to search is (the proxy refuses it as uninspectable_body). */
-export const MCP_NAMES_TOO_LONG = `a body whose methods and tool names come to more than ${MCP_NAMES_MAX_CHARS / 1024} KiB`;
+/** What a body whose names are too long for `policy` to search is (the proxy refuses it as uninspectable_body). */
+export function mcpNamesTooLongText(policy: CompiledPolicy): string {
+  const max = policy.mcpNamesMaxChars;
+  if (max === MCP_NAMES_MAX_CHARS) return `a body whose methods and tool names come to more than ${MCP_NAMES_MAX_CHARS / 1024} KiB`;
+  return `a body whose methods and tool names come to more than ${max.toLocaleString('en-US')} characters (the bound of a policy saved before the MCP globs' bounds that exceeds them; set it again to lift it to ${MCP_NAMES_MAX_CHARS / 1024} KiB)`;
+}
 
 /**
  * The proxy's answer to such a body, under an enforced rule or limit that
  * searches names, as replay and check report it: refused unsearched.
  */
-const MCP_NAMES_TOO_LONG_DECISION: PolicyDecision = Object.freeze({
-  decision: 'deny',
-  ruleMatched: UNINSPECTABLE_RULE,
-  message: `The policy decides on the JSON-RPC body, and ${MCP_NAMES_TOO_LONG} cannot be inspected.`,
-  approvalTimeoutS: 0,
-});
+function mcpNamesTooLongDecision(policy: CompiledPolicy): PolicyDecision {
+  return Object.freeze({
+    decision: 'deny',
+    ruleMatched: UNINSPECTABLE_RULE,
+    message: `The policy decides on the JSON-RPC body, and ${mcpNamesTooLongText(policy)} cannot be inspected.`,
+    approvalTimeoutS: 0,
+  });
+}
 
 /** The methods whose request names a tool (a prompt's or tool's name, a resource's URI); any other has none. */
 export const MCP_TOOL_METHODS: ReadonlySet<string> = new Set(['tools/call', 'prompts/get', 'resources/read']);

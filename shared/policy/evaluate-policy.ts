@@ -163,10 +163,20 @@ function matchesMcp(m: CallMatcher, mcp: McpCall | null, readAs: string | undefi
 }
 
 /**
+ * The longest middle part searched with `indexOf`. V8's skips ahead by the last
+ * 250 characters of what it seeks; past that it compares in time of the part's
+ * length × the text's where they agree (100 uses of a 6,000-character part
+ * against 16 KiB of `a` took 1.2 s). A longer part, which only a policy saved
+ * before the bound on it can hold (MAX_MCP_SCANNED_PIECE_CHARS), is searched
+ * by Knuth-Morris-Pratt instead: linear in the text (policy.test.ts).
+ */
+export const INDEXOF_MAX_PART_CHARS = 200;
+
+/**
  * `text` matches the glob whose literal parts (split at `*`) are `parts`: the
  * first is a prefix, the last a suffix, and the middle ones occur in order
  * between them. Taking each middle part at its first occurrence is enough
- * (any later match could use it too), so this is one indexOf per part: linear
+ * (any later match could use it too), so this is one search per part: linear
  * in the text, where a backtracking RegExp of several `.*` is not.
  */
 export function matchGlob(parts: readonly string[], text: string): boolean {
@@ -178,11 +188,42 @@ export function matchGlob(parts: readonly string[], text: string): boolean {
   const end = text.length - last.length;
   for (let i = 1; i < parts.length - 1; i++) {
     const part = parts[i]!;
-    const found = text.indexOf(part, at);
+    const found = part.length <= INDEXOF_MAX_PART_CHARS ? text.indexOf(part, at) : linearIndexOf(text, parts, i, at);
     if (found < 0 || found + part.length > end) return false;
     at = found + part.length;
   }
   return true;
+}
+
+/** Each long part's KMP failure table, by the parts array holding it (each glob's is compiled once and shared). */
+const failureTables = new WeakMap<readonly string[], Int32Array[]>();
+
+/** `text.indexOf(parts[i], from)`, by Knuth-Morris-Pratt: at most 2 × text.length comparisons. */
+function linearIndexOf(text: string, parts: readonly string[], i: number, from: number): number {
+  const part = parts[i]!;
+  let tables = failureTables.get(parts);
+  if (tables === undefined) failureTables.set(parts, (tables = []));
+  const fail = (tables[i] ??= failureTable(part));
+  let k = 0;
+  for (let j = from; j < text.length; j++) {
+    const c = text.charCodeAt(j);
+    while (k > 0 && c !== part.charCodeAt(k)) k = fail[k - 1]!;
+    if (c === part.charCodeAt(k) && ++k === part.length) return j - k + 1;
+  }
+  return -1;
+}
+
+/** fail[q]: the length of the longest proper prefix of part[0..q] that is also its suffix. */
+function failureTable(part: string): Int32Array {
+  const fail = new Int32Array(part.length);
+  let k = 0;
+  for (let q = 1; q < part.length; q++) {
+    const c = part.charCodeAt(q);
+    while (k > 0 && c !== part.charCodeAt(k)) k = fail[k - 1]!;
+    if (c === part.charCodeAt(k)) k++;
+    fail[q] = k;
+  }
+  return fail;
 }
 
 function matchesTool(rule: CallMatcher, tool: string): boolean {

@@ -36,7 +36,7 @@ import { normalizePolicyPath, parseTarget, REFUSED_PATH_PARTS } from '../target.
 import { PathMatch, ToolMatch } from './types.js';
 import { APPROVAL_TIMEOUT, LIMIT_RULE_PREFIX, PENDING_APPROVALS_LIMIT, RATE_PERIODS, TARGET_FORBIDDEN_RULE, UNINSPECTABLE_RULE } from './types.js';
 import type { CallMatcher, CompiledLimit, CompiledPolicy, CompiledRule, PolicyDecision, PolicyVerdict, RatePeriod, RuleVerdict, TextTest } from './types.js';
-import { matchGlob } from './evaluate-policy.js';
+import { INDEXOF_MAX_PART_CHARS, matchGlob } from './evaluate-policy.js';
 
 /** The largest policy text accepted, in UTF-8 bytes (256 KiB). Checked before parsing. */
 export const MAX_POLICY_BYTES = 256 * 1024;
@@ -76,12 +76,11 @@ export const MAX_PATTERN_PATH_CHARS = 16_384;
  */
 export const MAX_MCP_SCANNING_GLOBS = 256;
 /**
- * The longest text between two wildcards of an MCP glob. V8's indexOf skips
- * ahead by the last 250 characters of what it seeks: a longer piece is compared
- * in time of its length × the name's where those agree (a 6,000-character
- * piece against 16 KiB of one letter took 19 ms, one of 250 or fewer ~0.01 ms).
+ * The longest text between two wildcards of an MCP glob: what matchGlob searches
+ * with V8's indexOf (INDEXOF_MAX_PART_CHARS). A longer piece of a policy saved
+ * before this bound is searched by a slower linear search.
  */
-export const MAX_MCP_SCANNED_PIECE_CHARS = 200;
+export const MAX_MCP_SCANNED_PIECE_CHARS = INDEXOF_MAX_PART_CHARS;
 /**
  * The characters of MCP globs one policy may hold, each use counted: each is
  * compared with every name (three spellings of a resource's URI) of every
@@ -89,6 +88,30 @@ export const MAX_MCP_SCANNED_PIECE_CHARS = 200;
  * 250 KB prefix: 52 ms a call). Text alone cannot pass it, only aliases.
  */
 export const MAX_MCP_GLOB_CHARS = MAX_POLICY_BYTES;
+
+/**
+ * The most characters of methods and tool names (each resource URI in each of
+ * its spellings) a body may hold, all its requests together, when the policy
+ * has an MCP glob that searches them (`*delete*`, CompiledPolicy.scansMcpNames).
+ * Each such glob searches each name: a 256 KiB policy of 3,900 rules `*a<n>*`
+ * against a tool name of 1 MiB of `a` held the event loop 28 s a call. With
+ * at most MAX_MCP_SCANNING_GLOBS of them, of MAX_MCP_SCANNED_PIECE_CHARS each, a call's worst is tens of ms
+ * (policy.test.ts, "MCP globs that search names").
+ */
+export const MCP_NAMES_MAX_CHARS = 16 * 1024;
+
+/**
+ * A policy saved before the MCP globs' bounds (2026-11-29) may exceed them: its
+ * names bound shrinks to keep a call's work at what the bounds allow
+ * (CompiledPolicy.mcpNamesMaxChars). 3,500 searching globs against names of
+ * 16 KiB held the event loop 0.4 s a call; their bound is 1,198 characters.
+ */
+function mcpNamesBound(scanningGlobs: number, globChars: number, globs: number): number {
+  let bound = scanningGlobs === 0 ? Infinity : Math.min(MCP_NAMES_MAX_CHARS, Math.floor((MCP_NAMES_MAX_CHARS * MAX_MCP_SCANNING_GLOBS) / scanningGlobs));
+  // Each glob compares its ends with a name in at most the name's length: so many globs compare at most so many times it.
+  if (globChars > MAX_MCP_GLOB_CHARS) bound = Math.min(bound, Math.floor(MAX_MCP_GLOB_CHARS / globs));
+  return bound;
+}
 
 export interface PolicyLimits {
   readonly maxBytes: number;
@@ -118,9 +141,10 @@ export const POLICY_LIMITS: PolicyLimits = Object.freeze({
 
 /**
  * A policy read back from the store: one saved before the path-glob bounds
- * (2026-11-27) may exceed them, and it keeps deciding as it did (refusing it
- * would fail every call of its agent with 500) until it is set again. Every
- * other bound was checked when it was saved.
+ * (2026-11-27) or the MCP globs' (2026-11-29) may exceed them, and it keeps
+ * deciding as it did (refusing it would fail every call of its agent with 500)
+ * until it is set again; past the MCP ones, on shorter names (mcpNamesBound).
+ * Every other bound was checked when it was saved.
  */
 export const STORED_POLICY_LIMITS: PolicyLimits = Object.freeze({
   ...POLICY_LIMITS,
@@ -211,18 +235,21 @@ const compiling = {
   limits: POLICY_LIMITS,
   /** Characters left of path globs of two or more wildcards (maxPatternPathChars). */
   pathGlobChars: 0,
-  /** MCP globs that search names left (maxMcpScanningGlobs). */
+  /** MCP globs that search names so far (maxMcpScanningGlobs), each use counted. */
   mcpScanningGlobs: 0,
-  /** Characters left of MCP globs (maxMcpGlobChars). */
+  /** Characters of MCP globs so far (maxMcpGlobChars), each use counted... */
   mcpGlobChars: 0,
+  /** ...and their uses. */
+  mcpGlobs: 0,
   tools: new Map<string, ToolMatcher>(),
   paths: new Map<string, CompiledPathGlob>(),
   mcp: new Map<string, readonly string[] | null>(),
   start(limits: PolicyLimits): void {
     this.limits = limits;
     this.pathGlobChars = limits.maxPatternPathChars;
-    this.mcpScanningGlobs = limits.maxMcpScanningGlobs;
-    this.mcpGlobChars = limits.maxMcpGlobChars;
+    this.mcpScanningGlobs = 0;
+    this.mcpGlobChars = 0;
+    this.mcpGlobs = 0;
   },
   end(): void {
     this.tools.clear();
@@ -336,6 +363,8 @@ function compileDocument(yamlText: string, limits: PolicyLimits): CompiledPolicy
   const mapLine = `line ${at(contents)}`;
   if (version === undefined) fail(`${mapLine}: missing key 'version' (write version: "1")`);
   if (rules === undefined) fail(`${mapLine}: missing key 'rules' (a list; rules: [] for none)`);
+  // Past the bound on their characters (only a stored policy), every MCP glob costs each name's length.
+  const searches = compiling.mcpGlobChars > MAX_MCP_GLOB_CHARS ? (m: CallMatcher) => m.mcp : scansMcpNames;
 
   return Object.freeze({
     version,
@@ -352,8 +381,9 @@ function compileDocument(yamlText: string, limits: PolicyLimits): CompiledPolicy
     limits: Object.freeze(compiledLimits),
     usesMcp: rules.some((rule) => rule.mcp && !rule.shadow) || compiledLimits.some((limit) => limit.mcp),
     shadowUsesMcp: rules.some((rule) => rule.mcp && rule.shadow),
-    scansMcpNames: rules.some((rule) => scansMcpNames(rule) && !rule.shadow) || compiledLimits.some(scansMcpNames),
-    shadowScansMcpNames: rules.some((rule) => scansMcpNames(rule) && rule.shadow),
+    scansMcpNames: rules.some((rule) => searches(rule) && !rule.shadow) || compiledLimits.some(searches),
+    shadowScansMcpNames: rules.some((rule) => searches(rule) && rule.shadow),
+    mcpNamesMaxChars: mcpNamesBound(compiling.mcpScanningGlobs, compiling.mcpGlobChars, compiling.mcpGlobs),
   });
 }
 
@@ -441,11 +471,12 @@ function compileMatcher(
     const text = fields[key];
     if (text === undefined) continue;
     const keyWhere = fieldWhere[key] ?? where;
-    compiling.mcpGlobChars -= text.length;
-    if (compiling.mcpGlobChars < 0) {
+    compiling.mcpGlobs++;
+    compiling.mcpGlobChars += text.length;
+    if (compiling.mcpGlobChars > compiling.limits.maxMcpGlobChars) {
       fail(`${keyWhere}: the policy's MCP globs come to more than ${formatCount(compiling.limits.maxMcpGlobChars)} characters, each use of a YAML alias counted (each is compared with every name of every request)`);
     }
-    if (SCANNING_GLOB.test(text) && --compiling.mcpScanningGlobs < 0) {
+    if (SCANNING_GLOB.test(text) && ++compiling.mcpScanningGlobs > compiling.limits.maxMcpScanningGlobs) {
       fail(`${keyWhere}: the policy may use at most ${formatCount(compiling.limits.maxMcpScanningGlobs)} MCP globs with text between two wildcards, such as "*delete*" (each searches every name of every request; "delete_*" compares its start only)`);
     }
   }

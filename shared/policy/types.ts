@@ -186,9 +186,16 @@ export interface CompiledPolicy {
   /**
    * An enforced rule or a limit has an MCP glob with text between two wildcards
    * (`*delete*`): matching it searches the whole method or tool name, so a body
-   * whose names come to more than MCP_NAMES_MAX_CHARS cannot be inspected.
+   * whose names come to more than mcpNamesMaxChars cannot be inspected. (For a
+   * stored policy past the bound on its MCP globs' characters, any MCP glob.)
    */
   readonly scansMcpNames: boolean;
   /** A shadow rule has one: over that bound, shadow rules see the call's head alone. */
   readonly shadowScansMcpNames: boolean;
+  /**
+   * The most characters of names a body may hold for those globs to search them:
+   * MCP_NAMES_MAX_CHARS, or less for a policy saved before the MCP globs' bounds
+   * that exceeds them (mcpNamesBound); Infinity when nothing searches.
+   */
+  readonly mcpNamesMaxChars: number;
 }

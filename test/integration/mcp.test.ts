@@ -415,6 +415,20 @@ t.test('a glob that searches names (`*delete*`) bounds the names a body may hold
   t.match(short.json, { decision: 'allow', rule_matched: 'default' }, 'a short one is searched');
 });
 
+t.test('a policy saved before the MCP globs\' bounds that exceeds them keeps deciding, on names of at most what its globs can search in the bounds\' time', async (t) => {
+  const echo = await startUpstream();
+  t.teardown(() => echo.close());
+  const agent = await createAgent(service.url, owner, 'mcp-stored-before', 'none');
+  // Written to the store as an earlier version accepted it: 1,000 globs that search names (the bound is 256).
+  await service.store.setPolicy(agent.id, `version: "1"\nrules:\n${Array.from({ length: 1_000 }, (_, i) => `  - {tool: "*", action: POST, mcp_tool: "*delete${i}*", decision: deny}\n`).join('')}`);
+  const call = (name: string) => JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'tools/call', params: { name } });
+  const bound = Math.floor((16_384 * 256) / 1_000); // 4,194 characters, "tools/call" included
+  t.equal(await postStatus(agent.api_key, echo.authority, call(`${'a'.repeat(bound - 20)}delete7`), {}), 403, 'within its bound: searched, denied by its rule');
+  t.equal(await postStatus(agent.api_key, echo.authority, call('a'.repeat(bound - 10)), {}), 200, 'and a name without the text passes');
+  const over = await fetch(`${service.url}/proxy/${agent.api_key}/${echo.authority}/echo`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: call('a'.repeat(bound - 9)) });
+  t.match(await over.json(), { error: 'policy_denied', rule_matched: 'uninspectable_body', message: /names come to more than 4,194 characters \(the bound of a policy saved before the MCP globs' bounds that exceeds them; set it again/ });
+});
+
 t.test('resources/read: the policy decides on the URI as sent and as the MCP SDKs read it (WHATWG-normalised), the stricter stands', async (t) => {
   const echo = await startUpstream();
   t.teardown(() => echo.close());

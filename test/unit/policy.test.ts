@@ -22,6 +22,8 @@ import {
 import { normalizePolicyPath, parseTarget } from '../../shared/target.js';
 import type { CompiledPolicy } from '../../shared/policy/index.js';
 import { forgetCompiledPolicies, memoWeightOf, oneWildcardMatcher, pathGlobMatcher, pathGlobToRegExp } from '../../shared/policy/parse-policy.js';
+import { matchGlob } from '../../shared/policy/evaluate-policy.js';
+import { mcpRequestDecision } from '../../shared/mcp.js';
 
 const FIXTURES = new URL('../fixtures/policies/', import.meta.url);
 
@@ -546,6 +548,57 @@ t.test('MCP globs are bounded: 256 uses of those that search names (`*delete*`),
   t.equal(evaluatePolicy(worst, 'h', 'POST', '/', { method: 'tools/call', tool: name }).ruleMatched, 'default');
   const ms = performance.now() - started;
   t.ok(ms < 250, `the worst policy decides in ${ms.toFixed(1)} ms a call`);
+});
+
+t.test('a policy saved before the MCP globs\' bounds that exceeds them: its names bound shrinks to keep a call\'s work at the bounds\'', async (t) => {
+  const rule = (i: number, glob: string) => `  - {name: r${i}, tool: "*", action: "*", mcp_tool: "${glob}", decision: deny}`;
+  const policy = (lines: string[]) => ['version: "1"', 'default: allow', 'rules:', ...lines].join('\n');
+  const call = (tool: string) => ({ method: 'tools/call', tool });
+  t.equal(parsePolicy(policy([rule(0, '*delete*')])).mcpNamesMaxChars, 16_384, 'within the bounds: 16 KiB');
+  t.equal(parsePolicy(policy([rule(0, '*delete*')]), STORED_POLICY_LIMITS).mcpNamesMaxChars, 16_384, 'read back from the store alike');
+  t.equal(parsePolicy(policy([rule(0, 'delete_*')])).mcpNamesMaxChars, Infinity, 'nothing searches: no bound');
+
+  // 3,500 searching globs (the bound is 256) against names of 16 KiB of `a` held the loop 0.4 s a call.
+  const many = parsePolicy(policy(Array.from({ length: 3_500 }, (_, i) => `  - {tool: "*", action: "*", mcp_tool: "*a${i}*", decision: deny}`)), STORED_POLICY_LIMITS);
+  t.equal(many.mcpNamesMaxChars, Math.floor((16_384 * 256) / 3_500), '256 × 16 KiB of searching, spread over 3,500 globs');
+  const over = mcpRequestDecision(many, 'h', 'POST', '/', call('a'.repeat(many.mcpNamesMaxChars - 9)));
+  t.match(over, { decision: 'deny', ruleMatched: 'uninspectable_body', message: /names come to more than 1,198 characters \(the bound of a policy saved before the MCP globs' bounds/ }, 'past it: refused unsearched');
+  const started = performance.now();
+  t.match(mcpRequestDecision(many, 'h', 'POST', '/', call('a'.repeat(many.mcpNamesMaxChars - 10))), { decision: 'allow' }, 'at it: searched');
+  t.match(mcpRequestDecision(many, 'h', 'POST', '/', call(`${'b'.repeat(1_000)}a3`)), { ruleMatched: 'rule-4' }, 'a name with `a3`: the rule of `*a3*`');
+  const ms = (performance.now() - started) / 2;
+  t.ok(ms < 250, `at the bound, ${ms.toFixed(1)} ms a call`);
+
+  // Aliases of a long prefix (262,144 characters is the bound): each compares the name's length at most.
+  const prefixed = parsePolicy(policy([`  - &r {tool: "*", action: "*", mcp_tool: "${'a'.repeat(200_000)}*", decision: deny}`, ...Array.from({ length: 99 }, () => '  - *r')]), STORED_POLICY_LIMITS);
+  t.ok(prefixed.scansMcpNames, 'every MCP glob then counts as searching');
+  t.equal(prefixed.mcpNamesMaxChars, Math.floor(262_144 / 100));
+  t.match(mcpRequestDecision(prefixed, 'h', 'POST', '/', call('a'.repeat(1_000_000))), { ruleMatched: 'uninspectable_body' });
+  t.match(mcpRequestDecision(prefixed, 'h', 'POST', '/', call('list_x')), { decision: 'allow' });
+});
+
+t.test('a text between wildcards longer than indexOf searches well is searched in linear time, and finds what indexOf finds', async (t) => {
+  // A policy saved before the 200-character bound: 40 uses of 6,000 characters (a..ab a..a) against 16 KiB
+  // of `a` took ~480 ms a call with indexOf.
+  const piece = `${'a'.repeat(3_000)}b${'a'.repeat(2_999)}`;
+  const stored = parsePolicy(`version: "1"\ndefault: allow\nrules:\n  - &r {tool: "*", action: "*", mcp_tool: "*${piece}*", decision: deny}\n${'  - *r\n'.repeat(39)}`, STORED_POLICY_LIMITS);
+  const name = 'a'.repeat(16 * 1024 - 20);
+  evaluatePolicy(stored, 'h', 'POST', '/', { method: 'tools/call', tool: name });
+  const started = performance.now();
+  t.match(evaluatePolicy(stored, 'h', 'POST', '/', { method: 'tools/call', tool: name }), { decision: 'allow' });
+  const ms = performance.now() - started;
+  t.ok(ms < 150, `${ms.toFixed(1)} ms a call`);
+  t.match(evaluatePolicy(stored, 'h', 'POST', '/', { method: 'tools/call', tool: `x${name.slice(0, 8_000)}b${name.slice(0, 8_000)}` }), { ruleMatched: 'rule-1' });
+
+  // Against indexOf, on texts built to hold near misses of the part.
+  const letters = fc.array(fc.constantFrom('a', 'b'), { minLength: 1, maxLength: 8 }).map((l) => l.join(''));
+  const parts = fc.tuple(letters, fc.integer({ min: 201, max: 260 })).map(([unit, length]) => unit.repeat(Math.ceil(length / unit.length)).slice(0, length));
+  const texts = (part: string) => fc.array(fc.oneof(fc.constant(part), fc.constant(part.slice(1)), fc.constant(part.slice(0, -1)), fc.integer({ min: 0, max: part.length - 1 }).map((at) => `${part.slice(0, at)}${part[at] === 'a' ? 'b' : 'a'}${part.slice(at + 1)}`), letters), { maxLength: 5 }).map((p) => p.join(''));
+  fc.assert(fc.property(parts.chain((part) => fc.tuple(fc.constant(part), texts(part), letters)), ([part, text, prefix]) => {
+    const glob = Object.freeze([prefix, part, '']);
+    return matchGlob(glob, text) === (text.startsWith(prefix) && text.indexOf(part, prefix.length) >= 0);
+  }), { numRuns: 3_000 });
+  t.pass('3,000 random parts and texts agree');
 });
 
 t.test('path globs of several wildcards match as their RegExp form does, on random globs and paths', async (t) => {
