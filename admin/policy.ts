@@ -2,7 +2,7 @@
 import { GuardError } from '../shared/errors.js';
 import { evaluateShadow, matchingLimits, parsePolicy, STORED_POLICY_LIMITS } from '../shared/policy/index.js';
 import { isoInstant } from '../shared/iso-instant.js';
-import { mcpCallReading, mcpNamesUnsearched, mcpRequestDecision, MCP_TOOL_METHODS } from '../shared/mcp.js';
+import { mcpCallReading, mcpNamesUnsearched, mcpRequestDecision, MCP_METHOD_MAX_CHARS, MCP_TOOL_MAX_CHARS, MCP_TOOL_METHODS } from '../shared/mcp.js';
 import { replayPolicy } from './replay.js';
 import { policyInputs, REFUSED_PATH_PARTS } from '../shared/target.js';
 import type { AdminContext, Handler } from './context.js';
@@ -42,8 +42,9 @@ export function policyHandlers(ctx: AdminContext) {
     // Optional: the target path, for rules that name one. Without it such rules do not match.
     const path = stringField(body, 'path', { optional: true, max: 8192 });
     // Optional: the JSON-RPC request of an MCP call, for rules that name mcp_method / mcp_tool.
-    const mcpMethod = stringField(body, 'mcp_method', { optional: true, min: 1, max: 1024 });
-    const mcpTool = stringField(body, 'mcp_tool', { optional: true, min: 1, max: 8192 });
+    // As long as a request the proxy inspects may name (MCP_TOOL_MAX_CHARS).
+    const mcpMethod = stringField(body, 'mcp_method', { optional: true, min: 1, max: MCP_METHOD_MAX_CHARS });
+    const mcpTool = stringField(body, 'mcp_tool', { optional: true, min: 1, max: MCP_TOOL_MAX_CHARS });
     if (mcpTool !== undefined && mcpMethod === undefined) {
       throw new GuardError('invalid_request', "Field 'mcp_tool' needs 'mcp_method' (the request that names the tool).", { field: 'mcp_tool' });
     }

@@ -7,7 +7,7 @@
 // only shadow rules name MCP fields, nothing is refused for the body: it is read
 // when it can be (identity, a known length up to 1 MiB, JSON) so that those
 // rules can match. Any other policy decided in authorize.ts; nothing here.
-import { MCP_BATCH_DISTINCT_MAX, MCP_BATCH_MAX, MCP_INSPECT_MAX_BYTES, mcpNamesTooLongText, mcpNamesUnsearched, readJsonRpc } from '../shared/mcp.js';
+import { MCP_BATCH_DISTINCT_MAX, MCP_BATCH_MAX, MCP_INSPECT_MAX_BYTES, MCP_NAME_TOO_LONG, mcpNamesTooLongText, mcpNamesUnsearched, readJsonRpc } from '../shared/mcp.js';
 import { evaluatePolicy, UNINSPECTABLE_RULE, type CompiledPolicy, type McpCall, type PolicyDecision } from '../shared/policy/index.js';
 import { applyDecision, decideOnHead, recordShadow } from './authorize.js';
 import type { ProxyExchange, Stage } from './exchange.js';
@@ -81,6 +81,7 @@ function decide(ex: ProxyExchange, policy: CompiledPolicy, bytes: Buffer | null,
   const read = readJsonRpc(bytes);
   if (read === 'not_json') return notInspected(ex, policy, enforcing, 'a body that is not JSON');
   if (read === 'too_many') return notInspected(ex, policy, enforcing, `a batch of more than ${MCP_BATCH_MAX} requests`);
+  if (read === 'too_long') return notInspected(ex, policy, enforcing, MCP_NAME_TOO_LONG);
   if (read === 'ambiguous') {
     return notInspected(ex, policy, enforcing, 'a body that servers could read differently (a key repeated or spelled another way, an empty method or tool name, a resource URI that does not parse)');
   }

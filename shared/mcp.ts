@@ -24,6 +24,19 @@ export const MCP_BATCH_MAX = 1000;
 export const MCP_BATCH_DISTINCT_MAX = 100;
 
 /**
+ * The longest method and tool name (a prompt's or tool's name, a resource's URI
+ * as sent) of a request the proxy inspects, as POST /policy/check takes them.
+ * The audit keeps the inspected request's names whole (CONTRACT.md): without a
+ * bound, 300 entries of a megabyte's name made one GET /audit page 300 MB, which
+ * held the event loop 1.7 s and the process 2 GB more.
+ */
+export const MCP_METHOD_MAX_CHARS = 1024;
+export const MCP_TOOL_MAX_CHARS = 8192;
+
+/** What a request with a longer name is (the proxy refuses it as uninspectable_body). */
+export const MCP_NAME_TOO_LONG = `a request whose method is longer than ${MCP_METHOD_MAX_CHARS.toLocaleString('en-US')} characters or whose tool name or URI is longer than ${MCP_TOOL_MAX_CHARS.toLocaleString('en-US')}`;
+
+/**
  * The policy searches MCP names (a rule, limit or shadow rule has a glob such
  * as `*delete*`) and `calls` name more than it may search (MCP_NAMES_MAX_CHARS, or
  * less for a policy saved before the bounds: CompiledPolicy.mcpNamesMaxChars). The proxy then
@@ -36,9 +49,23 @@ export function mcpNamesUnsearched(policy: CompiledPolicy, calls: readonly (McpC
 
 /** One request (a check's, a recorded call's) decided as the proxy decides a body of it alone. */
 export function mcpRequestDecision(policy: CompiledPolicy | null, tool: string, action: string, path: string, mcp: McpCall | null): PolicyDecision {
+  if (policy?.usesMcp === true && mcp !== null && mcpNameTooLong(mcp)) return MCP_NAME_TOO_LONG_DECISION;
   if (policy?.scansMcpNames === true && mcp !== null && mcpNamesTooLong([mcp], policy.mcpNamesMaxChars)) return mcpNamesTooLongDecision(policy);
   return evaluatePolicy(policy, tool, action, path, mcp);
 }
+
+/** A request the proxy does not inspect for the length of a name (MCP_TOOL_MAX_CHARS). */
+function mcpNameTooLong(call: McpCall): boolean {
+  return call.method.length > MCP_METHOD_MAX_CHARS || (call.tool?.length ?? 0) > MCP_TOOL_MAX_CHARS;
+}
+
+/** The proxy's answer to such a request under an enforced MCP rule or limit, as replay reports it. */
+const MCP_NAME_TOO_LONG_DECISION: PolicyDecision = Object.freeze({
+  decision: 'deny',
+  ruleMatched: UNINSPECTABLE_RULE,
+  message: `The policy decides on the JSON-RPC body, and ${MCP_NAME_TOO_LONG} cannot be inspected.`,
+  approvalTimeoutS: 0,
+});
 
 /** `calls` name more than `max` characters: methods and tool names, every spelling of a resource's URI included. */
 function mcpNamesTooLong(calls: readonly (McpCall | null)[], max: number): boolean {
@@ -82,11 +109,12 @@ export interface JsonRpcBody {
 }
 
 /**
- * The body's requests; 'not_json' when it is not JSON (or not UTF-8), and
- * 'ambiguous' when servers could read it otherwise than this does (below):
- * either way the policy cannot inspect it.
+ * The body's requests; 'not_json' when it is not JSON (or not UTF-8),
+ * 'ambiguous' when servers could read it otherwise than this does (below),
+ * 'too_many' past MCP_BATCH_MAX and 'too_long' when a name is (MCP_TOOL_MAX_CHARS):
+ * the policy cannot inspect it.
  */
-export function readJsonRpc(body: Buffer | null): JsonRpcBody | 'not_json' | 'ambiguous' | 'too_many' {
+export function readJsonRpc(body: Buffer | null): JsonRpcBody | 'not_json' | 'ambiguous' | 'too_many' | 'too_long' {
   if (body === null || body.length === 0) return { batch: false, calls: [] };
   // isUtf8 is native and toString then cannot substitute U+FFFD: cheaper than a fatal TextDecoder.
   if (!isUtf8(body)) return 'not_json';
@@ -101,6 +129,7 @@ export function readJsonRpc(body: Buffer | null): JsonRpcBody | 'not_json' | 'am
   if (ambiguousKeys(text)) return 'ambiguous';
   const calls = Array.isArray(value) ? value.map(requestOf) : [requestOf(value)];
   if (calls.some((call) => call === 'ambiguous')) return 'ambiguous';
+  if (calls.some((call) => call !== null && mcpNameTooLong(call as McpCall))) return 'too_long';
   return { batch: Array.isArray(value), calls: calls as (McpCall | null)[] };
 }
 

@@ -104,7 +104,7 @@ export interface CallMatcher {
   /**
    * `mcp_method` / `mcp_tool` globs split at their `*`s (case-sensitive, `*` any
    * run of characters); null: any. Matched without a RegExp: a tool name comes
-   * from the body and may be a megabyte long (matchGlob is linear in it).
+   * from the body and a batch of them may be a megabyte (matchGlob is linear in it).
    */
   readonly mcpMethodGlob: readonly string[] | null;
   readonly mcpToolGlob: readonly string[] | null;

@@ -16,6 +16,7 @@ import { McpServer } from '@modelcontextprotocol/sdk/server/mcp.js';
 import { SSEServerTransport } from '@modelcontextprotocol/sdk/server/sse.js';
 import { StreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/streamableHttp.js';
 import t, { type Test } from 'tap';
+import { auditRecord } from '../support/audit-records.js';
 import { eventually } from '../support/eventually.js';
 import { rawRequest } from '../support/raw-http.js';
 import { api, createAgent, signup, startTestService, TLS_DIR } from '../support/service.js';
@@ -74,6 +75,7 @@ t.teardown(async () => {
   await new Promise((resolve) => https.close(resolve));
 });
 const owner = await signup(service.url);
+const ownerOrg = (await service.store.findUserByEmail(owner.email))!.orgId;
 const agent = await createAgent(service.url, owner, 'mcp-agent', 'none');
 
 t.test('Streamable HTTP: a session end to end, progress spaced out, each request audited under the session id', async (t) => {
@@ -382,28 +384,39 @@ t.test('a glob that searches names (`*delete*`) bounds the names a body may hold
   const call = (name: string, id = 1) => ({ jsonrpc: '2.0', id, method: 'tools/call', params: { name } });
   const scanning = await agentWithPolicy(t, 'mcp-scanning', 'version: "1"\nrules:\n  - {name: no-deletes, tool: "*", action: POST, mcp_tool: "*delete*", decision: deny}\n');
   const send = (key: string, body: object) => postStatus(key, echo.authority, JSON.stringify(body), {});
-  t.equal(await send(scanning.api_key, call(`${'a'.repeat(16_000)}_delete`)), 403, 'a name within the bound is searched: denied by the rule');
-  t.equal(await send(scanning.api_key, call('a'.repeat(16_000))), 200, 'and one without the text passes');
-  const over = await fetch(`${service.url}/proxy/${scanning.api_key}/${echo.authority}/echo`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(call('a'.repeat(17_000))) });
-  t.match(await over.json(), { error: 'policy_denied', rule_matched: 'uninspectable_body', message: /methods and tool names come to more than 16 KiB/ }, 'a name of 17,000 characters is not searched: refused');
+  // (A name is at most 8,192 characters: a batch's names together reach the bound.)
+  t.equal(await send(scanning.api_key, [call('a'.repeat(8_000), 1), call(`${'b'.repeat(7_000)}_delete`, 2)]), 403, 'names within the bound are searched: denied by the rule');
+  t.equal(await send(scanning.api_key, [call('a'.repeat(8_000), 1), call('b'.repeat(8_000), 2)]), 200, 'and ones without the text pass');
+  const over = await fetch(`${service.url}/proxy/${scanning.api_key}/${echo.authority}/echo`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify([call('a'.repeat(8_000), 1), call('b'.repeat(8_000), 2), call('c'.repeat(1_000), 3)]) });
+  t.match(await over.json(), { error: 'policy_denied', rule_matched: 'uninspectable_body', message: /methods and tool names come to more than 16 KiB/ }, 'names of 17,000 characters together are not searched: refused');
   t.equal(await send(scanning.api_key, Array.from({ length: 200 }, (_, i) => call(`tool_${'x'.repeat(80)}`, i))), 403, 'nor are 200 names of 86 characters');
 
   const prefixed = await agentWithPolicy(t, 'mcp-prefixed', 'version: "1"\nrules:\n  - {name: no-deletes, tool: "*", action: POST, mcp_tool: "delete_*", decision: deny}\n  - {name: try-no-deletes, tool: "*", action: POST, mcp_tool: "*delete*", decision: deny, mode: shadow}\n');
-  t.equal(await send(prefixed.api_key, call(`list_${'a'.repeat(100_000)}_delete`)), 200, 'a glob that compares its start only has no such bound, and a shadow rule refuses nothing');
-  t.equal(await send(prefixed.api_key, call(`delete_${'a'.repeat(100_000)}`)), 403, 'and still decides on the whole name');
+  const longNames = [call(`list_${'a'.repeat(8_000)}_delete`, 1), call(`list_${'a'.repeat(8_000)}`, 2), call(`list_${'b'.repeat(8_000)}`, 3)]; // 24 KiB of names
+  t.equal(await send(prefixed.api_key, longNames), 200, 'a glob that compares its start only has no such bound, and a shadow rule refuses nothing');
+  t.equal(await send(prefixed.api_key, call(`delete_${'a'.repeat(8_000)}`)), 403, 'and still decides on the whole name');
   t.equal(await send(prefixed.api_key, call('list_delete')), 200);
   const rows = await eventually(async () => {
     const page = (await api(service.url, owner, 'GET', `/audit?agent_id=${prefixed.id}`)).json as any[];
     return page.length >= 3 ? page : undefined;
   });
-  t.equal(rows.find((r) => r.mcp_tool?.startsWith('list_a'))?.shadow_rule, null, 'over the bound, the shadow rule saw the head alone');
+  t.equal(rows.find((r) => r.mcp_tool?.startsWith('list_a'))?.shadow_rule, null, 'over the bound, the shadow rule saw the head alone (of the batch, its first)');
   t.equal(rows.find((r) => r.mcp_tool === 'list_delete')?.shadow_rule, 'try-no-deletes', 'within it, the name');
 
-  // A replay decides as the proxy would: under a candidate that searches names, the long one is refused unsearched.
+  // A replay decides as the proxy would: a candidate that searches names searches the batch's one recorded request (8,012 characters).
   const replay = await api(service.url, owner, 'POST', '/policy/replay', { agent_id: prefixed.id, rules_yaml: 'version: "1"\nrules:\n  - {name: no-deletes, tool: "*", action: POST, mcp_tool: "*delete*", decision: deny}\n' });
   t.match(replay.json, { total: 3, allow_to_deny: 2, deny_to_allow: 0 });
   const wouldRules = (replay.json.samples as any[]).map((sample) => sample.would_rule).sort();
-  t.strictSame(wouldRules, ['no-deletes', 'uninspectable_body'], 'list_delete: denied by the rule; the long name: uninspectable');
+  t.strictSame(wouldRules, ['no-deletes', 'no-deletes'], 'list_delete and the long name: denied by the rule');
+  // A recorded request whose names pass 16 KiB together (a URI in its spellings), under such a candidate: refused unsearched.
+  const uriAgent = await createAgent(service.url, owner, 'mcp-long-uri', 'none');
+  const longUri = `file:///${'a b'.repeat(2_700)}`;
+  await service.auditStore.insertEncoded(service.auditStore.encode(auditRecord(ownerOrg, {
+    agentId: uriAgent.id, agentName: 'mcp-long-uri', toolName: echo.authority.split(':')[0]!, action: 'POST', toolUrl: `https://${echo.authority}/echo`, policyPath: '/echo',
+    policyDecided: true, ruleMatched: 'default', mcpMethod: 'resources/read', mcpTool: longUri,
+  })), `long-uri-${uriAgent.id}`);
+  const uriReplay = await api(service.url, owner, 'POST', '/policy/replay', { agent_id: uriAgent.id, rules_yaml: 'version: "1"\nrules:\n  - {name: no-secrets, tool: "*", action: POST, mcp_tool: "*secret*", decision: deny}\n' });
+  t.match(uriReplay.json, { total: 1, allow_to_deny: 1, samples: [{ would_rule: 'uninspectable_body' }] });
 
   // So does a check: a resource URI of 8,100 characters is three spellings of it, over 16 KiB together.
   const uri = `file:///${'a b'.repeat(2_700)}`;
@@ -413,6 +426,46 @@ t.test('a glob that searches names (`*delete*`) bounds the names a body may hold
   const short = await api(service.url, owner, 'POST', '/policy/check', { agent_id: prefixed.id, tool: echo.authority, action: 'POST', reasoning: 'check', mcp_method: 'resources/read', mcp_tool: 'file:///a b',
     rules_yaml: 'version: "1"\nrules:\n  - {name: no-secrets, tool: "*", action: POST, mcp_tool: "*secret*", decision: deny}\n' });
   t.match(short.json, { decision: 'allow', rule_matched: 'default' }, 'a short one is searched');
+});
+
+t.test('a request whose tool name passes 8,192 characters (its method 1,024) is not inspected under any MCP-aware policy, so the audit never keeps one', async (t) => {
+  const echo = await startUpstream();
+  t.teardown(() => echo.close());
+  const call = (name: string, method = 'tools/call') => ({ jsonrpc: '2.0', id: 1, method, params: { name } });
+  const send = (key: string, body: object) => postStatus(key, echo.authority, JSON.stringify(body), {});
+  // Its one rule compares the start only: before, a name of a megabyte was decided, forwarded and kept whole by the audit.
+  const prefixed = await agentWithPolicy(t, 'mcp-long-names', 'version: "1"\nrules:\n  - {name: no-deletes, tool: "*", action: POST, mcp_tool: "delete_*", decision: deny}\n');
+  t.equal(await send(prefixed.api_key, call(`list_${'a'.repeat(8_187)}`)), 200, '8,192 characters: inspected');
+  t.equal(await send(prefixed.api_key, call(`delete_${'a'.repeat(8_185)}`)), 403, 'and decided by the rule');
+  const over = await fetch(`${service.url}/proxy/${prefixed.api_key}/${echo.authority}/echo`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(call(`list_${'a'.repeat(1_000_000)}`)) });
+  t.equal(over.status, 403);
+  t.match(await over.json(), { error: 'policy_denied', rule_matched: 'uninspectable_body', message: /a request whose method is longer than 1,024 characters or whose tool name or URI is longer than 8,192 cannot be inspected/ });
+  t.equal(await send(prefixed.api_key, call(`list_${'a'.repeat(8_188)}`)), 403, '8,193 characters: not inspected');
+  t.equal(await send(prefixed.api_key, call('list_x', `x/${'a'.repeat(1_023)}`)), 403, 'nor a method of 1,025');
+  t.equal(await send(prefixed.api_key, [call('list_x'), call(`list_${'a'.repeat(9_000)}`)]), 403, 'nor a batch with such a request');
+
+  // Under shadow rules alone nothing is refused; the call is decided on its head, and its entry has no MCP names.
+  const shadowed = await agentWithPolicy(t, 'mcp-long-names-shadow', 'version: "1"\nrules:\n  - {name: try-no-deletes, tool: "*", action: POST, mcp_tool: "delete_*", decision: deny, mode: shadow}\n');
+  t.equal(await send(shadowed.api_key, call(`delete_${'a'.repeat(100_000)}`)), 200);
+  const rows = await eventually(async () => {
+    const page = (await api(service.url, owner, 'GET', `/audit?agent_id=${shadowed.id}`)).json as any[];
+    return page.length >= 1 ? page : undefined;
+  });
+  t.match(rows[0], { decision: 'allowed', mcp_method: null, mcp_tool: null, shadow_rule: null });
+
+  // A replay decides a call recorded before this bound as the proxy now would.
+  const before = await createAgent(service.url, owner, 'mcp-long-names-recorded', 'none');
+  await service.auditStore.insertEncoded(service.auditStore.encode(auditRecord(ownerOrg, {
+    agentId: before.id, agentName: 'mcp-long-names-recorded', toolName: echo.authority.split(':')[0]!, action: 'POST', toolUrl: `https://${echo.authority}/echo`, policyPath: '/echo',
+    policyDecided: true, ruleMatched: 'default', mcpMethod: 'tools/call', mcpTool: `list_${'a'.repeat(20_000)}`,
+  })), `long-name-${before.id}`);
+  const replay = await api(service.url, owner, 'POST', '/policy/replay', { agent_id: before.id, rules_yaml: 'version: "1"\nrules:\n  - {name: no-deletes, tool: "*", action: POST, mcp_tool: "delete_*", decision: deny}\n' });
+  t.match(replay.json, { total: 1, allow_to_deny: 1, samples: [{ would_rule: 'uninspectable_body' }] });
+  // And a check takes names as long as the proxy inspects.
+  const checked = await api(service.url, owner, 'POST', '/policy/check', { agent_id: prefixed.id, tool: echo.authority, action: 'POST', reasoning: 'check', mcp_method: 'tools/call', mcp_tool: `delete_${'a'.repeat(8_185)}` });
+  t.match(checked.json, { decision: 'deny', rule_matched: 'no-deletes' });
+  const tooLong = await api(service.url, owner, 'POST', '/policy/check', { agent_id: prefixed.id, tool: echo.authority, action: 'POST', reasoning: 'check', mcp_method: 'tools/call', mcp_tool: `delete_${'a'.repeat(8_186)}` });
+  t.match(tooLong, { status: 400, json: { error: 'invalid_request', field: 'mcp_tool' } });
 });
 
 t.test('a policy saved before the MCP globs\' bounds that exceeds them keeps deciding, on names of at most what its globs can search in the bounds\' time', async (t) => {

@@ -573,7 +573,7 @@ t.test('a policy saved before the MCP globs\' bounds that exceeds them: its name
   const prefixed = parsePolicy(policy([`  - &r {tool: "*", action: "*", mcp_tool: "${'a'.repeat(200_000)}*", decision: deny}`, ...Array.from({ length: 99 }, () => '  - *r')]), STORED_POLICY_LIMITS);
   t.ok(prefixed.scansMcpNames, 'every MCP glob then counts as searching');
   t.equal(prefixed.mcpNamesMaxChars, Math.floor(262_144 / 100));
-  t.match(mcpRequestDecision(prefixed, 'h', 'POST', '/', call('a'.repeat(1_000_000))), { ruleMatched: 'uninspectable_body' });
+  t.match(mcpRequestDecision(prefixed, 'h', 'POST', '/', call('a'.repeat(2_700))), { ruleMatched: 'uninspectable_body', message: /more than 2,621 characters/ });
   t.match(mcpRequestDecision(prefixed, 'h', 'POST', '/', call('list_x')), { decision: 'allow' });
 });
 
