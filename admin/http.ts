@@ -21,8 +21,8 @@ export interface AdminRequest {
 export interface AdminResponse {
   status: number;
   headers: Record<string, string>;
-  /** The whole body; '' for a streamed response. */
-  body: string | Buffer;
+  /** The whole body, or its pieces in order (sent without joining them); '' for a streamed response. */
+  body: string | Buffer | readonly Buffer[];
   /**
    * A streamed body (GET /audit/stream): called once, right after the head is
    * sent, with where to write; returns what to call when the stream is over for

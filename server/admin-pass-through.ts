@@ -167,7 +167,10 @@ export function createAdminPassThrough(adminUrl: string, limits: PassThroughLimi
           },
         };
       }
-      return { status: res.statusCode, headers: out, body: Buffer.from(await res.body.arrayBuffer()) };
+      // Its chunks as they came, written on without being joined (a GET /audit page can be 150 MB).
+      const pieces: Buffer[] = [];
+      for await (const chunk of res.body) pieces.push(chunk as Buffer);
+      return { status: res.statusCode, headers: out, body: pieces };
     } catch (err) {
       // undici refuses what it cannot put on the wire (a method such as CONNECT,
       // a control character): the request is at fault, not the admin process.

@@ -48,11 +48,55 @@ export function writeInPieces(res: HttpResponse, chunk: string | Uint8Array): bo
  * a larger one is ended after the head's cork, so that uWS writes it straight
  * to the socket and keeps what the client cannot take yet.
  */
-export function answerWhole(res: HttpResponse, head: () => void, body: string | Uint8Array): void {
+export function answerWhole(res: HttpResponse, head: () => void, body: string | Uint8Array | readonly Uint8Array[]): void {
+  if (typeof body !== 'string' && !(body instanceof Uint8Array)) {
+    answerPieces(res, head, body);
+    return;
+  }
   const large = !fitsOneCork(body);
   res.cork(() => {
     head();
     if (!large) res.end(body);
   });
   if (large) res.end(body);
+}
+
+/**
+ * Answers with a head and a body in pieces, never joined: each is offered to
+ * tryEnd (Content-Length their sum), and what the client cannot take yet waits
+ * for onWritable, from where uWS stopped (getWriteOffset). Joined, a GET /audit
+ * page of 150 MB took 90 ms to copy into one buffer, and end() 90 ms more to
+ * copy what the client could not take yet into uWS's.
+ */
+function answerPieces(res: HttpResponse, head: () => void, pieces: readonly Uint8Array[]): void {
+  let total = 0;
+  for (const piece of pieces) total += piece.length;
+  let index = 0;
+  let pieceStart = 0; // where pieces[index] starts in the body
+  const send = (): boolean => {
+    while (index < pieces.length) {
+      const piece = pieces[index]!;
+      const sent = res.getWriteOffset() - pieceStart;
+      const [ok, done] = res.tryEnd(sent === 0 ? piece : piece.subarray(sent), total);
+      if (done) return true;
+      if (!ok) return false;
+      pieceStart += piece.length;
+      index++;
+    }
+    return true;
+  };
+  res.cork(() => {
+    head();
+    if (total === 0) res.end();
+    else if (!send()) res.onWritable(send);
+  });
+}
+
+/** The bytes of a whole body (a HEAD answer's Content-Length). */
+export function bodyBytes(body: string | Uint8Array | readonly Uint8Array[]): number {
+  if (typeof body === 'string') return Buffer.byteLength(body);
+  if (body instanceof Uint8Array) return body.length;
+  let total = 0;
+  for (const piece of body) total += piece.length;
+  return total;
 }

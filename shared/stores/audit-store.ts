@@ -181,6 +181,12 @@ export interface AuditStore {
   insertEncoded(body: string | BatchParts, dedupToken: string): Promise<void>;
   /** Newest first, with the total number of rows matching the filter. */
   list(orgId: string, filter: AuditFilter, limit: number, offset: number): Promise<AuditPage>;
+  /**
+   * The same page handed to `onRows` in slices of a bounded size, newest first
+   * (a page of large entries is hundreds of MB: parsed whole, it held the event
+   * loop over a second); resolves with the total.
+   */
+  listInSlices(orgId: string, filter: AuditFilter, limit: number, offset: number, onRows: (rows: AuditRecord[]) => void): Promise<number>;
   report(orgId: string, since: Date, until: Date, maxEntries: number, topN: number): Promise<AuditReportData>;
   /** Calls and denials of [since, until), in all and per agent with its p95 latency (quantileExact, as the report's), computed by the store. */
   summary(orgId: string, since: Date, until: Date, maxAgents: number): Promise<AuditSummary>;

@@ -61,6 +61,7 @@ export async function openAuditStoreWhenReachable(config: Readonly<Config>, onWa
     encode: encodeAuditRow,
     insertEncoded: async (body, token) => (await ready()).insertEncoded(body, token),
     list: async (orgId, filter, limit, offset) => (await ready()).list(orgId, filter, limit, offset),
+    listInSlices: async (orgId, filter, limit, offset, onRows) => (await ready()).listInSlices(orgId, filter, limit, offset, onRows),
     report: async (orgId, since, until, maxEntries, topN) => (await ready()).report(orgId, since, until, maxEntries, topN),
     summary: async (orgId, since, until, maxAgents) => (await ready()).summary(orgId, since, until, maxAgents),
     replayGroups: async (orgId, agentId, since, until, onGroups) => (await ready()).replayGroups(orgId, agentId, since, until, onGroups),

@@ -1,9 +1,13 @@
 // The audit API: POST /audit, the filtered, paged list, and the PDF export, against
 // the real service (embedded ClickHouse).
+import { execFile } from 'node:child_process';
 import { createHash } from 'node:crypto';
+import { monitorEventLoopDelay } from 'node:perf_hooks';
+import { promisify } from 'node:util';
 import canonicalize from 'canonicalize';
 import pdfParse from 'pdf-parse/lib/pdf-parse.js';
 import t, { type Test } from 'tap';
+import { auditRecord } from '../support/audit-records.js';
 import { assertError, type Reply } from '../support/checks.js';
 import { api, createAgent, signup, startTestService, type Session } from '../support/service.js';
 
@@ -242,6 +246,59 @@ t.test('GET /audit paging: limit default 50, at most 1000, offset pages', async 
   const one = await list(bulk, '?limit=1&offset=54');
   t.same(ids(one.rows), [all.rows[54]!.id], 'the oldest entry last');
 });
+
+t.test('GET /audit: a page of large entries is read and written in slices, the same page as read whole, the event loop free between them', async (t) => {
+  const big = await signup(base);
+  const orgId = (await service.store.findUserByEmail(big.email))!.orgId;
+  const agent = await createAgent(base, big, 'Big Agent', 'full');
+  // Entries at their bounds: 64 KiB of output and of reasoning, an 8 KiB URL, an 8 KiB MCP tool name (~150 KB each).
+  const N = 400;
+  const started = Date.now() - 60_000;
+  for (let start = 0; start < N; start += 100) {
+    let body = '';
+    for (let i = start; i < start + 100; i++) {
+      body += service.auditStore.encode(auditRecord(orgId, {
+        agentId: agent.id, agentName: 'Big Agent', toolName: 'api.example.com', action: 'POST', timestamp: new Date(started + i).toISOString(),
+        toolUrl: `https://api.example.com/${'p'.repeat(8_000)}`, reasoning: `r${i}${'y'.repeat(65_530)}`, output: `o${i}${'x'.repeat(65_530)}`, outputTruncated: true,
+        mcpMethod: 'tools/call', mcpTool: `t${i}_${'a'.repeat(8_000)}`,
+      }));
+    }
+    await service.auditStore.insertEncoded(body, `big-page-${start}-${agent.id}`);
+  }
+  const slices: number[] = [];
+  const total = await service.auditStore.listInSlices(orgId, { agentId: agent.id }, N, 0, (rows) => slices.push(rows.length));
+  t.equal(total, N);
+  t.ok(slices.length >= 10 && Math.max(...slices) <= 30, `the store reads ${N} entries of ~150 KB in ${slices.length} slices of ${Math.min(...slices)}–${Math.max(...slices)}`);
+
+  // Fetched by another process, so that the event loop measured is the service's alone.
+  const delay = monitorEventLoopDelay({ resolution: 5 });
+  delay.enable();
+  const fetched = await fetchElsewhere(`${base}/audit?agent_id=${agent.id}&limit=${N}`, big.auth.authorization!);
+  delay.disable();
+  t.match(fetched, { status: 200, count: N });
+  t.ok(fetched.bytes > 55e6, `${(fetched.bytes / 1e6).toFixed(0)} MB`);
+  const longest = delay.max / 1e6;
+  // Read and written whole it held the loop 1.0–1.4 s for 1,000 such entries (~0.5 s for 400).
+  t.ok(longest < 300, `the event loop waited at most ${longest.toFixed(0)} ms while it was answered`);
+
+  // The same page as the pages of 50 read whole.
+  const whole = await list(big, `?agent_id=${agent.id}&limit=${N}`);
+  const pages: Entry[] = [];
+  for (let offset = 0; offset < N; offset += 50) pages.push(...(await list(big, `?agent_id=${agent.id}&limit=50&offset=${offset}`)).rows);
+  t.equal(whole.total, N);
+  t.same(ids(whole.rows), ids(pages), 'in the same order');
+  t.ok(whole.rows.every((row, i) => JSON.stringify(row) === JSON.stringify(pages[i])), 'entry for entry');
+  const newest = (whole.rows[0] as Entry & { output: string }).output;
+  t.ok(newest.startsWith(`o${N - 1}x`) && newest.length === 65_534, 'newest first, whole');
+});
+
+/** GET `url` from a child process: its status, bytes and how many entries its JSON array holds. */
+async function fetchElsewhere(url: string, authorization: string): Promise<{ status: number; bytes: number; count: number }> {
+  const script = 'const r = await fetch(process.argv[1], { headers: { authorization: process.argv[2] } }); const b = Buffer.from(await r.arrayBuffer()); ' +
+    'process.stdout.write(JSON.stringify({ status: r.status, bytes: b.length, count: r.status === 200 ? JSON.parse(b.toString()).length : -1 }));';
+  const { stdout } = await promisify(execFile)(process.execPath, ['--input-type=module', '-e', script, url, authorization], { maxBuffer: 1024 * 1024 });
+  return JSON.parse(stdout) as { status: number; bytes: number; count: number };
+}
 
 t.test('organization isolation', async (t) => {
   const theirs = await list(stranger);

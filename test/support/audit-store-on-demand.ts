@@ -85,6 +85,7 @@ export async function openAuditStoreOnDemand(): Promise<AuditStoreOnDemand> {
       }
     },
     list: (orgId, filter, limit, offset) => real.list(orgId, filter, limit, offset),
+    listInSlices: (orgId, filter, limit, offset, onRows) => real.listInSlices(orgId, filter, limit, offset, onRows),
     report: (orgId, since, until, maxEntries, topN) => real.report(orgId, since, until, maxEntries, topN),
     summary: (orgId, since, until, maxAgents) => real.summary(orgId, since, until, maxAgents),
     replayGroups: (orgId, agentId, since, until, onGroups) => real.replayGroups(orgId, agentId, since, until, onGroups),

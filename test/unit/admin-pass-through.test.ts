@@ -12,8 +12,8 @@ function request(path: string): AdminRequest {
   return { method: 'GET', path, query: new URLSearchParams(), headers: {}, body: Buffer.alloc(0), remoteAddress: '127.0.0.1' };
 }
 
-function message(body: string | Buffer): string {
-  const parsed = JSON.parse(body.toString()) as { error: string; message: string };
+function message(body: string | Buffer | readonly Buffer[]): string {
+  const parsed = JSON.parse(Array.isArray(body) ? Buffer.concat(body).toString() : body.toString()) as { error: string; message: string };
   return `${parsed.error}: ${parsed.message}`;
 }
 
@@ -68,7 +68,7 @@ t.test('the deadline is for the head: a body that comes later than it still arri
   t.teardown(() => passThrough.close());
   const res = await passThrough.handle(request('/agents'));
   t.equal(res.status, 200);
-  t.same(JSON.parse(res.body.toString()), { items: [1, 2, 3] });
+  t.same(JSON.parse(Buffer.concat(res.body as Buffer[]).toString()), { items: [1, 2, 3] }, 'its chunks, in order');
 });
 
 t.test('a request queued behind connections busy with slow bodies is answered by its deadline, not when one frees', async (t) => {
