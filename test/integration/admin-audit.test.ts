@@ -247,7 +247,7 @@ t.test('GET /audit paging: limit default 50, at most 1000, offset pages', async 
   t.same(ids(one.rows), [all.rows[54]!.id], 'the oldest entry last');
 });
 
-t.test('GET /audit: a page of large entries is read and written in slices, the same page as read whole, the event loop free between them', async (t) => {
+t.test('GET /audit: a page of large entries is read and written in slices, the same page as pages of 50 give, the event loop free between them', async (t) => {
   const big = await signup(base);
   const orgId = (await service.store.findUserByEmail(big.email))!.orgId;
   const agent = await createAgent(base, big, 'Big Agent', 'full');
@@ -281,7 +281,7 @@ t.test('GET /audit: a page of large entries is read and written in slices, the s
   // Read and written whole it held the loop 1.0–1.4 s for 1,000 such entries (~0.5 s for 400).
   t.ok(longest < 300, `the event loop waited at most ${longest.toFixed(0)} ms while it was answered`);
 
-  // The same page as the pages of 50 read whole.
+  // The same page as pages of 50 (sliced otherwise) give.
   const whole = await list(big, `?agent_id=${agent.id}&limit=${N}`);
   const pages: Entry[] = [];
   for (let offset = 0; offset < N; offset += 50) pages.push(...(await list(big, `?agent_id=${agent.id}&limit=50&offset=${offset}`)).rows);
@@ -290,6 +290,23 @@ t.test('GET /audit: a page of large entries is read and written in slices, the s
   t.ok(whole.rows.every((row, i) => JSON.stringify(row) === JSON.stringify(pages[i])), 'entry for entry');
   const newest = (whole.rows[0] as Entry & { output: string }).output;
   t.ok(newest.startsWith(`o${N - 1}x`) && newest.length === 65_534, 'newest first, whole');
+});
+
+t.test('GET /audit: an entry stored twice is listed twice, whichever slices its copies fall in, and the rest of the page stays', async (t) => {
+  const twice = await signup(base);
+  const orgId = (await service.store.findUserByEmail(twice.email))!.orgId;
+  const agent = await createAgent(base, twice, 'Twice Agent');
+  // Copies of ~3 MB (an MCP name recorded before its bound): a slice holds one, so the page [copy, copy, older] is read as [copy], [copy, older].
+  const copy = service.auditStore.encode(auditRecord(orgId, { agentId: agent.id, agentName: 'Twice Agent', timestamp: new Date(Date.now() - 1_000).toISOString(), mcpMethod: 'tools/call', mcpTool: 'x'.repeat(3_000_000) }));
+  const older = auditRecord(orgId, { agentId: agent.id, agentName: 'Twice Agent', timestamp: new Date(Date.now() - 2_000).toISOString() });
+  await service.auditStore.insertEncoded(copy, `twice-1-${agent.id}`);
+  await service.auditStore.insertEncoded(copy, `twice-2-${agent.id}`); // another insert token: stored again
+  await service.auditStore.insertEncoded(service.auditStore.encode(older), `twice-3-${agent.id}`);
+  const page = await list(twice, `?agent_id=${agent.id}`);
+  t.equal(page.total, 3);
+  const [first, second, third] = page.rows;
+  t.ok(first!.id === second!.id && first!.id !== older.id, 'both copies');
+  t.equal(third?.id, older.id, 'and the older entry after them (a slice that found both copies kept it)');
 });
 
 /** GET `url` from a child process: its status, bytes and how many entries its JSON array holds. */

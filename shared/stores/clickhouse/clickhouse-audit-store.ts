@@ -51,12 +51,11 @@ export interface ClickHouseAuditStoreOptions {
  *  millisecond go by id, so pages never overlap; ClickHouse orders UUIDs by their
  *  second half first, so that tie order is not the ids' text order. */
 const NEWEST_FIRST = 'ORDER BY timestamp DESC, id DESC';
-/** A page of at most this many entries is read whole (GET /audit's default is 50)... */
-const LIST_WHOLE_MAX = 50;
-/** ...a larger one in slices of about this many bytes of entries (listInSlices)... */
+/** GET /audit reads its page in slices of about this many bytes of entries (listInSlices)... */
 const LIST_SLICE_BYTES = 4 * 1024 * 1024;
-/** ...an entry weighing its long strings and ~1 KB of the rest as JSON. */
-const AUDIT_ROW_BYTES = 'length(tool_url) + length(reasoning) + length(task_id) + length(output) + length(mcp_tool) + length(mcp_method) + length(tool_name) + length(agent_name) + length(policy_path) + 1024';
+/** ...an entry weighing its strings and ~1 KB of the rest (JSON escapes can make an output's control characters 6 bytes each: a slice may be larger). */
+const AUDIT_ROW_BYTES =
+  'length(tool_url) + length(reasoning) + length(task_id) + length(output) + length(mcp_tool) + length(mcp_method) + length(mcp_session_id) + length(tool_name) + length(agent_name) + length(policy_path) + length(request_id) + 1024';
 
 const UUID_RE = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 
@@ -200,20 +199,13 @@ export class ClickHouseAuditStore implements AuditStore {
     // offset passes the last row, and it reads every matching row before the LIMIT.
     // Measured on chDB, one org of 200,000 rows, limit 50: rows + count 12.5 ms,
     // the window form 46.7 ms. Over HTTP the two run in parallel.
+    // A page is read in slices of about LIST_SLICE_BYTES: the page's ids and
+    // sizes first, then its rows by id, each slice parsed and handed on before
+    // the next is read. Whole, 1,000 entries of 150 KB (outputs, reasoning, URLs
+    // and MCP names at their bounds) held the event loop 1.0–1.4 s and the
+    // process 1.4 GB more (admin-audit.test.ts); an entry recorded before the
+    // MCP names' bound may hold a megabyte's, so even 50 are sized first.
     const counting = this.#query<{ total: number | string }>(`SELECT count() AS total FROM ${AUDIT_TABLE} WHERE ${where}`, params);
-    if (limit <= LIST_WHOLE_MAX) {
-      const [rows, counted] = await Promise.all([
-        this.#query<AuditRow>(`SELECT ${AUDIT_SELECT_LIST} FROM ${AUDIT_TABLE} WHERE ${where} ${NEWEST_FIRST} LIMIT {limit:UInt32} OFFSET {offset:UInt32}`, params),
-        counting,
-      ]);
-      onRows(rows.map(decodeAuditRow));
-      return Number(counted[0]?.total ?? 0);
-    }
-    // A larger page is read in slices of about LIST_SLICE_BYTES: the page's ids
-    // and sizes first, then its rows by id, each slice parsed and handed on
-    // while the next is read. Whole, 1,000 entries of 150 KB (outputs, reasoning,
-    // URLs and MCP names at their bounds) held the event loop 1.0–1.4 s and the
-    // process 1.4 GB more (admin-audit.test.ts).
     const [page, counted] = await Promise.all([
       this.#query<{ id: string; ms: number | string; bytes: number | string }>(
         `SELECT id, toUnixTimestamp64Milli(timestamp) AS ms, ${AUDIT_ROW_BYTES} AS bytes FROM ${AUDIT_TABLE} WHERE ${where} ${NEWEST_FIRST} LIMIT {limit:UInt32} OFFSET {offset:UInt32}`,
@@ -226,13 +218,27 @@ export class ClickHouseAuditStore implements AuditStore {
       let bytes = Number(page[start]!.bytes);
       while (end < page.length && bytes + Number(page[end]!.bytes) <= LIST_SLICE_BYTES) bytes += Number(page[end++]!.bytes);
       // By id, within the slice's times (the table's order): a row written since cannot slip in, nor a later one shift the page.
+      const slice = page.slice(start, end);
       const rows = await this.#query<AuditRow>(
         `SELECT ${AUDIT_SELECT_LIST} FROM ${AUDIT_TABLE} WHERE org_id = {org:UUID} AND id IN {ids:Array(UUID)} ` +
-          `AND timestamp BETWEEN fromUnixTimestamp64Milli(toInt64({oldest:UInt64}), 'UTC') AND fromUnixTimestamp64Milli(toInt64({newest:UInt64}), 'UTC') ` +
-          `${NEWEST_FIRST} LIMIT {n:UInt32}`,
-        { org: orgId, ids: page.slice(start, end).map((r) => r.id), oldest: Number(page[end - 1]!.ms), newest: Number(page[start]!.ms), n: end - start },
+          `AND timestamp BETWEEN fromUnixTimestamp64Milli(toInt64({oldest:UInt64}), 'UTC') AND fromUnixTimestamp64Milli(toInt64({newest:UInt64}), 'UTC')`,
+        { org: orgId, ids: slice.map((r) => r.id), oldest: Number(page[end - 1]!.ms), newest: Number(page[start]!.ms) },
       );
-      onRows(rows.map(decodeAuditRow));
+      // In the page's order, each listed copy of an id once: a row stored twice (past the insert dedup's window)
+      // whose copies the page splits between two slices is not listed a third time.
+      const copies = new Map<string, AuditRow[]>();
+      for (const row of rows) {
+        const id = String(row.id);
+        const known = copies.get(id);
+        if (known === undefined) copies.set(id, [row]);
+        else known.push(row);
+      }
+      const ordered: AuditRecord[] = [];
+      for (const listed of slice) {
+        const row = copies.get(listed.id)?.shift();
+        if (row !== undefined) ordered.push(decodeAuditRow(row));
+      }
+      onRows(ordered);
       start = end;
     }
     return Number(counted[0]?.total ?? 0);
@@ -945,10 +951,14 @@ const REPLAY_WINDOW =
   "org_id = {org:UUID} AND agent_id = {agentId:UUID} AND source = 'proxy' AND timestamp >= {since:DateTime64(3, 'UTC')} AND timestamp < {until:DateTime64(3, 'UTC')}";
 /** The policy path, or for rows written before it was recorded, the raw path of the URL (normalised by the service). */
 const REPLAY_PATH = "if(policy_path != '', policy_path, if(path(tool_url) = '', '/', path(tool_url)))";
-/** Groups a replay reads per query, about: more are read in parts (replayGroups)... */
-const REPLAY_GROUPS_PER_PART = 10_000;
-/** ...and bytes of them (their names, paths and REPLAY_GROUP_BYTES's fields). */
+/**
+ * Bytes of groups (their names, paths and REPLAY_GROUP_BYTES's fields) a replay
+ * reads per query, about: more are read in parts (replayGroups), each one more
+ * scan of the window...
+ */
 const REPLAY_BYTES_PER_PART = 8 * 1024 * 1024;
+/** ...and groups, which the bytes bound first but for the shortest (40,000 of ~210 bytes). */
+const REPLAY_GROUPS_PER_PART = 40_000;
 /** What splits a window's groups into parts: every call of a group has the same. */
 const REPLAY_GROUP_HASH = `cityHash64(tool_name, action, ${REPLAY_PATH}, mcp_method, mcp_tool)`;
 /** What a group weighs as #replayGroupsPart reads it: its strings, and ~200 bytes of field names, numbers and its key. */
