@@ -49,14 +49,29 @@ export function mcpNamesUnsearched(policy: CompiledPolicy, calls: readonly (McpC
 
 /** One request (a check's, a recorded call's) decided as the proxy decides a body of it alone. */
 export function mcpRequestDecision(policy: CompiledPolicy | null, tool: string, action: string, path: string, mcp: McpCall | null): PolicyDecision {
-  if (policy?.usesMcp === true && mcp !== null && mcpNameTooLong(mcp)) return MCP_NAME_TOO_LONG_DECISION;
+  if (policy?.usesMcp === true && mcp !== null && mcpNameTooLong(mcp.method, mcp.tool)) return MCP_NAME_TOO_LONG_DECISION;
   if (policy?.scansMcpNames === true && mcp !== null && mcpNamesTooLong([mcp], policy.mcpNamesMaxChars)) return mcpNamesTooLongDecision(policy);
   return evaluatePolicy(policy, tool, action, path, mcp);
 }
 
-/** A request the proxy does not inspect for the length of a name (MCP_TOOL_MAX_CHARS). */
-function mcpNameTooLong(call: McpCall): boolean {
-  return call.method.length > MCP_METHOD_MAX_CHARS || (call.tool?.length ?? 0) > MCP_TOOL_MAX_CHARS;
+/** A request the proxy does not inspect for the length of a name (MCP_TOOL_MAX_CHARS), in characters as POST /policy/check counts them. */
+export function mcpNameTooLong(method: string, tool: string | null): boolean {
+  return longerThan(method, MCP_METHOD_MAX_CHARS) || (tool !== null && longerThan(tool, MCP_TOOL_MAX_CHARS));
+}
+
+/** `text` has more than `max` code points (counted only past `max` UTF-16 units). */
+function longerThan(text: string, max: number): boolean {
+  if (text.length <= max) return false;
+  let points = 0;
+  for (let i = 0; i < text.length; i++) {
+    const c = text.charCodeAt(i);
+    if (c >= 0xd800 && c <= 0xdbff && i + 1 < text.length) {
+      const next = text.charCodeAt(i + 1);
+      if (next >= 0xdc00 && next <= 0xdfff) i++;
+    }
+    if (++points > max) return true;
+  }
+  return false;
 }
 
 /** The proxy's answer to such a request under an enforced MCP rule or limit, as replay reports it. */
@@ -129,11 +144,11 @@ export function readJsonRpc(body: Buffer | null): JsonRpcBody | 'not_json' | 'am
   if (ambiguousKeys(text)) return 'ambiguous';
   const calls = Array.isArray(value) ? value.map(requestOf) : [requestOf(value)];
   if (calls.some((call) => call === 'ambiguous')) return 'ambiguous';
-  if (calls.some((call) => call !== null && mcpNameTooLong(call as McpCall))) return 'too_long';
+  if (calls.some((call) => call === 'too_long')) return 'too_long';
   return { batch: Array.isArray(value), calls: calls as (McpCall | null)[] };
 }
 
-function requestOf(value: unknown): McpCall | null | 'ambiguous' {
+function requestOf(value: unknown): McpCall | null | 'ambiguous' | 'too_long' {
   if (typeof value !== 'object' || value === null || Array.isArray(value)) return null;
   const message = value as { jsonrpc?: unknown; method?: unknown; params?: unknown };
   if (message.jsonrpc !== '2.0' || typeof message.method !== 'string') return null;
@@ -142,6 +157,8 @@ function requestOf(value: unknown): McpCall | null | 'ambiguous' {
   // An empty method or tool name is kept by the audit as none (null), so a replay
   // could not decide it as the live call was: such a call is not inspected.
   if (message.method === '' || tool === '') return 'ambiguous';
+  // Before a URI is parsed (twice, decoded): a megabyte's took that for nothing.
+  if (mcpNameTooLong(message.method, typeof tool === 'string' ? tool : null)) return 'too_long';
   if (typeof tool !== 'string') return { method: message.method, tool: null };
   if (message.method !== 'resources/read') return { method: message.method, tool };
   const read = mcpCallReading(message.method, tool);

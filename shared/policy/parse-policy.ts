@@ -106,10 +106,25 @@ export const MCP_NAMES_MAX_CHARS = 16 * 1024;
  * (CompiledPolicy.mcpNamesMaxChars). 3,500 searching globs against names of
  * 16 KiB held the event loop 0.4 s a call; their bound is 1,198 characters.
  */
-function mcpNamesBound(scanningGlobs: number, globChars: number, globs: number): number {
+function mcpNamesBound(scanningGlobs: number, globLengths: readonly number[]): number {
   let bound = scanningGlobs === 0 ? Infinity : Math.min(MCP_NAMES_MAX_CHARS, Math.floor((MCP_NAMES_MAX_CHARS * MAX_MCP_SCANNING_GLOBS) / scanningGlobs));
-  // Each glob compares its ends with a name in at most the name's length: so many globs compare at most so many times it.
-  if (globChars > MAX_MCP_GLOB_CHARS) bound = Math.min(bound, Math.floor(MAX_MCP_GLOB_CHARS / globs));
+  // A glob compares its ends with a name in at most the shorter one's length:
+  // past the bound on their characters, names are held to the longest N whose
+  // Σ min(glob length, N) stays within it.
+  let chars = 0;
+  for (const length of globLengths) chars += length;
+  if (chars > MAX_MCP_GLOB_CHARS) {
+    const sorted = [...globLengths].sort((a, b) => a - b);
+    let shorter = 0; // Σ of the globs shorter than N
+    for (let k = 0; k < sorted.length; k++) {
+      const n = Math.floor((MAX_MCP_GLOB_CHARS - shorter) / (sorted.length - k));
+      if (n <= sorted[k]!) {
+        bound = Math.min(bound, n);
+        break;
+      }
+      shorter += sorted[k]!;
+    }
+  }
   return bound;
 }
 
@@ -239,8 +254,8 @@ const compiling = {
   mcpScanningGlobs: 0,
   /** Characters of MCP globs so far (maxMcpGlobChars), each use counted... */
   mcpGlobChars: 0,
-  /** ...and their uses. */
-  mcpGlobs: 0,
+  /** ...and each use's. */
+  mcpGlobLengths: [] as number[],
   tools: new Map<string, ToolMatcher>(),
   paths: new Map<string, CompiledPathGlob>(),
   mcp: new Map<string, readonly string[] | null>(),
@@ -249,9 +264,10 @@ const compiling = {
     this.pathGlobChars = limits.maxPatternPathChars;
     this.mcpScanningGlobs = 0;
     this.mcpGlobChars = 0;
-    this.mcpGlobs = 0;
+    this.mcpGlobLengths = [];
   },
   end(): void {
+    this.mcpGlobLengths = [];
     this.tools.clear();
     this.paths.clear();
     this.mcp.clear();
@@ -383,7 +399,7 @@ function compileDocument(yamlText: string, limits: PolicyLimits): CompiledPolicy
     shadowUsesMcp: rules.some((rule) => rule.mcp && rule.shadow),
     scansMcpNames: rules.some((rule) => searches(rule) && !rule.shadow) || compiledLimits.some(searches),
     shadowScansMcpNames: rules.some((rule) => searches(rule) && rule.shadow),
-    mcpNamesMaxChars: mcpNamesBound(compiling.mcpScanningGlobs, compiling.mcpGlobChars, compiling.mcpGlobs),
+    mcpNamesMaxChars: mcpNamesBound(compiling.mcpScanningGlobs, compiling.mcpGlobLengths),
   });
 }
 
@@ -471,7 +487,7 @@ function compileMatcher(
     const text = fields[key];
     if (text === undefined) continue;
     const keyWhere = fieldWhere[key] ?? where;
-    compiling.mcpGlobs++;
+    compiling.mcpGlobLengths.push(text.length);
     compiling.mcpGlobChars += text.length;
     if (compiling.mcpGlobChars > compiling.limits.maxMcpGlobChars) {
       fail(`${keyWhere}: the policy's MCP globs come to more than ${formatCount(compiling.limits.maxMcpGlobChars)} characters, each use of a YAML alias counted (each is compared with every name of every request)`);

@@ -575,6 +575,12 @@ t.test('a policy saved before the MCP globs\' bounds that exceeds them: its name
   t.equal(prefixed.mcpNamesMaxChars, Math.floor(262_144 / 100));
   t.match(mcpRequestDecision(prefixed, 'h', 'POST', '/', call('a'.repeat(2_700))), { ruleMatched: 'uninspectable_body', message: /more than 2,621 characters/ });
   t.match(mcpRequestDecision(prefixed, 'h', 'POST', '/', call('list_x')), { decision: 'allow' });
+  // Short globs beside them cost their own length, not a name's: 1,000 of them lower the bound by what they hold.
+  const short = Array.from({ length: 1_000 }, (_, i) => `t${i}_*`);
+  const mixed = parsePolicy(policy([`  - &r {tool: "*", action: "*", mcp_tool: "${'a'.repeat(100_000)}*", decision: deny}`, ...Array.from({ length: 99 }, () => '  - *r'),
+    ...short.map((glob) => `  - {tool: "*", action: "*", mcp_tool: "${glob}", decision: deny}`)]), STORED_POLICY_LIMITS);
+  const shortChars = short.reduce((sum, glob) => sum + glob.length, 0);
+  t.equal(mixed.mcpNamesMaxChars, Math.floor((262_144 - shortChars) / 100), `Σ min(glob, N) within 262,144: ${mixed.mcpNamesMaxChars} characters (was 262,144 ÷ 1,100 = 238)`);
 });
 
 t.test('a text between wildcards longer than indexOf searches well is searched in linear time, and finds what indexOf finds', async (t) => {
