@@ -443,6 +443,11 @@ t.test('a request whose tool name passes 8,192 characters (its method 1,024) is 
   t.equal(await send(prefixed.api_key, call(`list_${'a'.repeat(8_188)}`)), 403, '8,193 characters: not inspected');
   t.equal(await send(prefixed.api_key, call('list_x', `x/${'a'.repeat(1_023)}`)), 403, 'nor a method of 1,025');
   t.equal(await send(prefixed.api_key, [call('list_x'), call(`list_${'a'.repeat(9_000)}`)]), 403, 'nor a batch with such a request');
+  // Counted in characters, as the check counts them: 8,192 emoji are 16,384 UTF-16 units.
+  t.equal(await send(prefixed.api_key, call('😀'.repeat(8_192))), 200, '8,192 characters beyond the BMP: inspected');
+  t.equal(await send(prefixed.api_key, call('😀'.repeat(8_193))), 403);
+  const astral = await api(service.url, owner, 'POST', '/policy/check', { agent_id: prefixed.id, tool: echo.authority, action: 'POST', reasoning: 'check', mcp_method: 'tools/call', mcp_tool: '😀'.repeat(8_192) });
+  t.match(astral, { status: 200, json: { decision: 'allow' } }, 'and a check of it decides alike');
 
   // Under shadow rules alone nothing is refused; the call is decided on its head, and its entry has no MCP names.
   const shadowed = await agentWithPolicy(t, 'mcp-long-names-shadow', 'version: "1"\nrules:\n  - {name: try-no-deletes, tool: "*", action: POST, mcp_tool: "delete_*", decision: deny, mode: shadow}\n');
