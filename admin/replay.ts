@@ -7,7 +7,7 @@
 // allowed call it would hold is allow_to_deny (its sample says approve), a denied
 // one stays unchanged. POST /policy/replay answers with this; bench/micro/replay.ts times it.
 import type { CompiledPolicy, PolicyDecision, RuleVerdict } from '../shared/policy/index.js';
-import { REPLAY_SAMPLE_GROUPS, type AuditStore, type ReplayGroupKey } from '../shared/stores/audit-store.js';
+import { REPLAY_SAMPLE_GROUPS, type AuditStore } from '../shared/stores/audit-store.js';
 import { mcpCallReading, mcpNameTooLong, mcpRequestDecision } from '../shared/mcp.js';
 import { normalizePolicyPath } from '../shared/target.js';
 
@@ -85,16 +85,16 @@ export async function replayPolicy(store: AuditStore, orgId: string, agentId: st
       } else {
         continue;
       }
-      changed.push({ group: { toolName: group.toolName, action: group.action, path: group.path, mcpMethod: group.mcpMethod, mcpTool: group.mcpTool, decision: group.decision }, key: group.key, newest: group.newest, would, path });
+      changed.push({ key: group.key, newest: group.newest, would, path });
       if (changed.length >= 2 * REPLAY_SAMPLE_GROUPS) trim();
     }
   });
   trim();
-  const wouldOf = new Map(changed.map((c) => [replayKey(c.group), c]));
+  const wouldOf = new Map(changed.map((c) => [c.key, c]));
   const rows = await store.replaySamples(orgId, agentId, since, until, changed.map((c) => c.key), REPLAY_SAMPLES);
   const samples: ReplayResult['samples'] = [];
   for (const row of rows) {
-    const would = wouldOf.get(replayKey(row));
+    const would = wouldOf.get(row.key);
     if (would === undefined) continue; // a row of a changed group always has one; never trust a join blindly
     samples.push({
       audit_id: row.id,
@@ -117,15 +117,15 @@ export async function replayPolicy(store: AuditStore, orgId: string, agentId: st
   };
 }
 
-/** A changed group: its key for the samples, its newest call's time, what the candidate decides and on which path. */
+/**
+ * A changed group: its key for the samples (the samples are matched by it, so
+ * its names are not held: up to 4,000 groups whose MCP names, recorded before
+ * their bound, may each be a megabyte), its newest call's time, what the
+ * candidate decides and on which path.
+ */
 interface Changed {
-  group: ReplayGroupKey;
   key: string;
   newest: string;
   would: PolicyDecision;
   path: string;
-}
-
-function replayKey(g: ReplayGroupKey): string {
-  return `${g.toolName}\n${g.action}\n${g.path}\n${g.mcpMethod}\n${g.mcpTool}\n${g.decision}`;
 }

@@ -63,21 +63,17 @@ export interface ReplayGroup {
   key: string;
 }
 
-/** A group's key, to ask for sample rows of it. */
-export type ReplayGroupKey = Pick<ReplayGroup, 'toolName' | 'action' | 'path' | 'mcpMethod' | 'mcpTool' | 'decision'>;
-
 /** The changed groups a sample query names, at most (their keys travel as query parameters). Beyond it, those whose newest call is newest: they hold the newest changed calls. */
 export const REPLAY_SAMPLE_GROUPS = 2_000;
 
+/** A changed call: its entry, and its group's key (ReplayGroup.key), not the group's names and path (a name recorded before its bound may be a megabyte). */
 export interface ReplaySample {
   id: string;
   timestamp: string;
   toolName: string;
   action: string;
-  path: string;
-  mcpMethod: string;
-  mcpTool: string;
   decision: 'allowed' | 'denied';
+  key: string;
 }
 
 /** One chain of seals as the store sums it up. */

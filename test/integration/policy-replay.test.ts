@@ -4,6 +4,8 @@
 // another stage refused kept as they were, samples, the window, a property test
 // that the proxy and replay decide alike, and a million rows replayed in bulk.
 import { monitorEventLoopDelay } from 'node:perf_hooks';
+import { setFlagsFromString } from 'node:v8';
+import { runInNewContext } from 'node:vm';
 import fc from 'fast-check';
 import t from 'tap';
 import { api, createAgent, eventually, signup, startTestService } from '../support/service.js';
@@ -362,6 +364,39 @@ t.test('groups of long paths are read in parts of a bounded size too: one parse 
   t.equal(replay.status, 200, replay.text.slice(0, 200));
   const denied = Array.from({ length: ROWS }, (_, i) => i).filter((i) => String(i).startsWith('1')).length;
   t.match(replay.json, { total: ROWS, allow_to_deny: denied, deny_to_allow: 0 }, 'and they replay whole');
+});
+
+t.test('changed groups with MCP names of a megabyte (recorded before their bound) are matched to their samples by key, not held', async (t) => {
+  setFlagsFromString('--expose-gc');
+  const gc = runInNewContext('gc') as () => void;
+  const agent = await createAgent(service.url, owner, 'long-mcp-names', 'none');
+  const ROWS = 150;
+  const base = Date.now() - 86_400_000;
+  for (let start = 0; start < ROWS; start += 10) {
+    let body = '';
+    for (let i = start; i < start + 10; i++) {
+      body += service.auditStore.encode(auditRecord(ownerOrg, {
+        agentId: agent.id, agentName: 'long-mcp-names', timestamp: new Date(base + i * 100).toISOString(), toolName: 'api.example.com', action: 'POST',
+        toolUrl: 'https://api.example.com/mcp', policyPath: '/mcp', policyDecided: true, ruleMatched: 'default', mcpMethod: 'tools/call', mcpTool: `x${i}_${'a'.repeat(1_000_000)}`,
+      }));
+    }
+    await service.auditStore.insertEncoded(body, `long-mcp-names-${start}-${agent.id}`);
+  }
+  gc();
+  const before = process.memoryUsage().heapUsed;
+  let peak = before;
+  const sampler = setInterval(() => {
+    peak = Math.max(peak, process.memoryUsage().heapUsed);
+  }, 2);
+  const replay = await api(service.url, owner, 'POST', '/policy/replay', { agent_id: agent.id, rules_yaml: 'version: "1"\nrules:\n  - {name: no-tools, tool: "*", action: POST, mcp_method: "tools/*", decision: deny}\n' });
+  clearInterval(sampler);
+  t.equal(replay.status, 200, replay.text.slice(0, 200));
+  t.match(replay.json, { total: ROWS, allow_to_deny: ROWS });
+  t.equal(replay.json.samples.length, 100);
+  t.ok(replay.json.samples.every((s: any) => s.would_rule === 'uninspectable_body' && s.path === '/mcp'), 'each sample named by its group\'s key');
+  // Before, the changed groups held their names and the sample query read 100 of them: the heap grew 320–510 MB.
+  const grown = (peak - before) / 1e6;
+  t.ok(grown < 150, `the heap grew at most ${grown.toFixed(0)} MB during the replay of ${ROWS} MB of names`);
 });
 
 /** A new agent (of `account`'s org) with `rows` allowed GETs of a day ago, each its own path (a group a call), written to the store in one insert. */

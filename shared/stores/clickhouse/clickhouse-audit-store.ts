@@ -300,8 +300,8 @@ export class ClickHouseAuditStore implements AuditStore {
     // would pass ClickHouse's 128 KiB limit on a query parameter over HTTP.
     params.keys = keys.slice(0, REPLAY_SAMPLE_GROUPS);
     params.limit = nonNegativeInt(limit, 'limit');
-    const rows = await this.#query<{ id: string; timestamp: string; tool_name: string; action: string; path: string; mcp_method: string; mcp_tool: string; decision: string }>(
-      `SELECT id, timestamp, tool_name, action, ${REPLAY_PATH} AS path, mcp_method, mcp_tool, decision
+    const rows = await this.#query<{ id: string; timestamp: string; tool_name: string; action: string; decision: string; key: string }>(
+      `SELECT id, timestamp, tool_name, action, decision, toString(${REPLAY_SAMPLE_KEY}) AS key
        FROM ${AUDIT_TABLE}
        WHERE ${REPLAY_WINDOW} AND policy_decided AND toString(${REPLAY_SAMPLE_KEY}) IN {keys:Array(String)}
        ${NEWEST_FIRST} LIMIT {limit:UInt32}`,
@@ -312,10 +312,8 @@ export class ClickHouseAuditStore implements AuditStore {
       timestamp: isoFromCh(r.timestamp),
       toolName: r.tool_name,
       action: r.action,
-      path: r.path,
-      mcpMethod: r.mcp_method,
-      mcpTool: r.mcp_tool,
       decision: r.decision as 'allowed' | 'denied',
+      key: r.key,
     }));
   }
 
