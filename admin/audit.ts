@@ -45,6 +45,10 @@ export function sealsToPrint(seals: readonly Seal[], max: number): Seal[] {
   return [...chosen].sort((a, b) => (a.firstAt < b.firstAt ? -1 : a.firstAt > b.firstAt ? 1 : a.seq - b.seq));
 }
 
+/** GET /audit's array around its slices (each slice's entries written as they come). */
+const OPEN_BRACKET = Buffer.from('[');
+const CLOSE_BRACKET = Buffer.from(']');
+
 export function auditHandlers(ctx: AdminContext) {
   let pdfRenderer: PdfRenderer | null = null;
   const reports = new OneAtATime('PDF reports', JOBS_WAITING_MAX, JOBS_WAITING_PER_ORG);
@@ -95,8 +99,6 @@ export function auditHandlers(ctx: AdminContext) {
     return json(201, auditJson(record));
   };
 
-  const OPEN_BRACKET = Buffer.from('[');
-  const CLOSE_BRACKET = Buffer.from(']');
   const list: Handler = async (req, caller) => {
     const q = req.query;
     const filter = auditFilterFromQuery(q);

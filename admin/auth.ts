@@ -7,7 +7,8 @@ import { GuardError } from '../shared/errors.js';
 import { clientNetwork } from '../shared/ip.js';
 import type { MetadataStore } from '../shared/stores/metadata-store.js';
 import type { User } from '../shared/types.js';
-import { codePointLength, json, readJsonObject, stringField, type AdminRequest, type AdminResponse } from './http.js';
+import { json, readJsonObject, stringField, type AdminRequest, type AdminResponse } from './http.js';
+import { longerThan } from '../shared/text.js';
 
 export const JWT_ISSUER = 'tool-call-guard';
 export const JWT_AUDIENCE = 'tool-call-guard-admin';
@@ -58,7 +59,7 @@ export function createAuth(options: AuthOptions) {
     const body = readJsonObject(req);
     const email = stringField(body, 'email').trim().toLowerCase();
     // At most EMAIL_MAX code points, as every length (docs/api.md); one counted in UTF-16 units refused some that fit.
-    if (email.length === 0 || (email.length > EMAIL_MAX && codePointLength(email) > EMAIL_MAX) || email.split('@').length !== 2 || email.startsWith('@') || email.endsWith('@') || /\s/.test(email)) {
+    if (email.length === 0 || longerThan(email, EMAIL_MAX) || email.split('@').length !== 2 || email.startsWith('@') || email.endsWith('@') || /\s/.test(email)) {
       throw new GuardError('invalid_request', `Field 'email' must be an email address of at most ${EMAIL_MAX} characters.`, { field: 'email' });
     }
     const password = stringField(body, 'password', { min: PASSWORD_MIN, max: PASSWORD_MAX });

@@ -2,6 +2,7 @@
 // them (the public uWS listener in all-in-one mode, the admin process in split mode).
 import { isUtf8 } from 'node:buffer';
 import { wellFormed } from '../shared/audit/entry-json.js';
+import { codePointLength, longerThan } from '../shared/text.js';
 import { GuardError } from '../shared/errors.js';
 
 export const MAX_ADMIN_BODY_BYTES = 1024 * 1024;
@@ -98,26 +99,13 @@ export function stringField(body: Record<string, unknown>, name: string, rule: S
   if (rule.min !== undefined && value.length < 2 * rule.min && codePointLength(value) < rule.min) {
     throw new GuardError('invalid_request', `Field '${name}' must be at least ${rule.min} characters.`, { field: name });
   }
-  if (rule.max !== undefined && value.length > rule.max && (value.length > 2 * rule.max || codePointLength(value) > rule.max)) {
+  if (rule.max !== undefined && longerThan(value, rule.max)) {
     throw new GuardError('invalid_request', `Field '${name}' must be at most ${rule.max} characters.`, { field: name });
   }
   // A lone surrogate (valid JSON: "\ud800") is stored as UTF-8 keeps it, one U+FFFD
   // (SQLite wrote three bytes that read back as three): what is checked and
   // answered is what is stored, as POST /audit already does.
   return wellFormed(value);
-}
-
-/** Code points in a string, as `[...value].length` counts them (a lone surrogate is one). */
-export function codePointLength(value: string): number {
-  let count = 0;
-  for (let i = 0; i < value.length; i++, count++) {
-    const unit = value.charCodeAt(i);
-    if (unit >= 0xd800 && unit <= 0xdbff && i + 1 < value.length) {
-      const next = value.charCodeAt(i + 1);
-      if (next >= 0xdc00 && next <= 0xdfff) i++;
-    }
-  }
-  return count;
 }
 
 export function enumField<T extends string>(body: Record<string, unknown>, name: string, values: readonly T[], fallback?: T): T {

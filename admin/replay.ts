@@ -8,7 +8,7 @@
 // one stays unchanged. POST /policy/replay answers with this; bench/micro/replay.ts times it.
 import type { CompiledPolicy, PolicyDecision, RuleVerdict } from '../shared/policy/index.js';
 import { REPLAY_SAMPLE_GROUPS, type AuditStore } from '../shared/stores/audit-store.js';
-import { mcpCallReading, mcpNameTooLong, mcpRequestDecision } from '../shared/mcp.js';
+import { mcpCallReading, mcpRequestDecision } from '../shared/mcp.js';
 import { normalizePolicyPath } from '../shared/target.js';
 
 /** Changed calls listed, at most. */
@@ -71,8 +71,7 @@ export async function replayPolicy(store: AuditStore, orgId: string, agentId: st
       const path = normalizePolicyPath(group.path) ?? group.path;
       // As the proxy reads it (a resource's URI also normalised); a URI that does not parse (recorded before the proxy refused it) on its own.
       const mcpTool = group.mcpTool === '' ? null : group.mcpTool;
-      // (A name too long to inspect, recorded before the proxy refused it, is not parsed: it is decided as such.)
-      const mcp = group.mcpMethod === '' ? null : (!mcpNameTooLong(group.mcpMethod, mcpTool) && mcpCallReading(group.mcpMethod, mcpTool)) || { method: group.mcpMethod, tool: mcpTool };
+      const mcp = group.mcpMethod === '' ? null : mcpCallReading(group.mcpMethod, mcpTool) ?? { method: group.mcpMethod, tool: mcpTool };
       // As the proxy decides it: names too long for a candidate that searches them are refused unsearched.
       const would = mcpRequestDecision(candidate, group.toolName, group.action, path, mcp);
       const forwards = would.decision === 'allow';

@@ -7,7 +7,7 @@
 // only shadow rules name MCP fields, nothing is refused for the body: it is read
 // when it can be (identity, a known length up to 1 MiB, JSON) so that those
 // rules can match. Any other policy decided in authorize.ts; nothing here.
-import { MCP_BATCH_DISTINCT_MAX, MCP_BATCH_MAX, MCP_INSPECT_MAX_BYTES, MCP_NAME_TOO_LONG, mcpNamesTooLongText, mcpNamesUnsearched, readJsonRpc } from '../shared/mcp.js';
+import { MCP_BATCH_DISTINCT_MAX, MCP_BATCH_MAX, MCP_INSPECT_MAX_BYTES, MCP_NAME_TOO_LONG, mcpNamesTooLongText, mcpNamesUnsearched, readJsonRpc, uninspectableMessage } from '../shared/mcp.js';
 import { evaluatePolicy, UNINSPECTABLE_RULE, type CompiledPolicy, type McpCall, type PolicyDecision } from '../shared/policy/index.js';
 import { applyDecision, decideOnHead, recordShadow } from './authorize.js';
 import type { ProxyExchange, Stage } from './exchange.js';
@@ -74,7 +74,7 @@ function notInspected(ex: ProxyExchange, policy: CompiledPolicy, enforcing: bool
 function uninspectable(ex: ProxyExchange, what: string): false {
   recordShadow(ex, ex.policy, null);
   ex.ruleMatched = UNINSPECTABLE_RULE;
-  return ex.answerError('policy_denied', `The policy decides on the JSON-RPC body, and ${what} cannot be inspected.`, { rule_matched: UNINSPECTABLE_RULE });
+  return ex.answerError('policy_denied', uninspectableMessage(what), { rule_matched: UNINSPECTABLE_RULE });
 }
 
 function decide(ex: ProxyExchange, policy: CompiledPolicy, bytes: Buffer | null, enforcing: boolean): undefined | false {

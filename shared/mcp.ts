@@ -2,6 +2,7 @@
 // Streamable HTTP transport posts one request, or a batch), as the policy's
 // `mcp_method` / `mcp_tool` see them. Used only for policies that name them.
 import { isUtf8 } from 'node:buffer';
+import { longerThan } from './text.js';
 import { evaluatePolicy, MCP_NAMES_MAX_CHARS, UNINSPECTABLE_RULE, type CompiledPolicy, type McpCall, type PolicyDecision } from './policy/index.js';
 
 /** The most body the proxy reads to decide an MCP-aware policy (1 MiB); a larger one cannot be inspected. */
@@ -50,37 +51,27 @@ export function mcpNamesUnsearched(policy: CompiledPolicy, calls: readonly (McpC
 /** One request (a check's, a recorded call's) decided as the proxy decides a body of it alone. */
 export function mcpRequestDecision(policy: CompiledPolicy | null, tool: string, action: string, path: string, mcp: McpCall | null): PolicyDecision {
   if (policy?.usesMcp === true && mcp !== null && mcpNameTooLong(mcp.method, mcp.tool)) return MCP_NAME_TOO_LONG_DECISION;
-  if (policy?.scansMcpNames === true && mcp !== null && mcpNamesTooLong([mcp], policy.mcpNamesMaxChars)) return mcpNamesTooLongDecision(policy);
+  if (policy?.scansMcpNames === true && mcp !== null && mcpNamesTooLong([mcp], policy.mcpNamesMaxChars)) return uninspectableDecision(mcpNamesTooLongText(policy));
   return evaluatePolicy(policy, tool, action, path, mcp);
 }
 
 /** A request the proxy does not inspect for the length of a name (MCP_TOOL_MAX_CHARS), in characters as POST /policy/check counts them. */
-export function mcpNameTooLong(method: string, tool: string | null): boolean {
+function mcpNameTooLong(method: string, tool: string | null): boolean {
   return longerThan(method, MCP_METHOD_MAX_CHARS) || (tool !== null && longerThan(tool, MCP_TOOL_MAX_CHARS));
 }
 
-/** `text` has more than `max` code points (counted only past `max` UTF-16 units). */
-function longerThan(text: string, max: number): boolean {
-  if (text.length <= max) return false;
-  let points = 0;
-  for (let i = 0; i < text.length; i++) {
-    const c = text.charCodeAt(i);
-    if (c >= 0xd800 && c <= 0xdbff && i + 1 < text.length) {
-      const next = text.charCodeAt(i + 1);
-      if (next >= 0xdc00 && next <= 0xdfff) i++;
-    }
-    if (++points > max) return true;
-  }
-  return false;
+/** Why a call under a policy that decides on its body is refused (rule_matched uninspectable_body), `what` being the body. */
+export function uninspectableMessage(what: string): string {
+  return `The policy decides on the JSON-RPC body, and ${what} cannot be inspected.`;
 }
 
-/** The proxy's answer to such a request under an enforced MCP rule or limit, as replay reports it. */
-const MCP_NAME_TOO_LONG_DECISION: PolicyDecision = Object.freeze({
-  decision: 'deny',
-  ruleMatched: UNINSPECTABLE_RULE,
-  message: `The policy decides on the JSON-RPC body, and ${MCP_NAME_TOO_LONG} cannot be inspected.`,
-  approvalTimeoutS: 0,
-});
+/** The proxy's refusal of such a body, as check and replay report it. */
+function uninspectableDecision(what: string): PolicyDecision {
+  return Object.freeze({ decision: 'deny', ruleMatched: UNINSPECTABLE_RULE, message: uninspectableMessage(what), approvalTimeoutS: 0 });
+}
+
+/** The proxy's answer to a request with a name too long to inspect, under an enforced MCP rule or limit. */
+const MCP_NAME_TOO_LONG_DECISION = uninspectableDecision(MCP_NAME_TOO_LONG);
 
 /** `calls` name more than `max` characters: methods and tool names, every spelling of a resource's URI included. */
 function mcpNamesTooLong(calls: readonly (McpCall | null)[], max: number): boolean {
@@ -98,19 +89,6 @@ export function mcpNamesTooLongText(policy: CompiledPolicy): string {
   const max = policy.mcpNamesMaxChars;
   if (max === MCP_NAMES_MAX_CHARS) return `a body whose methods and tool names come to more than ${MCP_NAMES_MAX_CHARS / 1024} KiB`;
   return `a body whose methods and tool names come to more than ${max.toLocaleString('en-US')} characters (the bound of a policy saved before the MCP globs' bounds that exceeds them; set it again to lift it to ${MCP_NAMES_MAX_CHARS / 1024} KiB)`;
-}
-
-/**
- * The proxy's answer to such a body, under an enforced rule or limit that
- * searches names, as replay and check report it: refused unsearched.
- */
-function mcpNamesTooLongDecision(policy: CompiledPolicy): PolicyDecision {
-  return Object.freeze({
-    decision: 'deny',
-    ruleMatched: UNINSPECTABLE_RULE,
-    message: `The policy decides on the JSON-RPC body, and ${mcpNamesTooLongText(policy)} cannot be inspected.`,
-    approvalTimeoutS: 0,
-  });
 }
 
 /** The methods whose request names a tool (a prompt's or tool's name, a resource's URI); any other has none. */
@@ -161,8 +139,7 @@ function requestOf(value: unknown): McpCall | null | 'ambiguous' | 'too_long' {
   if (mcpNameTooLong(message.method, typeof tool === 'string' ? tool : null)) return 'too_long';
   if (typeof tool !== 'string') return { method: message.method, tool: null };
   if (message.method !== 'resources/read') return { method: message.method, tool };
-  const read = mcpCallReading(message.method, tool);
-  return read ?? 'ambiguous';
+  return resourceReading(tool) ?? 'ambiguous';
 }
 
 /**
@@ -172,7 +149,14 @@ function requestOf(value: unknown): McpCall | null | 'ambiguous' | 'too_long' {
  * the proxy, POST /policy/check and a replay of recorded calls.
  */
 export function mcpCallReading(method: string, tool: string | null): McpCall | null {
-  if (method !== 'resources/read' || tool === null) return { method, tool };
+  // A name too long to inspect is not read (the proxy refuses it before; a replay decides one recorded before the bound as such).
+  if (method !== 'resources/read' || tool === null || mcpNameTooLong(method, tool)) return { method, tool };
+  return resourceReading(tool);
+}
+
+/** A resources/read request of the URI `tool`, with readAs (mcpCallReading); null when it does not parse. */
+function resourceReading(tool: string): McpCall | null {
+  const method = 'resources/read';
   const normalised = resourceUri(tool);
   if (normalised === null) return null;
   const readAs: string[] = [];

@@ -11,7 +11,7 @@ import fc from 'fast-check';
 import t, { type Test } from 'tap';
 import { stringify as toYaml } from 'yaml';
 import { ROUTE_TABLE } from '../../admin/app.js';
-import { codePointLength } from '../../admin/http.js';
+import { codePointLength } from '../../shared/text.js';
 import { GuardError } from '../../shared/errors.js';
 import { evaluatePolicy, parsePolicy } from '../../shared/policy/index.js';
 import { createAgent, signup, startTestService } from '../support/service.js';

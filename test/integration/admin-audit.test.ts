@@ -7,7 +7,7 @@ import { promisify } from 'node:util';
 import canonicalize from 'canonicalize';
 import pdfParse from 'pdf-parse/lib/pdf-parse.js';
 import t, { type Test } from 'tap';
-import { auditRecord } from '../support/audit-records.js';
+import { auditRecord, insertRecords } from '../support/audit-records.js';
 import { assertError, type Reply } from '../support/checks.js';
 import { api, createAgent, signup, startTestService, type Session } from '../support/service.js';
 
@@ -254,17 +254,11 @@ t.test('GET /audit: a page of large entries is read and written in slices, the s
   // Entries at their bounds: 64 KiB of output and of reasoning, an 8 KiB URL, an 8 KiB MCP tool name (~150 KB each).
   const N = 400;
   const started = Date.now() - 60_000;
-  for (let start = 0; start < N; start += 100) {
-    let body = '';
-    for (let i = start; i < start + 100; i++) {
-      body += service.auditStore.encode(auditRecord(orgId, {
-        agentId: agent.id, agentName: 'Big Agent', toolName: 'api.example.com', action: 'POST', timestamp: new Date(started + i).toISOString(),
-        toolUrl: `https://api.example.com/${'p'.repeat(8_000)}`, reasoning: `r${i}${'y'.repeat(65_530)}`, output: `o${i}${'x'.repeat(65_530)}`, outputTruncated: true,
-        mcpMethod: 'tools/call', mcpTool: `t${i}_${'a'.repeat(8_000)}`,
-      }));
-    }
-    await service.auditStore.insertEncoded(body, `big-page-${start}-${agent.id}`);
-  }
+  await insertRecords(service.auditStore, N, 100, `big-page-${agent.id}`, (i) => auditRecord(orgId, {
+    agentId: agent.id, agentName: 'Big Agent', toolName: 'api.example.com', action: 'POST', timestamp: new Date(started + i).toISOString(),
+    toolUrl: `https://api.example.com/${'p'.repeat(8_000)}`, reasoning: `r${i}${'y'.repeat(65_530)}`, output: `o${i}${'x'.repeat(65_530)}`, outputTruncated: true,
+    mcpMethod: 'tools/call', mcpTool: `t${i}_${'a'.repeat(8_000)}`,
+  }));
   const slices: number[] = [];
   const total = await service.auditStore.listInSlices(orgId, { agentId: agent.id }, N, 0, (rows) => slices.push(rows.length));
   t.equal(total, N);

@@ -10,7 +10,7 @@ import fc from 'fast-check';
 import t from 'tap';
 import { api, createAgent, eventually, signup, startTestService } from '../support/service.js';
 import { startUpstream } from '../support/upstream.js';
-import { auditRecord } from '../support/audit-records.js';
+import { auditRecord, insertRecords } from '../support/audit-records.js';
 import { AUDIT_COLUMN_NAMES } from '../../shared/audit/audit-codec.js';
 
 const upstream = await startUpstream();
@@ -345,15 +345,11 @@ t.test('groups of long paths are read in parts of a bounded size too: one parse 
   const agent = await createAgent(service.url, owner, 'long-paths', 'none');
   const ROWS = 3_000;
   const long = (i: number) => `/items/${i}/${'x'.repeat(8_000)}`;
-  let body = '';
   const base = Date.now() - 86_400_000;
-  for (let i = 0; i < ROWS; i++) {
-    body += service.auditStore.encode(auditRecord(ownerOrg, {
-      agentId: agent.id, agentName: 'long-paths', timestamp: new Date(base + i * 100).toISOString(), toolName: 'api.example.com', action: 'GET',
-      toolUrl: `https://api.example.com${long(i)}`, policyPath: long(i), policyDecided: true, ruleMatched: 'default',
-    }));
-  }
-  await service.auditStore.insertEncoded(body, `long-paths-${agent.id}`);
+  await insertRecords(service.auditStore, ROWS, ROWS, `long-paths-${agent.id}`, (i) => auditRecord(ownerOrg, {
+    agentId: agent.id, agentName: 'long-paths', timestamp: new Date(base + i * 100).toISOString(), toolName: 'api.example.com', action: 'GET',
+    toolUrl: `https://api.example.com${long(i)}`, policyPath: long(i), policyDecided: true, ruleMatched: 'default',
+  }));
   // 3,000 groups of 8 KiB were one part of 24 MB (30,000 of them held the loop 1.1 s in JSON.parse): now parts of at most 8 MiB.
   const parts: number[] = [];
   await service.auditStore.replayGroups(ownerOrg, agent.id, new Date(base - 1000), new Date(), (groups) => {
@@ -372,16 +368,10 @@ t.test('changed groups with MCP names of a megabyte (recorded before their bound
   const agent = await createAgent(service.url, owner, 'long-mcp-names', 'none');
   const ROWS = 150;
   const base = Date.now() - 86_400_000;
-  for (let start = 0; start < ROWS; start += 10) {
-    let body = '';
-    for (let i = start; i < start + 10; i++) {
-      body += service.auditStore.encode(auditRecord(ownerOrg, {
-        agentId: agent.id, agentName: 'long-mcp-names', timestamp: new Date(base + i * 100).toISOString(), toolName: 'api.example.com', action: 'POST',
-        toolUrl: 'https://api.example.com/mcp', policyPath: '/mcp', policyDecided: true, ruleMatched: 'default', mcpMethod: 'tools/call', mcpTool: `x${i}_${'a'.repeat(1_000_000)}`,
-      }));
-    }
-    await service.auditStore.insertEncoded(body, `long-mcp-names-${start}-${agent.id}`);
-  }
+  await insertRecords(service.auditStore, ROWS, 10, `long-mcp-names-${agent.id}`, (i) => auditRecord(ownerOrg, {
+    agentId: agent.id, agentName: 'long-mcp-names', timestamp: new Date(base + i * 100).toISOString(), toolName: 'api.example.com', action: 'POST',
+    toolUrl: 'https://api.example.com/mcp', policyPath: '/mcp', policyDecided: true, ruleMatched: 'default', mcpMethod: 'tools/call', mcpTool: `x${i}_${'a'.repeat(1_000_000)}`,
+  }));
   gc();
   const before = process.memoryUsage().heapUsed;
   let peak = before;

@@ -1,5 +1,6 @@
 // A valid audit record for store tests, with any field overridden.
 import { randomUUID } from 'node:crypto';
+import type { AuditStore } from '../../shared/stores/audit-store.js';
 import { NO_PROXY_DETAIL, type AuditRecord } from '../../shared/types.js';
 
 export function auditRecord(orgId: string, overrides: Partial<AuditRecord> = {}): AuditRecord {
@@ -28,4 +29,13 @@ export function auditRecord(orgId: string, overrides: Partial<AuditRecord> = {})
     ...NO_PROXY_DETAIL,
     ...overrides,
   };
+}
+
+/** Writes `count` records, `record(i)` the i-th, `perInsert` to an insert, each insert under its own dedup token. */
+export async function insertRecords(store: AuditStore, count: number, perInsert: number, token: string, record: (i: number) => AuditRecord): Promise<void> {
+  for (let start = 0; start < count; start += perInsert) {
+    let body = '';
+    for (let i = start; i < Math.min(count, start + perInsert); i++) body += store.encode(record(i));
+    await store.insertEncoded(body, `${token}-${start}`);
+  }
 }

@@ -1,15 +1,28 @@
 // server/admin-pass-through.ts against admin processes that misbehave: one that
 // takes connections and never answers (its requests are bounded in number and
 // in time), and one whose answer's body comes late (the deadline is the head's).
-import { createServer as createHttpServer } from 'node:http';
+import { createServer as createHttpServer, type Server as HttpServer } from 'node:http';
 import { createServer, type Socket } from 'node:net';
 import type { AddressInfo } from 'node:net';
-import t from 'tap';
-import { createAdminPassThrough } from '../../server/admin-pass-through.js';
+import t, { type Test } from 'tap';
+import { createAdminPassThrough, type PassThroughLimits } from '../../server/admin-pass-through.js';
 import type { AdminRequest } from '../../admin/http.js';
 
 function request(path: string): AdminRequest {
   return { method: 'GET', path, query: new URLSearchParams(), headers: {}, body: Buffer.alloc(0), remoteAddress: '127.0.0.1' };
+}
+
+/** A pass-through to the admin process `admin`, listening on a free port; both closed at the test's end. */
+async function passThroughTo(t: Test, admin: HttpServer, limits: PassThroughLimits) {
+  await new Promise<void>((resolve) => admin.listen(0, '127.0.0.1', resolve));
+  t.teardown(() => {
+    admin.closeAllConnections();
+    admin.close();
+  });
+  const { port } = admin.address() as AddressInfo;
+  const passThrough = createAdminPassThrough(`http://127.0.0.1:${port}`, limits);
+  t.teardown(() => passThrough.close());
+  return passThrough;
 }
 
 function message(body: string | Buffer | readonly Buffer[]): string {
@@ -61,11 +74,7 @@ t.test('the deadline is for the head: a body that comes later than it still arri
     res.write('{"items":');
     setTimeout(() => res.end('[1,2,3]}'), 600);
   });
-  await new Promise<void>((resolve) => admin.listen(0, '127.0.0.1', resolve));
-  t.teardown(() => admin.close());
-  const { port } = admin.address() as AddressInfo;
-  const passThrough = createAdminPassThrough(`http://127.0.0.1:${port}`, { answerWithinMs: 300, maxPending: 4 });
-  t.teardown(() => passThrough.close());
+  const passThrough = await passThroughTo(t, admin, { answerWithinMs: 300, maxPending: 4 });
   const res = await passThrough.handle(request('/agents'));
   t.equal(res.status, 200);
   t.same(JSON.parse(Buffer.concat(res.body as Buffer[]).toString()), { items: [1, 2, 3] }, 'its chunks, in order');
@@ -89,14 +98,7 @@ t.test('a request queued behind connections busy with slow bodies is answered by
     }, 100);
     res.on('close', () => clearInterval(timer));
   });
-  await new Promise<void>((resolve) => admin.listen(0, '127.0.0.1', resolve));
-  t.teardown(() => {
-    admin.closeAllConnections();
-    admin.close();
-  });
-  const { port } = admin.address() as AddressInfo;
-  const passThrough = createAdminPassThrough(`http://127.0.0.1:${port}`, { answerWithinMs: 400, maxPending: 100 });
-  t.teardown(() => passThrough.close());
+  const passThrough = await passThroughTo(t, admin, { answerWithinMs: 400, maxPending: 100 });
   const slow = Array.from({ length: 64 }, () => passThrough.handle(request('/slow')));
   await new Promise((resolve) => setTimeout(resolve, 200)); // the 64 connections taken
   const started = Date.now();
@@ -114,14 +116,7 @@ t.test('a client that leaves ends its request to the admin process too (a job wa
   const admin = createHttpServer((req) => {
     req.socket.on('close', () => closed()); // never answers: the job is still waiting
   });
-  await new Promise<void>((resolve) => admin.listen(0, '127.0.0.1', resolve));
-  t.teardown(() => {
-    admin.closeAllConnections();
-    admin.close();
-  });
-  const { port } = admin.address() as AddressInfo;
-  const passThrough = createAdminPassThrough(`http://127.0.0.1:${port}`, { answerWithinMs: 30_000, maxPending: 10 });
-  t.teardown(() => passThrough.close());
+  const passThrough = await passThroughTo(t, admin, { answerWithinMs: 30_000, maxPending: 10 });
   const client = new AbortController();
   const answer = passThrough.handle({ ...request('/policy/replay'), signal: client.signal });
   await new Promise((r) => setTimeout(r, 100));
