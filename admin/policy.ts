@@ -1,17 +1,25 @@
 // Policies: get and set an agent's YAML policy, and the policy check.
 import { GuardError } from '../shared/errors.js';
-import { evaluateShadow, matchingLimits, parsePolicy, STORED_POLICY_LIMITS } from '../shared/policy/index.js';
+import { evaluateShadow, matchingLimits, POLICY_LIMITS, STORED_POLICY_LIMITS } from '../shared/policy/index.js';
+import type { CompiledPolicy, PolicyLimits } from '../shared/policy/index.js';
+import { compilePolicy } from '../shared/policy/policy-reader.js';
 import { isoInstant } from '../shared/iso-instant.js';
 import { mcpCallReading, mcpNamesUnsearched, mcpRequestDecision, MCP_METHOD_MAX_CHARS, MCP_TOOL_MAX_CHARS, MCP_TOOL_METHODS } from '../shared/mcp.js';
 import { replayPolicy } from './replay.js';
 import { policyInputs, REFUSED_PATH_PARTS } from '../shared/target.js';
 import type { AdminContext, Handler } from './context.js';
+import type { Caller } from './auth.js';
+import type { AdminRequest } from './http.js';
 import { json, readJsonObject, stringField } from './http.js';
 import { requireAgent } from './agents.js';
 import { JOBS_WAITING_MAX, JOBS_WAITING_PER_ORG, OneAtATime } from './one-at-a-time.js';
 
 export function policyHandlers(ctx: AdminContext) {
   const replays = new OneAtATime('policy replays', JOBS_WAITING_MAX, JOBS_WAITING_PER_ORG);
+  // A large policy text is read by a worker (policy-reader.ts), one at a time, each org with its share of the places waiting.
+  const policyReads = new OneAtATime('policy readings', JOBS_WAITING_MAX, JOBS_WAITING_PER_ORG);
+  const compile = (yamlText: string, req: AdminRequest, caller: Caller, limits: PolicyLimits = POLICY_LIMITS): Promise<CompiledPolicy> =>
+    compilePolicy(yamlText, limits, (read) => policyReads.run(caller.orgId, read, req.signal));
   const get: Handler = async (req, caller, params) => {
     const agent = await requireAgent(ctx, caller.orgId, params.id);
     const policy = await ctx.store.getPolicy(agent.id);
@@ -28,7 +36,7 @@ export function policyHandlers(ctx: AdminContext) {
   const set: Handler = async (req, caller, params) => {
     const agent = await requireAgent(ctx, caller.orgId, params.id);
     const rulesYaml = stringField(readJsonObject(req), 'rules_yaml');
-    parsePolicy(rulesYaml); // throws invalid_policy naming the line and the problem
+    await compile(rulesYaml, req, caller); // throws invalid_policy naming the line and the problem
     const policy = await ctx.store.setPolicy(agent.id, rulesYaml);
     return json(200, { agent_id: agent.id, rules_yaml: policy.rulesYaml, updated_at: policy.updatedAt });
   };
@@ -66,12 +74,12 @@ export function policyHandlers(ctx: AdminContext) {
     }
     // A candidate policy is checked instead of the stored one (it is validated, not stored).
     const candidate = stringField(body, 'rules_yaml', { optional: true });
-    const candidatePolicy = candidate === undefined ? undefined : parsePolicy(candidate);
+    const candidatePolicy = candidate === undefined ? undefined : await compile(candidate, req, caller);
     const agent = await requireAgent(ctx, caller.orgId, agentId);
     let compiled = candidatePolicy ?? null;
     if (candidatePolicy === undefined) {
       const policy = await ctx.store.getPolicy(agent.id);
-      compiled = policy ? parsePolicy(policy.rulesYaml, STORED_POLICY_LIMITS) : null;
+      compiled = policy ? await compile(policy.rulesYaml, req, caller, STORED_POLICY_LIMITS) : null;
     }
     const method = action.toUpperCase();
     // Names too long to search (a resource's URI in three spellings): as the proxy, refused unsearched, and shadow rules see the head.
@@ -102,7 +110,7 @@ export function policyHandlers(ctx: AdminContext) {
   const replay: Handler = async (req, caller) => {
     const body = readJsonObject(req);
     const agentId = stringField(body, 'agent_id');
-    const candidate = parsePolicy(stringField(body, 'rules_yaml'));
+    const candidate = await compile(stringField(body, 'rules_yaml'), req, caller);
     const sinceRaw = stringField(body, 'since', { optional: true, max: 64 });
     const untilRaw = stringField(body, 'until', { optional: true, max: 64 });
     const until = untilRaw === undefined ? new Date() : new Date(isoInstant(untilRaw, 'until'));

@@ -6,7 +6,8 @@
 // lookup, `lookupCached`.
 import { LRUCache } from 'lru-cache';
 import { entryBound } from '../shared/lru-bound.js';
-import { parsePolicy, STORED_POLICY_LIMITS, type CompiledPolicy } from '../shared/policy/index.js';
+import { STORED_POLICY_LIMITS, type CompiledPolicy } from '../shared/policy/index.js';
+import { compilePolicy } from '../shared/policy/policy-reader.js';
 import { credentialAssociatedData, openValue, secretSpellings } from '../shared/secrets.js';
 import type { MetadataStore } from '../shared/stores/metadata-store.js';
 import type { CacheCounters, CacheName } from '../shared/metrics.js';
@@ -130,7 +131,7 @@ export function createProxyCaches(
     dispose: countEvictions('policies'),
     fetchMethod: async (agentId) => {
       const record = await store.getPolicy(agentId);
-      return record ? parsePolicy(record.rulesYaml, STORED_POLICY_LIMITS) : NONE;
+      return record ? await compilePolicy(record.rulesYaml, STORED_POLICY_LIMITS) : NONE;
     },
   });
   /**

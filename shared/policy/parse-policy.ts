@@ -296,26 +296,136 @@ export function forgetCompiledPolicies(): void {
  * compiled before under these limits (or stricter ones) is not compiled again.
  */
 export function parsePolicy(yamlText: string, limits: PolicyLimits = POLICY_LIMITS): CompiledPolicy {
-  const strict = limits === POLICY_LIMITS;
-  if (!strict && limits !== STORED_POLICY_LIMITS) return compilePolicy(yamlText, limits);
+  if (limits !== POLICY_LIMITS && limits !== STORED_POLICY_LIMITS) return compiled(limits, () => compileDocument(yamlText, limits).policy);
+  return knownPolicy(yamlText, limits) ?? memoize(yamlText, limits, () => compileDocument(yamlText, limits).policy);
+}
+
+/** The memo's compiled policy of `yamlText` under `limits` (POLICY_LIMITS or STORED_POLICY_LIMITS), if it holds one. */
+export function knownPolicy(yamlText: string, limits: PolicyLimits): CompiledPolicy | undefined {
   const known = memo.get(yamlText);
-  if (known !== undefined && (known.strict || !strict)) return withOwnToolIndex(known.policy);
+  return known !== undefined && (known.strict || limits !== POLICY_LIMITS) ? withOwnToolIndex(known.policy) : undefined;
+}
+
+/**
+ * Reads and validates a policy as parsePolicy does, without compiling what it
+ * would keep: what a worker thread hands back (policy-reader.ts), so the yaml
+ * library's parse (most of a large policy's cost) runs off the event loop.
+ * Throws as parsePolicy throws, the same first problem.
+ */
+export function readPolicy(yamlText: string, limits: PolicyLimits): PolicyForm {
+  return compiled(limits, () => compileDocument(yamlText, limits).form);
+}
+
+/** The policy `form` (readPolicy's, of `yamlText` under `limits`) compiled and kept in the memo, as parsePolicy would have. */
+export function compileReadPolicy(yamlText: string, form: PolicyForm, limits: PolicyLimits): CompiledPolicy {
+  return knownPolicy(yamlText, limits) ?? memoize(yamlText, limits, () => compileForm(form));
+}
+
+function memoize(yamlText: string, limits: PolicyLimits, compile: () => CompiledPolicy): CompiledPolicy {
   compiledWeight = POLICY_WEIGHT + textWeight(yamlText);
-  const policy = compilePolicy(yamlText, limits);
-  memo.set(yamlText, { policy, strict, weight: compiledWeight });
+  const policy = compiled(limits, compile);
+  memo.set(yamlText, { policy, strict: limits === POLICY_LIMITS, weight: compiledWeight });
   return withOwnToolIndex(policy);
 }
 
-function compilePolicy(yamlText: string, limits: PolicyLimits): CompiledPolicy {
+function compiled<T>(limits: PolicyLimits, compile: () => T): T {
   compiling.start(limits);
   try {
-    return compileDocument(yamlText, limits);
+    return compile();
   } finally {
     compiling.end();
   }
 }
 
-function compileDocument(yamlText: string, limits: PolicyLimits): CompiledPolicy {
+/**
+ * A policy as read from its YAML, every value checked, before its globs are
+ * compiled: plain data, so a worker can hand it over. Each place is where a
+ * message names it ("rule 3 (line 9)").
+ */
+export interface PolicyForm {
+  readonly version: '1';
+  readonly defaultDecision: PolicyVerdict;
+  readonly rules: readonly RuleForm[];
+  readonly limits: readonly LimitForm[];
+}
+
+interface RuleForm {
+  readonly n: number;
+  readonly where: string;
+  readonly fields: Partial<Record<RuleKey, string>> & { tool: string; action: string };
+  readonly fieldWhere: Partial<Record<RuleKey, string>>;
+  readonly decision: RuleVerdict;
+  readonly approvalTimeout: { seconds: number; where: string } | undefined;
+  readonly shadow: boolean;
+}
+
+interface LimitForm {
+  readonly n: number;
+  readonly where: string;
+  readonly fields: Partial<Record<Exclude<LimitKey, 'burst'>, string>> & { name: string; tool: string; rate: string };
+  readonly fieldWhere: Partial<Record<LimitKey, string>>;
+  readonly burst: number;
+}
+
+/**
+ * A PolicyForm to post to another thread: each field's text as its index in
+ * `texts`, which holds each text once. Posting copies strings, so a 250 KB
+ * message that 100 YAML aliases repeat would arrive as 25 MB, each rule its own
+ * copy, and stay so in the compiled policy; as the YAML holds it, it is one string.
+ */
+export interface PackedPolicyForm {
+  readonly texts: readonly string[];
+  readonly form: Omit<PolicyForm, 'rules' | 'limits'> & {
+    readonly rules: readonly (Omit<RuleForm, 'fields'> & { fields: Record<string, number> })[];
+    readonly limits: readonly (Omit<LimitForm, 'fields'> & { fields: Record<string, number> })[];
+  };
+}
+
+export function packPolicyForm(form: PolicyForm): PackedPolicyForm {
+  const texts: string[] = [];
+  const indexOf = new Map<string, number>();
+  const pack = (fields: Readonly<Record<string, string | undefined>>): Record<string, number> => {
+    const packed: Record<string, number> = {};
+    for (const [key, text] of Object.entries(fields)) {
+      if (text === undefined) continue;
+      let index = indexOf.get(text);
+      if (index === undefined) indexOf.set(text, (index = texts.push(text) - 1));
+      packed[key] = index;
+    }
+    return packed;
+  };
+  return {
+    texts,
+    form: { ...form, rules: form.rules.map((rule) => ({ ...rule, fields: pack(rule.fields) })), limits: form.limits.map((limit) => ({ ...limit, fields: pack(limit.fields) })) },
+  };
+}
+
+export function unpackPolicyForm({ texts, form }: PackedPolicyForm): PolicyForm {
+  const unpack = <T>(fields: Record<string, number>): T => {
+    const unpacked: Record<string, string> = {};
+    for (const [key, index] of Object.entries(fields)) unpacked[key] = texts[index]!;
+    return unpacked as T;
+  };
+  return {
+    ...form,
+    rules: form.rules.map((rule) => ({ ...rule, fields: unpack<RuleForm['fields']>(rule.fields) })),
+    limits: form.limits.map((limit) => ({ ...limit, fields: unpack<LimitForm['fields']>(limit.fields) })),
+  };
+}
+
+/** Compiles a read policy; it cannot fail where compileDocument did not, under the same limits. */
+function compileForm(form: PolicyForm): CompiledPolicy {
+  const ruleNames = new Map<string, number>();
+  const limitNames = new Map<string, number>();
+  return assemble(form, form.rules.map((rule) => compileRule(rule, ruleNames)), form.limits.map((limit) => compileLimit(limit, limitNames)));
+}
+
+/**
+ * Reads, validates and compiles the document, each rule and limit compiled as
+ * it is read (so the first problem in the text is the one named), and keeps
+ * what it read.
+ */
+function compileDocument(yamlText: string, limits: PolicyLimits): { policy: CompiledPolicy; form: PolicyForm } {
   // A UTF-16 code unit is at least one UTF-8 byte, so a long string is refused
   // before its bytes are counted.
   if (yamlText.length > limits.maxBytes || Buffer.byteLength(yamlText, 'utf8') > limits.maxBytes) {
@@ -351,6 +461,8 @@ function compileDocument(yamlText: string, limits: PolicyLimits): CompiledPolicy
   let defaultDecision: PolicyVerdict = 'allow';
   let rules: CompiledRule[] | undefined;
   let compiledLimits: CompiledLimit[] = [];
+  const ruleForms: RuleForm[] = [];
+  const limitForms: LimitForm[] = [];
   const seenKeys = new Set<string>();
 
   for (const pair of (contents as YAMLMap).items) {
@@ -367,10 +479,18 @@ function compileDocument(yamlText: string, limits: PolicyLimits): CompiledPolicy
         defaultDecision = readVerdict(value, aliasTargets, where, 'default');
         break;
       case 'rules':
-        rules = compileList(value, aliasTargets, at, where, RULES, (rule, n, ruleWhere, names) => compileRule(rule, n, ruleWhere, aliasTargets, at, names), limits.maxRules);
+        rules = compileList(value, aliasTargets, at, where, RULES, (rule, n, ruleWhere, names) => {
+          const form = readRule(rule, n, ruleWhere, aliasTargets, at);
+          ruleForms.push(form);
+          return compileRule(form, names);
+        }, limits.maxRules);
         break;
       case 'limits':
-        compiledLimits = compileList(value, aliasTargets, at, where, LIMITS, (limit, n, limitWhere, names) => compileLimit(limit, n, limitWhere, aliasTargets, at, names), MAX_POLICY_LIMITS);
+        compiledLimits = compileList(value, aliasTargets, at, where, LIMITS, (limit, n, limitWhere, names) => {
+          const form = readLimit(limit, n, limitWhere, aliasTargets, at);
+          limitForms.push(form);
+          return compileLimit(form, names);
+        }, MAX_POLICY_LIMITS);
         break;
       default:
         fail(`${where}: unknown key ${quoted(key)} at the top level${suggest(key, TOP_LEVEL_KEYS)}; expected ${TOP_LEVEL_KEYS.join(', ')}`);
@@ -379,6 +499,12 @@ function compileDocument(yamlText: string, limits: PolicyLimits): CompiledPolicy
   const mapLine = `line ${at(contents)}`;
   if (version === undefined) fail(`${mapLine}: missing key 'version' (write version: "1")`);
   if (rules === undefined) fail(`${mapLine}: missing key 'rules' (a list; rules: [] for none)`);
+  const form: PolicyForm = { version, defaultDecision, rules: ruleForms, limits: limitForms };
+  return { policy: assemble(form, rules, compiledLimits), form };
+}
+
+/** The compiled policy of `form`'s rules and limits, compiled in this `compiling` pass. */
+function assemble({ version, defaultDecision }: PolicyForm, rules: readonly CompiledRule[], compiledLimits: readonly CompiledLimit[]): CompiledPolicy {
   // Past the bound on their characters (only a stored policy), every MCP glob costs each name's length.
   const searches = compiling.mcpGlobChars > MAX_MCP_GLOB_CHARS ? (m: CallMatcher) => m.mcp : scansMcpNames;
 
@@ -574,14 +700,13 @@ function encodeAsUrl(text: string): string {
   return text.replace(URL_ENCODES_ALL, (c) => [...Buffer.from(c, 'utf8')].map((b) => `%${b.toString(16).toUpperCase().padStart(2, '0')}`).join(''));
 }
 
-function compileLimit(
+function readLimit(
   limit: YAMLMap,
   n: number,
   where: string,
   aliasTargets: ReadonlyMap<Alias, Node>,
   at: (node: Node | null | undefined) => number,
-  positionByName: Map<string, number>,
-): CompiledLimit {
+): LimitForm {
   const fields: Partial<Record<Exclude<LimitKey, 'burst'>, string>> = {};
   const fieldWhere: Partial<Record<LimitKey, string>> = {};
   let burst = 0;
@@ -593,7 +718,10 @@ function compileLimit(
   if (fields.name === undefined) fail(`${where}: missing key 'name' (limits are reported by name)`);
   if (fields.tool === undefined) fail(`${where}: missing key 'tool' (a hostname glob such as "*" or "*.github.com")`);
   if (fields.rate === undefined) fail(`${where}: missing key 'rate' (such as 100/hour)`);
+  return { n, where, fields: { ...fields, name: fields.name, tool: fields.tool, rate: fields.rate }, fieldWhere, burst };
+}
 
+function compileLimit({ n, where, fields, fieldWhere, burst }: LimitForm, positionByName: Map<string, number>): CompiledLimit {
   const name = fields.name;
   const nameWhere = fieldWhere.name ?? where;
   if (!LIMIT_NAME.test(name)) {
@@ -618,7 +746,7 @@ function compileLimit(
   const quota = perWindow + burst;
   return Object.freeze({
     name,
-    ...compileMatcher({ ...fields, tool: fields.tool }, fieldWhere, where),
+    ...compileMatcher(fields, fieldWhere, where),
     rate: fields.rate,
     perWindow,
     burst,
@@ -630,14 +758,13 @@ function compileLimit(
   });
 }
 
-function compileRule(
+function readRule(
   rule: YAMLMap,
   n: number,
   where: string,
   aliasTargets: ReadonlyMap<Alias, Node>,
   at: (node: Node | null | undefined) => number,
-  positionByName: Map<string, number>,
-): CompiledRule {
+): RuleForm {
   const fields: Partial<Record<RuleKey, string>> = {};
   const fieldWhere: Partial<Record<RuleKey, string>> = {};
   let decision: RuleVerdict | undefined;
@@ -664,7 +791,10 @@ function compileRule(
   if (approvalTimeout !== undefined && decision !== 'approve') {
     fail(`${approvalTimeout.where}: 'approval_timeout' applies only to a rule with decision: approve`);
   }
+  return { n, where, fields: { ...fields, tool: fields.tool, action: fields.action }, fieldWhere, decision, approvalTimeout, shadow };
+}
 
+function compileRule({ n, where, fields, fieldWhere, decision, approvalTimeout, shadow }: RuleForm, positionByName: Map<string, number>): CompiledRule {
   const name = fields.name ?? `rule-${n}`;
   if (name === 'default') {
     fail(`${fieldWhere.name ?? where}: the rule name 'default' is reserved for "no rule matched"; choose another`);
@@ -679,7 +809,7 @@ function compileRule(
   return Object.freeze({
     name,
     shadow,
-    ...compileMatcher({ ...fields, tool: fields.tool }, fieldWhere, where),
+    ...compileMatcher(fields, fieldWhere, where),
     result: Object.freeze({
       decision,
       ruleMatched: name,

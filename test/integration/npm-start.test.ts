@@ -8,7 +8,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import t from 'tap';
 import { assertAuditedOnce, auditRequestIds, startLoad } from '../support/load.js';
-import { createAgent, login, signup, TLS_DIR } from '../support/service.js';
+import { api, createAgent, login, signup, TLS_DIR } from '../support/service.js';
 import { spawnNpmStart, spawnService, type SpawnedService } from '../support/spawn-service.js';
 import { splitModeEnv } from '../support/split-mode.js';
 import { startUpstream } from '../support/upstream.js';
@@ -67,6 +67,17 @@ t.test('split mode through npm run start:admin and start:proxy, each stopped wit
   const proxy = await spawnNpmStart('proxy', { ...common, ADMIN_URL: admin.url, SPOOL_DIR: join(root, 'spool-proxy') });
   const owner = await signup(proxy.url);
   const agent = await createAgent(proxy.url, owner, 'npm-split', 'none');
+  // A policy long enough to be read by each process's policy reader (a worker thread, loaded from dist/ here),
+  // for an agent of its own: the load's agent's audit rows must be the load's calls.
+  const decided = await createAgent(proxy.url, owner, 'npm-split-policy', 'none');
+  const rules = Array.from({ length: 400 }, (_, i) => `  - {name: r${i}, tool: "t${i}.example.com", action: GET, decision: deny}`).join('\n');
+  const large = `version: "1"\nrules:\n${rules}\n  - {name: no-admin, tool: "*", action: GET, path: /admin/**, decision: deny}\n`;
+  const refused = await api(proxy.url, owner, 'POST', `/agents/${decided.id}/policy`, { rules_yaml: large.replace('decision: deny}\n', 'decision: dny}\n') });
+  t.match(refused.json, { error: 'invalid_policy', message: /^rule 1 \(line 3\): 'decision' must be allow, deny or approve, not 'dny'/ }, refused.text.slice(0, 200));
+  t.equal((await api(proxy.url, owner, 'POST', `/agents/${decided.id}/policy`, { rules_yaml: large })).status, 200);
+  const admin403 = await fetch(`${proxy.url}/proxy/${decided.api_key}/${upstream.authority}/admin/x`);
+  t.equal(admin403.status, 403, 'the proxy decides with the large policy');
+  await admin403.arrayBuffer();
   const load = startLoad(`${proxy.url}/proxy/${agent.api_key}/${upstream.authority}/json`);
   await new Promise((r) => setTimeout(r, 1500));
   const proxyStop = await stopLikeSupervisor(proxy, 'SIGTERM', 'group');

@@ -1,0 +1,129 @@
+// Compiles large policies without holding the event loop: the yaml library
+// parses ~1.5 MB/s here, so a policy of 245 KB that the memo had not seen held
+// the loop 210–390 ms, 85 % of it the parse, and 18–33 ms now
+// (test/unit/policy-reader.test.ts); all-in-one every proxied call waited. A text longer than INLINE_POLICY_CHARS is read and
+// validated by a worker thread (read-policy-worker.ts), which hands back its
+// plain form; only compiling that form (its globs, ~15 % of the cost) runs here.
+// The worker starts with the first such text and stops after IDLE_MS without
+// one, so a process whose policies are small never pays for it.
+import { Worker } from 'node:worker_threads';
+import { GuardError } from '../errors.js';
+import type { CompiledPolicy } from './types.js';
+import { compileReadPolicy, knownPolicy, parsePolicy, POLICY_LIMITS, STORED_POLICY_LIMITS, unpackPolicyForm } from './parse-policy.js';
+import type { PackedPolicyForm, PolicyForm, PolicyLimits } from './parse-policy.js';
+
+/** Texts up to this many characters are compiled here: ~10 ms at most, less than handing them over. */
+export const INLINE_POLICY_CHARS = 16 * 1024;
+/** The worker stops after this long without a text to read. */
+const IDLE_MS = 30_000;
+
+/** Queues a worker reading, for callers that share its turns out (admin/policy.ts, per org). */
+export type ReadQueue = (read: () => Promise<CompiledPolicy>) => Promise<CompiledPolicy>;
+
+/**
+ * parsePolicy, with a text it must parse and that is longer than
+ * INLINE_POLICY_CHARS read by the worker, through `queue` when given. Rejects
+ * with what parsePolicy throws; a text being read already is read once.
+ */
+export async function compilePolicy(yamlText: string, limits: PolicyLimits = POLICY_LIMITS, queue?: ReadQueue): Promise<CompiledPolicy> {
+  // Other bounds are for tests, compiled apart (parsePolicy).
+  if (limits !== POLICY_LIMITS && limits !== STORED_POLICY_LIMITS) return parsePolicy(yamlText, limits);
+  const known = knownPolicy(yamlText, limits);
+  if (known !== undefined) return known;
+  if (yamlText.length <= INLINE_POLICY_CHARS) return parsePolicy(yamlText, limits);
+  const read = (): Promise<CompiledPolicy> => reader.read(yamlText, limits);
+  return queue === undefined ? read() : queue(read);
+}
+
+type Reply = { id: number; form: PackedPolicyForm } | { id: number; invalid: string } | { id: number; fault: string };
+
+interface Pending {
+  resolve: (form: PolicyForm) => void;
+  reject: (err: Error) => void;
+}
+
+class PolicyReader {
+  #worker: Worker | null = null;
+  #idle: NodeJS.Timeout | null = null;
+  #nextId = 0;
+  readonly #pending = new Map<number, Pending>();
+  /** Readings under way, by text, under POLICY_LIMITS and STORED_POLICY_LIMITS: a text asked for twice at once is read once. */
+  readonly #reading = { strict: new Map<string, Promise<PolicyForm>>(), stored: new Map<string, Promise<PolicyForm>>() };
+
+  /** `limits`: POLICY_LIMITS or STORED_POLICY_LIMITS. */
+  read(yamlText: string, limits: PolicyLimits): Promise<CompiledPolicy> {
+    // Compiled meanwhile (a queued caller's turn comes after another's reading).
+    const known = knownPolicy(yamlText, limits);
+    if (known !== undefined) return Promise.resolve(known);
+    const reading = limits === STORED_POLICY_LIMITS ? this.#reading.stored : this.#reading.strict;
+    let form = reading.get(yamlText);
+    if (form === undefined) {
+      form = this.#ask(yamlText, limits === STORED_POLICY_LIMITS).finally(() => reading.delete(yamlText));
+      reading.set(yamlText, form);
+    }
+    // Each caller its own compiled copy (its own tool index): the first compiles the form, the others find it in the memo.
+    return form.then((read) => compileReadPolicy(yamlText, read, limits));
+  }
+
+  #ask(yamlText: string, stored: boolean): Promise<PolicyForm> {
+    const worker = this.#started();
+    const id = this.#nextId++;
+    const form = new Promise<PolicyForm>((resolve, reject) => this.#pending.set(id, { resolve, reject }));
+    worker.postMessage({ id, yamlText, stored });
+    return form;
+  }
+
+  #started(): Worker {
+    if (this.#idle !== null) clearTimeout(this.#idle);
+    this.#idle = null;
+    if (this.#worker !== null) {
+      this.#worker.ref();
+      return this.#worker;
+    }
+    // From the sources (tests run TypeScript) or from dist/ (npm start); the loader comes with execArgv.
+    const file = import.meta.url.endsWith('.ts') ? './read-policy-worker.ts' : './read-policy-worker.js';
+    const worker = new Worker(new URL(file, import.meta.url));
+    worker.on('message', (reply: Reply) => {
+      const pending = this.#pending.get(reply.id);
+      if (pending === undefined) return;
+      this.#pending.delete(reply.id);
+      if ('form' in reply) pending.resolve(unpackPolicyForm(reply.form));
+      else if ('invalid' in reply) pending.reject(new GuardError('invalid_policy', reply.invalid));
+      else pending.reject(new Error(reply.fault));
+      if (this.#pending.size === 0 && this.#worker === worker) {
+        worker.unref(); // an idle worker keeps no process alive...
+        this.#idle = setTimeout(() => this.#stop(worker), IDLE_MS).unref(); // ...and goes
+      }
+    });
+    worker.on('error', (err) => this.#failAll(worker, err));
+    worker.on('exit', (code) => this.#failAll(worker, new Error(`the policy reader exited (${code})`)));
+    this.#worker = worker;
+    return worker;
+  }
+
+  #stop(worker: Worker): void {
+    if (this.#worker !== worker || this.#pending.size > 0) return;
+    this.#worker = null;
+    this.#idle = null;
+    void worker.terminate();
+  }
+
+  #failAll(worker: Worker, err: Error): void {
+    if (this.#worker !== worker) return;
+    this.#worker = null;
+    for (const pending of this.#pending.values()) pending.reject(err);
+    this.#pending.clear();
+  }
+
+  /** Whether the worker is running (for tests). */
+  get running(): boolean {
+    return this.#worker !== null;
+  }
+}
+
+const reader = new PolicyReader();
+
+/** Whether the reader's worker is running (for tests). */
+export function policyReaderRunning(): boolean {
+  return reader.running;
+}
