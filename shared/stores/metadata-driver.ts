@@ -163,7 +163,7 @@ export interface RateSyncResult {
 }
 
 /** The refusals the contract answers with its own errors; anything else is thrown. */
-export type Refusal = 'unique_violation' | 'missing_parent';
+export type Refusal = 'unique_violation' | 'missing_parent' | 'org_full';
 
 export interface MetadataDriver extends ChangeLog {
   /** Both rows in one transaction; 'unique_violation' (and neither row kept) when the email is taken. */
@@ -171,8 +171,11 @@ export interface MetadataDriver extends ChangeLog {
   userByEmail(email: string): Awaitable<UserRow | undefined>;
   userById(id: string): Awaitable<UserRow | undefined>;
 
-  /** A duplicate key hash (a 240-bit collision) is thrown as the driver's own error. */
-  insertAgent(row: NewAgentRow): Awaitable<void>;
+  /**
+   * 'org_full' (and nothing written) when the org has `maxInOrg` agents. A
+   * duplicate key hash (a 240-bit collision) is thrown as the driver's own error.
+   */
+  insertAgent(row: NewAgentRow, maxInOrg: number): Awaitable<'written' | 'org_full'>;
   /** Oldest first; agents created in one millisecond in the order they were inserted. */
   agentsByOrg(orgId: string): Awaitable<AgentRow[]>;
   agentInOrg(orgId: string, agentId: string): Awaitable<AgentRow | undefined>;
@@ -183,8 +186,8 @@ export interface MetadataDriver extends ChangeLog {
    */
   deleteAgentInOrg(orgId: string, agentId: string, changeOf: (keyHash: string) => MetadataChange): Awaitable<MetadataChange | undefined>;
 
-  /** The row and `change` in one transaction; 'unique_violation' when the org has the hostname. */
-  insertCredential(row: SealedCredentialRow, change: MetadataChange): Awaitable<'written' | 'unique_violation'>;
+  /** The row and `change` in one transaction; 'unique_violation' when the org has the hostname, 'org_full' when it has `maxInOrg` credentials. */
+  insertCredential(row: SealedCredentialRow, change: MetadataChange, maxInOrg: number): Awaitable<'written' | 'unique_violation' | 'org_full'>;
   /** Oldest first, as agentsByOrg. */
   credentialsByOrg(orgId: string): Awaitable<CredentialRow[]>;
   credentialForHost(orgId: string, hostname: string): Awaitable<SealedCredentialRow | undefined>;

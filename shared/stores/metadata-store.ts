@@ -24,6 +24,20 @@ import { MetadataChangeFeed, type ChangeFeed } from './change-feed.js';
 import type { AgentRow, ApprovalRow, CredentialRow, MetadataDriver, PolicyRow, RateSync, RateSyncResult, SealHeadRow, StoredApprovalStatus, UserRow } from './metadata-driver.js';
 import type { ChainHead } from '../audit/audit-verify.js';
 
+/**
+ * The most agents, and credentials, one organization may hold. GET /agents and
+ * GET /credentials answer them all in one array, read in one query (with SQLite,
+ * synchronously, on the event loop the proxy shares all-in-one), and signing up
+ * is free: a million agents made one list take seconds and hundreds of MB.
+ * 10,000 list in 50–90 ms (test/integration/admin-agents.test.ts).
+ */
+export const ORG_AGENTS_MAX = 10_000;
+export const ORG_CREDENTIALS_MAX = 10_000;
+
+function orgFull(what: 'agents' | 'credentials', max: number): GuardError {
+  return new GuardError('conflict', `The organization has ${max.toLocaleString('en-US')} ${what}, the most allowed; delete one to create another.`, { limit: `${what}_per_org` });
+}
+
 export interface NewAgent {
   orgId: string;
   name: string;
@@ -161,7 +175,7 @@ export function createMetadataStore(driver: MetadataDriver): MetadataStore {
         logOutputs: oneOf(LOG_OUTPUTS, agent.logOutputs, 'logOutputs'),
         createdAt: now(),
       };
-      await driver.insertAgent({
+      const outcome = await driver.insertAgent({
         id: created.id,
         org_id: created.orgId,
         name: created.name,
@@ -169,7 +183,8 @@ export function createMetadataStore(driver: MetadataDriver): MetadataStore {
         key_hash: agent.keyHash,
         api_key_prefix: created.apiKeyPrefix,
         created_at: created.createdAt,
-      });
+      }, ORG_AGENTS_MAX);
+      if (outcome === 'org_full') throw orgFull('agents', ORG_AGENTS_MAX);
       return created;
     },
 
@@ -210,8 +225,10 @@ export function createMetadataStore(driver: MetadataDriver): MetadataStore {
           created_at: created.createdAt,
         },
         change,
+        ORG_CREDENTIALS_MAX,
       );
       if (outcome === 'unique_violation') throw new GuardError('conflict', 'A credential for that hostname already exists.');
+      if (outcome === 'org_full') throw orgFull('credentials', ORG_CREDENTIALS_MAX);
       changes.publish(change);
       return created;
     },

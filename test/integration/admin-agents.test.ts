@@ -1,9 +1,11 @@
 // Agents, policies and credentials through the admin API of the real service.
+import { randomBytes } from 'node:crypto';
 import { readFileSync, existsSync } from 'node:fs';
 import { join } from 'node:path';
 import t, { type Test } from 'tap';
 import { assertError } from '../support/checks.js';
 import { api, createAgent, signup, startTestService } from '../support/service.js';
+import { ORG_AGENTS_MAX, ORG_CREDENTIALS_MAX } from '../../shared/stores/metadata-store.js';
 
 const PUBLIC_URL = 'http://guard.test:9999';
 const service = await startTestService({ PUBLIC_URL });
@@ -392,4 +394,30 @@ t.test('credentials', async (t) => {
     const reuse = await api(base, owner, 'POST', '/credentials', { name: 'ported', hostname: 'api.github.com:8443', cred_type: 'bearer', value: 'v2' });
     t.equal(reuse.status, 201, 'its hostname is free again');
   });
+});
+
+t.test('an organization holds at most 10,000 agents and 10,000 credentials: the next is 409 and the list stays quick', async (t) => {
+  const full = await signup(base);
+  const orgId = (await service.store.findUserByEmail(full.email))!.orgId;
+  for (let i = 0; i < ORG_AGENTS_MAX; i++) {
+    await service.store.createAgent({ orgId, name: `a${i}`, logOutputs: 'hash', keyHash: randomBytes(32).toString('hex'), apiKeyPrefix: 'agk_AbCdEfGh...' });
+  }
+  for (let i = 0; i < ORG_CREDENTIALS_MAX; i++) {
+    await service.store.createCredential({ orgId, name: 'token', hostname: `h${i}.example.com`, credType: 'bearer', headerName: null, queryParam: null, sealedValue: 'sealed' });
+  }
+  const agent = await api(base, full, 'POST', '/agents', { name: 'one too many' });
+  assertError(t, agent, 409, 'conflict');
+  t.match(agent.json, { message: 'The organization has 10,000 agents, the most allowed; delete one to create another.', limit: 'agents_per_org' });
+  const credential = await api(base, full, 'POST', '/credentials', { name: 'x', hostname: 'one-too-many.example.com', cred_type: 'bearer', value: 'v' });
+  assertError(t, credential, 409, 'conflict');
+  t.match(credential.json, { message: 'The organization has 10,000 credentials, the most allowed; delete one to create another.', limit: 'credentials_per_org' });
+  for (const path of ['/agents', '/credentials']) {
+    const started = performance.now();
+    const list = await api(base, full, 'GET', path);
+    t.equal(list.json.length, 10_000, `GET ${path}: all 10,000 in ${(performance.now() - started).toFixed(0)} ms`);
+  }
+  t.equal((await api(base, owner, 'POST', '/agents', { name: 'another org' })).status, 201, 'another organization is not held');
+  const first = (await api(base, full, 'GET', '/agents')).json[0];
+  t.equal((await api(base, full, 'DELETE', `/agents/${first.id}`)).status, 204);
+  t.equal((await api(base, full, 'POST', '/agents', { name: 'in its place' })).status, 201, 'a deleted agent frees its place');
 });

@@ -8,7 +8,7 @@ import { randomBytes, randomUUID } from 'node:crypto';
 import type t from 'tap';
 import { GuardError, StoreUnavailableError } from '../../shared/errors.js';
 import type { ChangeSubscriber } from '../../shared/stores/change-feed.js';
-import type { MetadataStore, NewAgent, NewCredential } from '../../shared/stores/metadata-store.js';
+import { ORG_AGENTS_MAX, ORG_CREDENTIALS_MAX, type MetadataStore, type NewAgent, type NewCredential } from '../../shared/stores/metadata-store.js';
 import type { MetadataChange } from '../../shared/types.js';
 
 /** A tap test, the root one or a subtest. */
@@ -274,6 +274,31 @@ export function metadataStoreContract(t: TapTest, name: string, stores: Contract
 
     const withPort = await store.createCredential(newCredential(orgA, 'api.github.com:8443'));
     t.equal(withPort.hostname, 'api.github.com:8443', 'a hostname with a port is a different hostname');
+  });
+
+  t.test(`${name}: an org holds at most ORG_AGENTS_MAX agents and ORG_CREDENTIALS_MAX credentials; past them nothing is written; another org is not held`, async (t) => {
+    const store = await storeFor(t);
+    const { orgA, orgB } = await twoOrgs(store);
+    for (let i = 0; i < ORG_AGENTS_MAX; i++) await store.createAgent(newAgent(orgA, `a${i}`));
+    for (let i = 0; i < ORG_CREDENTIALS_MAX; i++) await store.createCredential(newCredential(orgA, `h${i}.example.com`));
+    const agentRefused = await rejectionOf(store.createAgent(newAgent(orgA, 'one too many')));
+    t.ok(agentRefused instanceof GuardError);
+    t.match(agentRefused, { code: 'conflict', message: 'The organization has 10,000 agents, the most allowed; delete one to create another.', extra: { limit: 'agents_per_org' } });
+    const credentialRefused = await rejectionOf(store.createCredential(newCredential(orgA, 'one-too-many.example.com')));
+    t.match(credentialRefused, { code: 'conflict', message: 'The organization has 10,000 credentials, the most allowed; delete one to create another.', extra: { limit: 'credentials_per_org' } });
+    // At the bound, a taken hostname is refused as one too many.
+    t.match(await rejectionOf(store.createCredential(newCredential(orgA, 'h0.example.com'))), { code: 'conflict', extra: { limit: 'credentials_per_org' } });
+    const agents = await store.listAgents(orgA);
+    const credentials = await store.listCredentials(orgA);
+    t.equal(agents.length, ORG_AGENTS_MAX, 'the refused agent was not stored');
+    t.equal(credentials.length, ORG_CREDENTIALS_MAX, 'the refused credential was not stored');
+    t.equal(await store.findCredentialForHost(orgA, 'one-too-many.example.com'), undefined);
+    t.ok(await store.createAgent(newAgent(orgB, 'theirs')), 'another org creates agents');
+    t.ok(await store.createCredential(newCredential(orgB, 'h0.example.com')), 'and credentials');
+    t.ok(await store.deleteAgent(orgA, agents[0]!.id));
+    t.ok(await store.deleteCredential(orgA, credentials[0]!.id));
+    t.ok(await store.createAgent(newAgent(orgA, 'in its place')), 'a deleted agent frees its place');
+    t.ok(await store.createCredential(newCredential(orgA, 'in-its-place.example.com')), 'a deleted credential frees its place');
   });
 
   t.test(`${name}: findCredentialForHost matches the org and the host and port (the port wins; no port covers every port), with the sealed value`, async (t) => {

@@ -314,8 +314,11 @@ export class MongoMetadataDriver implements MetadataDriver {
     return rowOf(await this.#users.findOne({ _id: id }));
   }
 
-  async insertAgent(row: NewAgentRow): Promise<void> {
+  async insertAgent(row: NewAgentRow, maxInOrg: number): Promise<'written' | 'org_full'> {
+    // Counted, then written: two creates at once may pass the bound by one each (no transaction serialises them).
+    if ((await this.#agents.countDocuments({ org_id: row.org_id }, { limit: maxInOrg })) >= maxInOrg) return 'org_full';
     await this.#agents.insertOne({ ...docOf(row), insert_order: new ObjectId() });
+    return 'written';
   }
 
   async agentsByOrg(orgId: string): Promise<AgentRow[]> {
@@ -342,8 +345,9 @@ export class MongoMetadataDriver implements MetadataDriver {
     });
   }
 
-  async insertCredential(row: SealedCredentialRow, change: MetadataChange): Promise<'written' | 'unique_violation'> {
-    return this.#write<'written', 'unique_violation'>(async (session) => {
+  async insertCredential(row: SealedCredentialRow, change: MetadataChange, maxInOrg: number): Promise<'written' | 'unique_violation' | 'org_full'> {
+    return this.#write<'written', 'unique_violation' | 'org_full'>(async (session) => {
+      if ((await this.#credentials.countDocuments({ org_id: row.org_id }, { limit: maxInOrg, session })) >= maxInOrg) throw new Refused('org_full');
       try {
         await this.#credentials.insertOne({ ...docOf(row), insert_order: new ObjectId() }, { session });
       } catch (err) {

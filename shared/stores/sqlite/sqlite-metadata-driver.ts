@@ -253,6 +253,7 @@ function prepareStatements(db: Database.Database) {
       `INSERT INTO agents (id, org_id, name, log_outputs, key_hash, api_key_prefix, created_at)
        VALUES (@id, @org_id, @name, @log_outputs, @key_hash, @api_key_prefix, @created_at)`,
     ),
+    agentsInOrg: db.prepare<[orgId: string], { n: number }>('SELECT count(*) AS n FROM agents WHERE org_id = ?'),
     agentsByOrg: db.prepare<[orgId: string], AgentRow>(
       `SELECT ${AGENT_COLUMNS} FROM agents WHERE org_id = ? ORDER BY created_at, rowid`,
     ),
@@ -271,6 +272,7 @@ function prepareStatements(db: Database.Database) {
       `INSERT INTO credentials (id, org_id, name, hostname, cred_type, header_name, query_param, sealed_value, created_at)
        VALUES (@id, @org_id, @name, @hostname, @cred_type, @header_name, @query_param, @sealed_value, @created_at)`,
     ),
+    credentialsInOrg: db.prepare<[orgId: string], { n: number }>('SELECT count(*) AS n FROM credentials WHERE org_id = ?'),
     credentialsByOrg: db.prepare<[orgId: string], CredentialRow>(
       `SELECT ${CREDENTIAL_COLUMNS} FROM credentials WHERE org_id = ? ORDER BY created_at, rowid`,
     ),
@@ -384,6 +386,7 @@ export class SqliteMetadataDriver implements MetadataDriver {
   // write lock, without waiting for busy_timeout.
   readonly #insertUserWithOrg;
   readonly #deleteAgentInOrg;
+  readonly #insertAgent;
   readonly #insertCredential;
   readonly #deleteCredentialInOrg;
   readonly #upsertPolicy;
@@ -413,9 +416,18 @@ export class SqliteMetadataDriver implements MetadataDriver {
       },
     ).immediate;
 
-    this.#insertCredential = db.transaction((row: SealedCredentialRow, change: MetadataChange) => {
+    // Counted and written in one immediate transaction: no other connection writes between.
+    this.#insertAgent = db.transaction((row: NewAgentRow, maxInOrg: number): 'written' | 'org_full' => {
+      if (sql.agentsInOrg.get(row.org_id)!.n >= maxInOrg) return 'org_full';
+      sql.insertAgent.run(row);
+      return 'written';
+    }).immediate;
+
+    this.#insertCredential = db.transaction((row: SealedCredentialRow, change: MetadataChange, maxInOrg: number): 'written' | 'org_full' => {
+      if (sql.credentialsInOrg.get(row.org_id)!.n >= maxInOrg) return 'org_full';
       sql.insertCredential.run(row);
       this.#recordChange(change);
+      return 'written';
     }).immediate;
 
     this.#deleteCredentialInOrg = db.transaction(
@@ -508,8 +520,8 @@ export class SqliteMetadataDriver implements MetadataDriver {
     return this.#sql.userById.get(id);
   }
 
-  insertAgent(row: NewAgentRow): void {
-    this.#sql.insertAgent.run(row);
+  insertAgent(row: NewAgentRow, maxInOrg: number): 'written' | 'org_full' {
+    return this.#insertAgent(row, maxInOrg);
   }
 
   agentsByOrg(orgId: string): AgentRow[] {
@@ -528,8 +540,12 @@ export class SqliteMetadataDriver implements MetadataDriver {
     return this.#deleteAgentInOrg(orgId, agentId, changeOf);
   }
 
-  insertCredential(row: SealedCredentialRow, change: MetadataChange): 'written' | 'unique_violation' {
-    return refusedAs('unique_violation', 'SQLITE_CONSTRAINT_UNIQUE', () => this.#insertCredential(row, change));
+  insertCredential(row: SealedCredentialRow, change: MetadataChange, maxInOrg: number): 'written' | 'unique_violation' | 'org_full' {
+    let outcome: 'written' | 'org_full' = 'written';
+    const refused = refusedAs('unique_violation', 'SQLITE_CONSTRAINT_UNIQUE', () => {
+      outcome = this.#insertCredential(row, change, maxInOrg);
+    });
+    return refused === 'written' ? outcome : refused;
   }
 
   credentialsByOrg(orgId: string): CredentialRow[] {
