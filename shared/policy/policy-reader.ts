@@ -30,7 +30,8 @@ export async function compilePolicy(yamlText: string, limits: PolicyLimits = POL
   if (limits !== POLICY_LIMITS && limits !== STORED_POLICY_LIMITS) return parsePolicy(yamlText, limits);
   const known = knownPolicy(yamlText, limits);
   if (known !== undefined) return known;
-  if (yamlText.length <= INLINE_POLICY_CHARS) return parsePolicy(yamlText, limits);
+  // Short texts, and those too large to read (refused at once, without a place in the queue).
+  if (yamlText.length <= INLINE_POLICY_CHARS || yamlText.length > limits.maxBytes) return parsePolicy(yamlText, limits);
   const read = (): Promise<CompiledPolicy> => reader.read(yamlText, limits);
   return queue === undefined ? read() : queue(read);
 }
@@ -46,6 +47,7 @@ class PolicyReader {
   #worker: Worker | null = null;
   #idle: NodeJS.Timeout | null = null;
   #nextId = 0;
+  #reads = 0;
   readonly #pending = new Map<number, Pending>();
   /** Readings under way, by text, under POLICY_LIMITS and STORED_POLICY_LIMITS: a text asked for twice at once is read once. */
   readonly #reading = { strict: new Map<string, Promise<PolicyForm>>(), stored: new Map<string, Promise<PolicyForm>>() };
@@ -66,6 +68,7 @@ class PolicyReader {
   }
 
   #ask(yamlText: string, stored: boolean): Promise<PolicyForm> {
+    this.#reads++;
     const worker = this.#started();
     const id = this.#nextId++;
     const form = new Promise<PolicyForm>((resolve, reject) => this.#pending.set(id, { resolve, reject }));
@@ -82,7 +85,9 @@ class PolicyReader {
     }
     // From the sources (tests run TypeScript) or from dist/ (npm start); the loader comes with execArgv.
     const file = import.meta.url.endsWith('.ts') ? './read-policy-worker.ts' : './read-policy-worker.js';
-    const worker = new Worker(new URL(file, import.meta.url));
+    // The main thread's stack (V8's default, ~1 MB), not a worker's 4 MB: the yaml
+    // library refuses a text nested too deeply for it, and that must be the same text here.
+    const worker = new Worker(new URL(file, import.meta.url), { resourceLimits: { stackSizeMb: 1 } });
     worker.on('message', (reply: Reply) => {
       const pending = this.#pending.get(reply.id);
       if (pending === undefined) return;
@@ -119,11 +124,16 @@ class PolicyReader {
   get running(): boolean {
     return this.#worker !== null;
   }
+
+  /** Texts handed to the worker so far (for tests). */
+  get reads(): number {
+    return this.#reads;
+  }
 }
 
 const reader = new PolicyReader();
 
-/** Whether the reader's worker is running (for tests). */
-export function policyReaderRunning(): boolean {
-  return reader.running;
+/** Whether the reader's worker is running, and how many texts it was handed (for tests). */
+export function policyReaderState(): { running: boolean; reads: number } {
+  return { running: reader.running, reads: reader.reads };
 }

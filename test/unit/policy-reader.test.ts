@@ -8,7 +8,7 @@ import { GuardError } from '../../shared/errors.js';
 import { evaluatePolicy, evaluateShadow, matchingLimits, parsePolicy, POLICY_LIMITS, STORED_POLICY_LIMITS } from '../../shared/policy/index.js';
 import type { CompiledPolicy, PolicyLimits } from '../../shared/policy/index.js';
 import { forgetCompiledPolicies, packPolicyForm, readPolicy } from '../../shared/policy/parse-policy.js';
-import { compilePolicy, INLINE_POLICY_CHARS, policyReaderRunning } from '../../shared/policy/policy-reader.js';
+import { compilePolicy, INLINE_POLICY_CHARS, policyReaderState } from '../../shared/policy/policy-reader.js';
 
 /** Rules of every kind, then `filler` more, so the text is read by the worker. */
 function largePolicy(filler: number, tag = ''): string {
@@ -72,7 +72,7 @@ t.test('a large policy read by the worker compiles to what parsePolicy compiles,
     t.ok(text.length > INLINE_POLICY_CHARS, `${text.length} characters: read by the worker`);
     forgetCompiledPolicies();
     const read = await compilePolicy(text, limits);
-    t.ok(policyReaderRunning(), 'the worker read it');
+    t.ok(policyReaderState().running, 'the worker read it');
     forgetCompiledPolicies();
     const parsed = parsePolicy(text, limits);
     t.equal(shape(read), shape(parsed), 'the same compiled policy, rule for rule');
@@ -122,6 +122,28 @@ t.test('a large policy the worker refuses is refused with the first problem pars
   t.equal(stored.mcpNamesMaxChars, parsePolicy(scanning, STORED_POLICY_LIMITS).mcpNamesMaxChars, 'stored: compiled, its names bound as parsePolicy sets it');
 });
 
+t.test('a text nested too deeply is refused as such by the worker too (its stack is the main thread\'s)', async (t) => {
+  // With a worker's 4 MB stack the yaml library parsed it, and the walk refused it as "a rule must be a mapping".
+  for (const depth of [1_000, 3_000, 20_000]) {
+    const text = `version: "1"\nrules: ${'['.repeat(depth)}${']'.repeat(depth)}\n${'#'.repeat(INLINE_POLICY_CHARS)}\n`;
+    forgetCompiledPolicies();
+    t.match(await refusal(text, POLICY_LIMITS, parsePolicy), /^line 2, column \d+: not valid YAML: the YAML is nested too deeply$/, `${depth} deep, parsed here`);
+    t.match(await refusal(text, POLICY_LIMITS, compilePolicy), /^line 2, column \d+: not valid YAML: the YAML is nested too deeply$/, `${depth} deep, read by the worker`);
+  }
+});
+
+t.test('a text too large to be a policy is refused at once, without a turn in the queue', async (t) => {
+  const text = largePolicy(3_000);
+  t.ok(text.length > POLICY_LIMITS.maxBytes);
+  let queued = 0;
+  const message = await refusal(text, POLICY_LIMITS, (yamlText, limits) => compilePolicy(yamlText, limits, (read) => {
+    queued++;
+    return read();
+  }));
+  t.match(message, /^the policy is larger than 256 KiB/);
+  t.equal(queued, 0);
+});
+
 t.test("a text that YAML aliases repeat crosses to the event loop's thread once", async (t) => {
   // 100 rules whose message is one 200 KB text: posted as each rule's string it was 20 MB, and the compiled policy held 100 copies.
   const text = `version: "1"\nrules:\n  - {name: r0, tool: a, action: GET, decision: deny, message: &m ${'x'.repeat(200_000)}}\n${Array.from({ length: 99 }, (_, i) => `  - {name: r${i + 1}, tool: a, action: GET, decision: deny, message: *m}`).join('\n')}\n`;
@@ -154,7 +176,9 @@ t.test('the event loop does not wait for the yaml library: a large policy costs 
 t.test('a text asked for twice at once is read once, and both get it', async (t) => {
   const text = largePolicy(300, 'twice');
   forgetCompiledPolicies();
+  const reads = policyReaderState().reads;
   const [a, b] = await Promise.all([compilePolicy(text), compilePolicy(text)]);
+  t.equal(policyReaderState().reads - reads, 1, 'handed to the worker once');
   t.equal(shape(a), shape(b));
   t.not(a, b, 'each caller has its own tool index');
 });
