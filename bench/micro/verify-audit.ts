@@ -2,7 +2,9 @@
 // 1,000, as a busy proxy writes them) seeded into an embedded ClickHouse (chDB) in
 // a temporary directory, then verifyAudit (GET /audit/verify, npm run
 // verify-audit) over all of them, timed. The goal is under 10 s.
-//   npm run bench:verify-audit [-- rows]
+//   npm run bench:verify-audit [-- rows [batch]]
+// A batch of 1 is an org whose calls come one per batch: a seal per entry (at
+// AUDIT_BATCH_INTERVAL_MS's default of 1 s, 86,400 seals a day and writer).
 import { generateKeyPairSync, randomUUID } from 'node:crypto';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -14,7 +16,7 @@ import { ClickHouseAuditStore } from '../../shared/stores/clickhouse/clickhouse-
 import type { AuditRecord } from '../../shared/types.js';
 
 const ROWS = Number(process.argv[2] ?? 1_000_000);
-const BATCH = 1000;
+const BATCH = Number(process.argv[3] ?? 1000);
 const INSERT_ROWS = 50_000;
 const GOAL_SECONDS = 10;
 
