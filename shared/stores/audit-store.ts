@@ -155,6 +155,9 @@ export interface WrittenCount {
   rows: number;
 }
 
+/** Where a page of listSeals ended: its last seal. */
+export type SealCursor = Pick<Seal, 'firstAt' | 'writer' | 'seq' | 'id'>;
+
 export interface AuditStore {
   /**
    * Writes rows in one insert. `dedupToken` makes a retried insert of the same
@@ -199,9 +202,10 @@ export interface AuditStore {
   replaySamples(orgId: string, agentId: string, since: Date, until: Date, keys: readonly string[], limit: number): Promise<ReplaySample[]>;
   /**
    * The org's seals whose time range meets [since, until) (every seal when no
-   * window), by first_at, then writer and seq; at most `limit`.
+   * window), by first_at, then writer, seq and id; at most `limit`. `after`
+   * (oldest first only): those after that seal in this order, for reading in pages.
    */
-  listSeals(orgId: string, window?: { since: Date; until: Date }, limit?: number, newestFirst?: boolean): Promise<Seal[]>;
+  listSeals(orgId: string, window?: { since: Date; until: Date }, limit?: number, newestFirst?: boolean, after?: SealCursor): Promise<Seal[]>;
   /** How many of the org's seals meet [since, until). */
   countSeals(orgId: string, window: { since: Date; until: Date }): Promise<number>;
   /** Each chain (writer) of the org, summed up by the store: first and last seq, how many seals, the last seal's hash, the earliest created_at. */

@@ -72,7 +72,7 @@ export async function openAuditStoreWhenReachable(config: Readonly<Config>, onWa
     writtenCounts: async (orgIds, sinceMs) => (await ready()).writtenCounts(orgIds, sinceMs),
     writtenEntries: async (orgIds, ids, sinceMs) => (await ready()).writtenEntries(orgIds, ids, sinceMs),
     count: async (orgId) => (await ready()).count(orgId),
-    listSeals: async (orgId, window, limit, newestFirst) => (await ready()).listSeals(orgId, window, limit, newestFirst),
+    listSeals: async (orgId, window, limit, newestFirst, after) => (await ready()).listSeals(orgId, window, limit, newestFirst, after),
     countSeals: async (orgId, window) => (await ready()).countSeals(orgId, window),
     sealChains: async (orgId, window) => (await ready()).sealChains(orgId, window),
     firstSealGap: async (orgId, writer, afterSeq) => (await ready()).firstSealGap(orgId, writer, afterSeq),

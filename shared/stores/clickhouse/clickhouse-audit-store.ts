@@ -29,7 +29,7 @@ import {
 import { AUDIT_EXACT_FILTERS, type AuditFilter, type AuditRecord } from '../../types.js';
 import { isoFromCh } from '../../audit/ch-instant.js';
 import { decodeSealRow, SEAL_COLUMNS, splitBatchBody, type Seal } from '../../audit/seal.js';
-import { REPLAY_SAMPLE_GROUPS, type AuditPage, type AuditReportData, type AuditSummary, type BatchParts, type AuditStore, type EntryRef, type ReplayGroup, type ReplaySample, type SealChain, type VerifyGroup, type VerifyScan, type WrittenCount, type WrittenId } from '../audit-store.js';
+import { REPLAY_SAMPLE_GROUPS, type AuditPage, type AuditReportData, type AuditSummary, type BatchParts, type AuditStore, type EntryRef, type ReplayGroup, type ReplaySample, type SealChain, type SealCursor, type VerifyGroup, type VerifyScan, type WrittenCount, type WrittenId } from '../audit-store.js';
 import { guardBoundary, unreachableClassifier } from '../store-boundary.js';
 import { isProcessAlive } from '../../pid.js';
 import { engineThreadNicer } from './thread-nice.js';
@@ -408,12 +408,20 @@ export class ClickHouseAuditStore implements AuditStore {
     };
   }
 
-  async listSeals(orgId: string, window?: { since: Date; until: Date }, limit = 0xffffffff, newestFirst = false): Promise<Seal[]> {
+  async listSeals(orgId: string, window?: { since: Date; until: Date }, limit = 0xffffffff, newestFirst = false, after?: SealCursor): Promise<Seal[]> {
     if (!UUID_RE.test(orgId)) return [];
-    const { where, params } = sealWindow(orgId, window);
+    const sealed = sealWindow(orgId, window);
+    const { params } = sealed;
+    let { where } = sealed;
     params.limit = nonNegativeInt(limit, 'limit');
+    if (after !== undefined) {
+      if (newestFirst) throw new Error('listSeals: after reads oldest first only');
+      if (!UUID_RE.test(after.writer) || !UUID_RE.test(after.id)) return [];
+      where += " AND (first_at, writer, seq, id) > ({after_at:DateTime64(3, 'UTC')}, {after_writer:UUID}, {after_seq:UInt64}, {after_id:UUID})";
+      Object.assign(params, { after_at: toChDateTime(new Date(after.firstAt)), after_writer: after.writer, after_seq: after.seq, after_id: after.id });
+    }
     const rows = await this.#query<Record<string, string | number>>(
-      `SELECT ${SEAL_COLUMN_NAMES.join(', ')} FROM ${SEALS_TABLE} WHERE ${where} ${newestFirst ? 'ORDER BY last_at DESC, writer, seq DESC' : 'ORDER BY first_at, writer, seq'} LIMIT {limit:UInt32}`,
+      `SELECT ${SEAL_COLUMN_NAMES.join(', ')} FROM ${SEALS_TABLE} WHERE ${where} ${newestFirst ? 'ORDER BY last_at DESC, writer, seq DESC' : 'ORDER BY first_at, writer, seq, id'} LIMIT {limit:UInt32}`,
       params,
     );
     return rows.map(decodeSealRow);
@@ -483,24 +491,27 @@ export class ClickHouseAuditStore implements AuditStore {
     if (!UUID_RE.test(orgId)) return;
     nonNegativeInt(pageRows, 'pageRows');
     const range = "org_id = {org:UUID} AND timestamp >= {from:DateTime64(3, 'UTC')} AND timestamp < {to:DateTime64(3, 'UTC')}";
-    // Pages are time slices of whole minutes holding about pageRows entries, oldest
-    // first: every entry with one timestamp is in one page, so a batch's sorted
-    // leaves continue from page to page.
-    const minutes = await this.#query<{ m: number | string; n: number | string }>(
-      `SELECT toUnixTimestamp(toStartOfMinute(timestamp)) AS m, count() AS n FROM ${AUDIT_TABLE} WHERE ${range} GROUP BY m ORDER BY m`,
+    // Pages are time slices of whole minutes holding about pageRows entries, or
+    // VERIFY_PAGE_BATCHES batches, oldest first: every entry with one timestamp is
+    // in one page, so a batch's sorted leaves continue from page to page.
+    const minutes = await this.#query<{ m: number | string; n: number | string; b: number | string }>(
+      `SELECT toUnixTimestamp(toStartOfMinute(timestamp)) AS m, count() AS n, uniqExact(batch_id) AS b FROM ${AUDIT_TABLE} WHERE ${range} GROUP BY m ORDER BY m`,
       { org: orgId, from: toChDateTime(scan.from), to: toChDateTime(scan.to) },
     );
     const slices: [Date, Date][] = [];
     let sliceStart = scan.from.getTime();
     let inSlice = 0;
+    let batchesInSlice = 0;
     for (let i = 0; i < minutes.length; i++) {
       inSlice += Number(minutes[i]!.n);
+      batchesInSlice += Number(minutes[i]!.b);
       const next = minutes[i + 1];
-      if (next === undefined || inSlice >= pageRows) {
+      if (next === undefined || inSlice >= pageRows || batchesInSlice >= VERIFY_PAGE_BATCHES) {
         const end = next === undefined ? scan.to.getTime() : Number(next.m) * 1000;
         slices.push([new Date(sliceStart), new Date(end)]);
         sliceStart = end;
         inSlice = 0;
+        batchesInSlice = 0;
       }
     }
     const instants = {
@@ -898,6 +909,12 @@ interface VerifyGroupRow {
   old_in_window_n: number | string;
 }
 
+/**
+ * The most batches a verify page holds: each comes back as a row of ~15 fields,
+ * ~5 µs to parse and map. An org whose calls come one a batch has as many
+ * batches as entries, and a page of 50,000 held the event loop ~0.6 s.
+ */
+const VERIFY_PAGE_BATCHES = 5000;
 const IN_WINDOW = "timestamp >= {ws:DateTime64(3, 'UTC')} AND timestamp < {wu:DateTime64(3, 'UTC')}";
 const LEGACY_ROW = "(batch_id = '' AND timestamp < {legacy:DateTime64(3, 'UTC')})";
 /** Written (written_at, the store's insert time: a long call's timestamp is when it began) within the sealing grace, and not past the verifier's clock. */
