@@ -19,6 +19,14 @@ export const SEALS_LIMIT_MAX = 10_000;
  * parsing its per-batch groups.
  */
 const VERIFY_PAGE_ROWS = 50_000;
+/**
+ * The most seals one GET /audit/verify checks. A verification holds its window's
+ * seals and batches in memory, ~4 KB a seal: an org whose calls come one a batch
+ * has a seal per call, 86,400 a day per writing process (365 MB of heap, and 15 s
+ * of Ed25519), and a week of them would exhaust the heap of the process, all-in-one
+ * the proxy's. `npm run verify-audit` (its own process) has no such bound.
+ */
+export const VERIFY_MAX_SEALS = 100_000;
 
 /** `since` and `until` (ISO 8601) with their defaults; 400 when bad or empty. */
 export function windowOf(query: URLSearchParams): { since: Date; until: Date } {
@@ -52,6 +60,10 @@ export function auditSealHandlers(ctx: AdminContext) {
 
   const verify: Handler = async (req, caller) => {
     const window = windowOf(req.query);
+    const seals = await ctx.auditStore.countSeals(caller.orgId, window);
+    if (seals > VERIFY_MAX_SEALS) {
+      throw new GuardError('invalid_request', `The window holds ${seals.toLocaleString('en-US')} seals; at most ${VERIFY_MAX_SEALS.toLocaleString('en-US')} are verified at once here. Verify it in narrower windows (since, until), or offline with npm run verify-audit.`, { field: 'since', seals, max_seals: VERIFY_MAX_SEALS });
+    }
     const result = await verifications.run(caller.orgId, async () => {
       const [heads, sealingSince] = await Promise.all([ctx.store.listSealHeads(caller.orgId), ctx.store.sealingSince()]);
       return verifyAudit(ctx.auditStore, caller.orgId, { ...window, keys, heads, pageRows: VERIFY_PAGE_ROWS, ...(sealingSince === null ? {} : { sealingSince }) });

@@ -21,7 +21,7 @@
 // `entry_added` otherwise.
 import { verify as verifySignature, type KeyObject } from 'node:crypto';
 import { hash } from 'node:crypto';
-import type { AuditStore, EntryRef, SealChain, SealCursor, VerifyGroup } from '../stores/audit-store.js';
+import type { AuditStore, EntryRef, SealChain, VerifyGroup } from '../stores/audit-store.js';
 import { entryHash } from './entry-json.js';
 import { GENESIS_HASH, merkleRootOfLeaves, sealBody, type Seal } from './seal.js';
 
@@ -120,29 +120,17 @@ export async function verifyAudit(store: AuditStore, orgId: string, options: Ver
     problems.push(p);
   };
 
-  // The seals read are bounded by the window: those meeting it, and for each of
-  // their chains the run of seqs they span plus the seal before (its link).
-  // The rest of each chain is checked by the store, in sums: seqs 1..last with no
-  // gap, and the last seal against its recorded head.
-  // Read in pages: a day of one batch a second is 86,400 seals, and one query of
-  // them held the event loop ~0.3 s parsing; spread into push(), over ~120,000
-  // overflowed the stack.
+  // The seals read are bounded by the window: for each chain, the run of seqs of
+  // its seals meeting the window (the store sums them up) plus the seal before
+  // (its link). The rest of each chain is checked by the store, in sums: seqs
+  // 1..last with no gap, and the last seal against its recorded head.
+  // Read by seq (the seals table's key), SEAL_PAGE rows a query: a day of one
+  // batch a second is 86,400 seals, and one query of them held the event loop
+  // ~0.3 s parsing; spread into push(), over ~120,000 overflowed the stack. The
+  // seals meeting the window are found among them, each held once.
   const slices = new Slices();
-  const meeting: Seal[] = [];
-  for (let after: SealCursor | undefined; ;) {
-    const page = await store.listSeals(orgId, options, SEAL_PAGE, false, after);
-    for (const s of page) meeting.push(s);
-    if (page.length < SEAL_PAGE) break;
-    after = page[page.length - 1];
-    await slices.turn();
-  }
   const chains = await store.sealChains(orgId, options);
   const seals: Seal[] = [];
-  const spans = new Map<string, { from: number; to: number }>();
-  for (const s of meeting) {
-    const span = spans.get(s.writer);
-    spans.set(s.writer, { from: Math.min(span?.from ?? s.seq, s.seq), to: Math.max(span?.to ?? s.seq, s.seq) });
-  }
   // One past the run's end too: a seal re-dated out of the window (its entries
   // deleted) would otherwise never be read, and its chain would look whole.
   // For a chain with seals on both sides of the window, the last seal wholly
@@ -150,22 +138,30 @@ export async function verifyAudit(store: AuditStore, orgId: string, options: Ver
   // was re-dated out of it, none met it, and the one of them nearest the window
   // in seq is one of those two (usually they are the run's neighbours anyway).
   for (const chain of chains) {
-    const span = spans.get(chain.writer);
-    let from = span === undefined ? Infinity : span.from - 1;
-    let to = span === undefined ? -Infinity : span.to + 1;
+    let from = chain.meeting === null ? Infinity : chain.meeting.firstSeq - 1;
+    let to = chain.meeting === null ? -Infinity : chain.meeting.lastSeq + 1;
     if (chain.beforeSeq > 0 && chain.afterSeq > 0) {
       from = Math.min(from, chain.beforeSeq, chain.afterSeq);
       to = Math.max(to, chain.beforeSeq, chain.afterSeq);
     }
-    for (let seq = Math.max(0, from); seq <= to; seq += SEAL_PAGE) {
-      for (const s of await store.sealRange(orgId, chain.writer, seq, Math.min(to, seq + SEAL_PAGE - 1))) seals.push(s);
+    // Paged by rows, not by seqs: one seal given a seq of 10^12 spans a range of 10^12.
+    for (let offset = 0; from <= to; offset += SEAL_PAGE) {
+      const page = await store.sealRange(orgId, chain.writer, from, to, { limit: SEAL_PAGE, offset });
+      for (const s of page) seals.push(s);
       await slices.turn();
+      if (page.length < SEAL_PAGE) break;
     }
   }
   await checkChains(store, orgId, seals, chains, options, report);
 
   const since = options.since.getTime();
   const until = options.until.getTime();
+  // The seals meeting the window, as the store's listSeals orders them (by first_at, then writer and seq).
+  // Instants compare as their ISO 8601 text (the store's are toISOString's form).
+  const sinceIso = options.since.toISOString();
+  const untilIso = options.until.toISOString();
+  const meeting = seals.filter((s) => s.firstAt < untilIso && s.lastAt >= sinceIso);
+  meeting.sort((a, b) => (a.firstAt < b.firstAt ? -1 : a.firstAt > b.firstAt ? 1 : a.writer < b.writer ? -1 : a.writer > b.writer ? 1 : a.seq - b.seq));
   // Every entry of a seal meeting the window is read, so that its root can be recomputed.
   let from = since;
   let to = until;

@@ -90,6 +90,8 @@ export interface SealChain {
   /** With a window: the last seq of a seal wholly before it, and the first of one wholly after it (0: none). */
   beforeSeq: number;
   afterSeq: number;
+  /** With a window: the first and last seq of the chain's seals meeting it; null when none does. */
+  meeting: { firstSeq: number; lastSeq: number } | null;
 }
 
 /** The instants a verification reads with. */
@@ -155,9 +157,6 @@ export interface WrittenCount {
   rows: number;
 }
 
-/** Where a page of listSeals ended: its last seal. */
-export type SealCursor = Pick<Seal, 'firstAt' | 'writer' | 'seq' | 'id'>;
-
 export interface AuditStore {
   /**
    * Writes rows in one insert. `dedupToken` makes a retried insert of the same
@@ -202,18 +201,17 @@ export interface AuditStore {
   replaySamples(orgId: string, agentId: string, since: Date, until: Date, keys: readonly string[], limit: number): Promise<ReplaySample[]>;
   /**
    * The org's seals whose time range meets [since, until) (every seal when no
-   * window), by first_at, then writer, seq and id; at most `limit`. `after`
-   * (oldest first only): those after that seal in this order, for reading in pages.
+   * window), by first_at, then writer and seq; at most `limit`.
    */
-  listSeals(orgId: string, window?: { since: Date; until: Date }, limit?: number, newestFirst?: boolean, after?: SealCursor): Promise<Seal[]>;
+  listSeals(orgId: string, window?: { since: Date; until: Date }, limit?: number, newestFirst?: boolean): Promise<Seal[]>;
   /** How many of the org's seals meet [since, until). */
   countSeals(orgId: string, window: { since: Date; until: Date }): Promise<number>;
   /** Each chain (writer) of the org, summed up by the store: first and last seq, how many seals, the last seal's hash, the earliest created_at. */
   sealChains(orgId: string, window?: { since: Date; until: Date }): Promise<SealChain[]>;
   /** The first seq of the chain after `afterSeq` whose predecessor is missing, or null (a gap: a seal removed). */
   firstSealGap(orgId: string, writer: string, afterSeq: number): Promise<number | null>;
-  /** One chain's seals with seq in [fromSeq, toSeq], by seq. */
-  sealRange(orgId: string, writer: string, fromSeq: number, toSeq: number): Promise<Seal[]>;
+  /** One chain's seals with seq in [fromSeq, toSeq], by seq (then id); `page`: `limit` of them from the `offset`th. */
+  sealRange(orgId: string, writer: string, fromSeq: number, toSeq: number, page?: { limit: number; offset: number }): Promise<Seal[]>;
   /** The org's seals of these batches. */
   sealsOfBatches(orgId: string, batchIds: readonly string[]): Promise<Seal[]>;
   /**

@@ -240,30 +240,51 @@ t.test('verifying a seal per entry gives the event loop its turns (an org whose 
  * chained and hashed but signed by a key the verifier does not trust, so cheap
  * to make and to check, and each read as a signed one is.
  */
-async function seedSealChain(orgId: string, count: number, from: number): Promise<void> {
+async function seedSealChain(orgId: string, count: number, from: number, seqOf = (n: number) => n): Promise<void> {
   const writer = randomUUID();
   let prevHash = GENESIS_HASH;
   let lines: string[] = [];
-  for (let seq = 1; seq <= count; seq++) {
-    const at = new Date(from + seq * 1000).toISOString();
+  for (let n = 1; n <= count; n++) {
+    const seq = seqOf(n);
+    const at = new Date(from + n * 1000).toISOString();
     const fields = { id: randomUUID(), orgId, writer, seq, batchId: randomUUID(), firstAt: at, lastAt: at, count: 1, root: 'a'.repeat(64), prevHash, keyFingerprint: 'b'.repeat(64), createdAt: at };
     const sealHash = hash('sha256', sealBody(fields), 'hex');
     lines.push(encodeSealLine({ ...fields, sealHash, signature: `${'A'.repeat(86)}==` }));
     prevHash = sealHash;
-    if (lines.length === 25_000 || seq === count) {
+    if (lines.length === 25_000 || n === count) {
       await service.auditStore.insertEncoded(lines.join(''), randomUUID());
       lines = [];
     }
   }
 }
 
-t.test('a window of 125,000 seals of one chain is verified (spread into one push() they overflowed the stack: 500)', async (t) => {
-  const orgId = randomUUID();
+t.test('a window of 125,000 seals of one chain is verified offline (spread into one push() they overflowed the stack: 500), and refused by GET /audit/verify (past 100,000)', async (t) => {
+  const session = await signup(base);
+  const orgId = (await service.store.findUserByEmail(session.email))!.orgId;
   const from = Date.now() - 2 * 86_400_000;
   const SEALS = 125_000;
   await seedSealChain(orgId, SEALS, from);
   const result = await verifyAudit(service.auditStore, orgId, { since: new Date(from), until: new Date(), keys: new Map() });
   t.match(result, { ok: false, seals: SEALS, firstProblem: { reason: 'unknown_key' } }, 'every seal read and checked; the first problem is its key');
+  const since = new Date(from).toISOString();
+  const refused = await api(base, session, 'GET', `/audit/verify?since=${since}`);
+  assertError(t, refused, 400, 'invalid_request');
+  t.match(refused.json, { field: 'since', seals: SEALS, max_seals: 100_000, message: /^The window holds 125,000 seals; at most 100,000 are verified at once here\./ });
+  const narrower = await api(base, session, 'GET', `/audit/verify?since=${since}&until=${new Date(from + 1000 + 20_000 * 1000).toISOString()}`);
+  t.equal(narrower.status, 200, narrower.text.slice(0, 200));
+  t.match(narrower.json, { ok: false, seals: 20_000, first_problem: { reason: 'unknown_key' } }, 'a narrower window is verified');
+});
+
+t.test('a seal whose seq is 10^12 is named at once (the chain is read by rows, not by seqs)', async (t) => {
+  const orgId = randomUUID();
+  const from = Date.now() - 3_600_000;
+  await seedSealChain(orgId, 4, from, (n) => (n === 4 ? 1e12 : n));
+  // Read by seqs, 5,000 a query, the range 1..10^12 took 2×10^8 queries.
+  const timeout = new Promise<'timed out'>((resolve) => setTimeout(() => resolve('timed out'), 15_000).unref());
+  const result = await Promise.race([verifyAudit(service.auditStore, orgId, { since: new Date(from), until: new Date(), keys: new Map() }), timeout]);
+  t.not(result, 'timed out');
+  t.match(result, { ok: false, seals: 4 });
+  t.equal((result as Awaited<ReturnType<typeof verifyAudit>>).firstProblem?.reason, 'seal_removed', 'the gap before it is named');
 });
 
 t.test('bad input is 400 in the contract\'s shape; no token is 401', async (t) => {

@@ -345,6 +345,7 @@ t.test('the error-code check catches a missing, an unknown, an unused and a misp
   const unused = copy();
   delete at(unused, 'paths', '/auth/signup', 'post', 'responses')['409'];
   delete at(unused, 'paths', '/credentials', 'post', 'responses')['409'];
+  delete at(unused, 'paths', '/agents', 'post', 'responses')['409'];
   delete at(unused, 'paths', '/approvals/{approval_id}/approve', 'post', 'responses')['409'];
   delete at(unused, 'paths', '/approvals/{approval_id}/deny', 'post', 'responses')['409'];
   t.match(errorCodeProblems(unused, ERRORS), [/conflict \(409\) is in no path response with status 409/]);
@@ -353,12 +354,14 @@ t.test('the error-code check catches a missing, an unknown, an unused and a misp
   const login = at(misplaced, 'paths', '/auth/login', 'post', 'responses');
   login['400'] = login['429'];
   delete login['429'];
-  // The proxy's 429 (rate limits) carries it too, the audit stream's (streams of one organization) and the heavy jobs' (jobs of one organization waiting).
+  // The proxy's 429 (rate limits) carries it too, the audit stream's (streams of one organization), the heavy jobs' (jobs of one organization waiting) and large policies' (readings waiting).
   for (const op of Object.values(at(misplaced, 'paths', '/proxy/{agent_api_key}/{target}') as Record<string, any>)) {
     if (op?.responses) delete op.responses['429'];
   }
   delete at(misplaced, 'paths', '/audit/stream', 'get', 'responses')['429'];
   delete at(misplaced, 'paths', '/policy/replay', 'post', 'responses')['429'];
+  delete at(misplaced, 'paths', '/policy/check', 'post', 'responses')['429'];
+  delete at(misplaced, 'paths', '/agents/{agent_id}/policy', 'post', 'responses')['429'];
   delete at(misplaced, 'paths', '/audit/export/pdf', 'get', 'responses')['429'];
   delete at(misplaced, 'paths', '/audit/verify', 'get', 'responses')['429'];
   t.match(errorCodeProblems(misplaced, ERRORS), [/POST \/auth\/login 400 carries rate_limited, whose status is 429/, /rate_limited \(429\) is in no path response/]);

@@ -29,7 +29,7 @@ import {
 import { AUDIT_EXACT_FILTERS, type AuditFilter, type AuditRecord } from '../../types.js';
 import { isoFromCh } from '../../audit/ch-instant.js';
 import { decodeSealRow, SEAL_COLUMNS, splitBatchBody, type Seal } from '../../audit/seal.js';
-import { REPLAY_SAMPLE_GROUPS, type AuditPage, type AuditReportData, type AuditSummary, type BatchParts, type AuditStore, type EntryRef, type ReplayGroup, type ReplaySample, type SealChain, type SealCursor, type VerifyGroup, type VerifyScan, type WrittenCount, type WrittenId } from '../audit-store.js';
+import { REPLAY_SAMPLE_GROUPS, type AuditPage, type AuditReportData, type AuditSummary, type BatchParts, type AuditStore, type EntryRef, type ReplayGroup, type ReplaySample, type SealChain, type VerifyGroup, type VerifyScan, type WrittenCount, type WrittenId } from '../audit-store.js';
 import { guardBoundary, unreachableClassifier } from '../store-boundary.js';
 import { isProcessAlive } from '../../pid.js';
 import { engineThreadNicer } from './thread-nice.js';
@@ -408,20 +408,12 @@ export class ClickHouseAuditStore implements AuditStore {
     };
   }
 
-  async listSeals(orgId: string, window?: { since: Date; until: Date }, limit = 0xffffffff, newestFirst = false, after?: SealCursor): Promise<Seal[]> {
+  async listSeals(orgId: string, window?: { since: Date; until: Date }, limit = 0xffffffff, newestFirst = false): Promise<Seal[]> {
     if (!UUID_RE.test(orgId)) return [];
-    const sealed = sealWindow(orgId, window);
-    const { params } = sealed;
-    let { where } = sealed;
+    const { where, params } = sealWindow(orgId, window);
     params.limit = nonNegativeInt(limit, 'limit');
-    if (after !== undefined) {
-      if (newestFirst) throw new Error('listSeals: after reads oldest first only');
-      if (!UUID_RE.test(after.writer) || !UUID_RE.test(after.id)) return [];
-      where += " AND (first_at, writer, seq, id) > ({after_at:DateTime64(3, 'UTC')}, {after_writer:UUID}, {after_seq:UInt64}, {after_id:UUID})";
-      Object.assign(params, { after_at: toChDateTime(new Date(after.firstAt)), after_writer: after.writer, after_seq: after.seq, after_id: after.id });
-    }
     const rows = await this.#query<Record<string, string | number>>(
-      `SELECT ${SEAL_COLUMN_NAMES.join(', ')} FROM ${SEALS_TABLE} WHERE ${where} ${newestFirst ? 'ORDER BY last_at DESC, writer, seq DESC' : 'ORDER BY first_at, writer, seq, id'} LIMIT {limit:UInt32}`,
+      `SELECT ${SEAL_COLUMN_NAMES.join(', ')} FROM ${SEALS_TABLE} WHERE ${where} ${newestFirst ? 'ORDER BY last_at DESC, writer, seq DESC' : 'ORDER BY first_at, writer, seq'} LIMIT {limit:UInt32}`,
       params,
     );
     return rows.map(decodeSealRow);
@@ -437,13 +429,15 @@ export class ClickHouseAuditStore implements AuditStore {
   async sealChains(orgId: string, window?: { since: Date; until: Date }): Promise<SealChain[]> {
     if (!UUID_RE.test(orgId)) return [];
     const params: QueryParams = { org: orgId };
-    let around = '0 AS before_seq, 0 AS after_seq';
+    let around = '0 AS before_seq, 0 AS after_seq, 0 AS meeting_n, 0 AS meeting_first, 0 AS meeting_last';
     if (window !== undefined) {
-      around = "maxIf(seq, last_at < {since:DateTime64(3, 'UTC')}) AS before_seq, minIf(seq, first_at >= {until:DateTime64(3, 'UTC')}) AS after_seq";
+      const meets = "first_at < {until:DateTime64(3, 'UTC')} AND last_at >= {since:DateTime64(3, 'UTC')}";
+      around = `maxIf(seq, last_at < {since:DateTime64(3, 'UTC')}) AS before_seq, minIf(seq, first_at >= {until:DateTime64(3, 'UTC')}) AS after_seq,
+                countIf(${meets}) AS meeting_n, minIf(seq, ${meets}) AS meeting_first, maxIf(seq, ${meets}) AS meeting_last`;
       params.since = toChDateTime(window.since);
       params.until = toChDateTime(window.until);
     }
-    const rows = await this.#query<{ writer: string; first_seq: number | string; last_seq: number | string; n: number | string; distinct_seqs: number | string; last_hash: string; first_created: string; before_seq: number | string; after_seq: number | string }>(
+    const rows = await this.#query<{ writer: string; first_seq: number | string; last_seq: number | string; n: number | string; distinct_seqs: number | string; last_hash: string; first_created: string; before_seq: number | string; after_seq: number | string; meeting_n: number | string; meeting_first: number | string; meeting_last: number | string }>(
       `SELECT toString(writer) AS writer, min(seq) AS first_seq, max(seq) AS last_seq, count() AS n, uniqExact(seq) AS distinct_seqs, argMax(seal_hash, seq) AS last_hash,
               toString(min(created_at)) AS first_created, ${around}
        FROM ${SEALS_TABLE} WHERE org_id = {org:UUID} GROUP BY writer`,
@@ -452,6 +446,7 @@ export class ClickHouseAuditStore implements AuditStore {
     return rows.map((r) => ({
       writer: r.writer, firstSeq: Number(r.first_seq), lastSeq: Number(r.last_seq), count: Number(r.n), distinctSeqs: Number(r.distinct_seqs), lastHash: r.last_hash, firstCreatedAt: isoFromCh(r.first_created),
       beforeSeq: Number(r.before_seq), afterSeq: Number(r.after_seq),
+      meeting: Number(r.meeting_n) === 0 ? null : { firstSeq: Number(r.meeting_first), lastSeq: Number(r.meeting_last) },
     }));
   }
 
@@ -467,12 +462,13 @@ export class ClickHouseAuditStore implements AuditStore {
     return rows.length === 0 ? null : Number(rows[0]!.seq);
   }
 
-  async sealRange(orgId: string, writer: string, fromSeq: number, toSeq: number): Promise<Seal[]> {
+  async sealRange(orgId: string, writer: string, fromSeq: number, toSeq: number, page?: { limit: number; offset: number }): Promise<Seal[]> {
     if (!UUID_RE.test(orgId) || !UUID_RE.test(writer)) return [];
     const rows = await this.#query<Record<string, string | number>>(
       `SELECT ${SEAL_COLUMN_NAMES.join(', ')} FROM ${SEALS_TABLE}
-       WHERE org_id = {org:UUID} AND writer = {writer:UUID} AND seq >= {from:UInt64} AND seq <= {to:UInt64} ORDER BY seq, id`,
-      { org: orgId, writer, from: Math.max(0, fromSeq), to: Math.max(0, toSeq) },
+       WHERE org_id = {org:UUID} AND writer = {writer:UUID} AND seq >= {from:UInt64} AND seq <= {to:UInt64} ORDER BY seq, id
+       ${page === undefined ? '' : 'LIMIT {limit:UInt32} OFFSET {offset:UInt64}'}`,
+      { org: orgId, writer, from: Math.max(0, fromSeq), to: Math.max(0, toSeq), ...(page === undefined ? {} : { limit: nonNegativeInt(page.limit, 'limit'), offset: nonNegativeInt(page.offset, 'offset') }) },
     );
     return rows.map(decodeSealRow);
   }
