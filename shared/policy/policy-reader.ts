@@ -1,9 +1,10 @@
 // Compiles large policies without holding the event loop: the yaml library
 // parses ~1.5 MB/s here, so a policy of 245 KB that the memo had not seen held
-// the loop 210–390 ms, 85 % of it the parse, and 18–33 ms now
-// (test/unit/policy-reader.test.ts); all-in-one every proxied call waited. A text longer than INLINE_POLICY_CHARS is read and
-// validated by a worker thread (read-policy-worker.ts), which hands back its
-// plain form; only compiling that form (its globs, ~15 % of the cost) runs here.
+// the loop 210–390 ms, 85 % of it the parse (all-in-one, every proxied call
+// waited), and 18–33 ms now (test/unit/policy-reader.test.ts). A text longer
+// than INLINE_POLICY_CHARS is read and validated by a worker thread
+// (read-policy-worker.ts), which hands back its plain form; only compiling that
+// form (its globs, ~15 % of the cost) runs here.
 // The worker starts with the first such text and stops after IDLE_MS without
 // one, so a process whose policies are small never pays for it.
 import { Worker } from 'node:worker_threads';
