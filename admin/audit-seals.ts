@@ -21,8 +21,8 @@ export const SEALS_LIMIT_MAX = 10_000;
 const VERIFY_PAGE_ROWS = 50_000;
 /**
  * The most seals one GET /audit/verify checks. A verification holds its window's
- * seals and batches in memory, ~4 KB a seal: an org whose calls come one a batch
- * has a seal per call, 86,400 a day per writing process (365 MB of heap, and 15 s
+ * seals and batches in memory, ~3 KB a seal: an org whose calls come one a batch
+ * has a seal per call, 86,400 a day per writing process (249 MB of heap, and 15 s
  * of Ed25519), and a week of them would exhaust the heap of the process, all-in-one
  * the proxy's. `npm run verify-audit` (its own process) has no such bound.
  */
