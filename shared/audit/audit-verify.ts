@@ -144,12 +144,16 @@ export async function verifyAudit(store: AuditStore, orgId: string, options: Ver
       from = Math.min(from, chain.beforeSeq, chain.afterSeq);
       to = Math.max(to, chain.beforeSeq, chain.afterSeq);
     }
-    // Paged by rows, not by seqs: one seal given a seq of 10^12 spans a range of 10^12.
-    for (let offset = 0; from <= to; offset += SEAL_PAGE) {
-      const page = await store.sealRange(orgId, chain.writer, from, to, { limit: SEAL_PAGE, offset });
+    // Paged by rows, each page from the seq after the last one's: one seal given a
+    // seq of 10^12 spans a range of 10^12 seqs, and no other row.
+    for (let next = from; next <= to;) {
+      const page = await store.sealRange(orgId, chain.writer, next, to, SEAL_PAGE);
       for (const s of page) seals.push(s);
       await slices.turn();
       if (page.length < SEAL_PAGE) break;
+      next = page[page.length - 1]!.seq + 1;
+      // Past 2^53 a seq + 1 rounds to itself: a page of such seals is the last read.
+      if (!Number.isSafeInteger(next)) break;
     }
   }
   await checkChains(store, orgId, seals, chains, options, report);
@@ -308,7 +312,8 @@ async function checkChains(store: AuditStore, orgId: string, seals: readonly Sea
     if (gap !== null) {
       // Named by the seal after the gap; placed in time after the seal before it.
       const after = (await store.sealRange(orgId, chain.writer, gap, gap))[0];
-      const before = gap > 2 ? (await store.sealRange(orgId, chain.writer, gap - 2, gap - 2))[0] : undefined;
+      // Past 2^53 a seq cannot be named exactly (gap - 2 rounds): the seal before is not looked for.
+      const before = gap > 2 && Number.isSafeInteger(gap) ? (await store.sealRange(orgId, chain.writer, gap - 2, gap - 2))[0] : undefined;
       report({ reason: 'seal_removed', sealId: after?.id, at: before?.lastAt ?? '', detail: `Seal ${gap - 1} of writer ${chain.writer} is missing.` });
     }
   }

@@ -210,8 +210,11 @@ export interface AuditStore {
   sealChains(orgId: string, window?: { since: Date; until: Date }): Promise<SealChain[]>;
   /** The first seq of the chain after `afterSeq` whose predecessor is missing, or null (a gap: a seal removed). */
   firstSealGap(orgId: string, writer: string, afterSeq: number): Promise<number | null>;
-  /** One chain's seals with seq in [fromSeq, toSeq], by seq (then id); `page`: `limit` of them from the `offset`th. */
-  sealRange(orgId: string, writer: string, fromSeq: number, toSeq: number, page?: { limit: number; offset: number }): Promise<Seal[]>;
+  /**
+   * One chain's seals with seq in [fromSeq, toSeq] (past 2^53: to its end), by seq
+   * then id; with `limit`, the first `limit` and every other one of the last one's seq.
+   */
+  sealRange(orgId: string, writer: string, fromSeq: number, toSeq: number, limit?: number): Promise<Seal[]>;
   /** The org's seals of these batches. */
   sealsOfBatches(orgId: string, batchIds: readonly string[]): Promise<Seal[]>;
   /**

@@ -76,7 +76,7 @@ export async function openAuditStoreWhenReachable(config: Readonly<Config>, onWa
     countSeals: async (orgId, window) => (await ready()).countSeals(orgId, window),
     sealChains: async (orgId, window) => (await ready()).sealChains(orgId, window),
     firstSealGap: async (orgId, writer, afterSeq) => (await ready()).firstSealGap(orgId, writer, afterSeq),
-    sealRange: async (orgId, writer, fromSeq, toSeq, page) => (await ready()).sealRange(orgId, writer, fromSeq, toSeq, page),
+    sealRange: async (orgId, writer, fromSeq, toSeq, limit) => (await ready()).sealRange(orgId, writer, fromSeq, toSeq, limit),
     sealsOfBatches: async (orgId, batchIds) => (await ready()).sealsOfBatches(orgId, batchIds),
     verifyGroups: async (orgId, scan, onPage, pageRows) => (await ready()).verifyGroups(orgId, scan, onPage, pageRows),
     entriesByIds: async (orgId, ids) => (await ready()).entriesByIds(orgId, ids),

@@ -100,7 +100,7 @@ export async function openAuditStoreOnDemand(): Promise<AuditStoreOnDemand> {
     countSeals: (orgId, window) => real.countSeals(orgId, window),
     sealChains: (orgId, window) => real.sealChains(orgId, window),
     firstSealGap: (orgId, writer, afterSeq) => real.firstSealGap(orgId, writer, afterSeq),
-    sealRange: (orgId, writer, fromSeq, toSeq, page) => real.sealRange(orgId, writer, fromSeq, toSeq, page),
+    sealRange: (orgId, writer, fromSeq, toSeq, limit) => real.sealRange(orgId, writer, fromSeq, toSeq, limit),
     sealsOfBatches: (orgId, batchIds) => real.sealsOfBatches(orgId, batchIds),
     verifyGroups: (orgId, scan, onPage, pageRows) => real.verifyGroups(orgId, scan, onPage, pageRows),
     entriesByIds: (orgId, ids) => real.entriesByIds(orgId, ids),

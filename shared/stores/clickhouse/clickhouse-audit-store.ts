@@ -462,15 +462,23 @@ export class ClickHouseAuditStore implements AuditStore {
     return rows.length === 0 ? null : Number(rows[0]!.seq);
   }
 
-  async sealRange(orgId: string, writer: string, fromSeq: number, toSeq: number, page?: { limit: number; offset: number }): Promise<Seal[]> {
+  async sealRange(orgId: string, writer: string, fromSeq: number, toSeq: number, limit?: number): Promise<Seal[]> {
     if (!UUID_RE.test(orgId) || !UUID_RE.test(writer)) return [];
+    // A seq is a UInt64, and one written by hand may be past 2^53, which a JS number
+    // cannot name (the client refuses it): such bounds read to the chain's end.
+    const bounded = toSeq <= Number.MAX_SAFE_INTEGER;
+    // With a limit: the first `limit` seals and every other one of the last one's
+    // seq (WITH TIES), so the next read starts at the seq after it, by key: rows
+    // inserted meanwhile below it move no later row into a page already read.
     const rows = await this.#query<Record<string, string | number>>(
       `SELECT ${SEAL_COLUMN_NAMES.join(', ')} FROM ${SEALS_TABLE}
-       WHERE org_id = {org:UUID} AND writer = {writer:UUID} AND seq >= {from:UInt64} AND seq <= {to:UInt64} ORDER BY seq, id
-       ${page === undefined ? '' : 'LIMIT {limit:UInt32} OFFSET {offset:UInt64}'}`,
-      { org: orgId, writer, from: Math.max(0, fromSeq), to: Math.max(0, toSeq), ...(page === undefined ? {} : { limit: nonNegativeInt(page.limit, 'limit'), offset: nonNegativeInt(page.offset, 'offset') }) },
+       WHERE org_id = {org:UUID} AND writer = {writer:UUID} AND seq >= {from:UInt64} ${bounded ? 'AND seq <= {to:UInt64}' : ''}
+       ${limit === undefined ? 'ORDER BY seq, id' : 'ORDER BY seq LIMIT {limit:UInt32} WITH TIES'}`,
+      { org: orgId, writer, from: Math.min(Math.max(0, fromSeq), Number.MAX_SAFE_INTEGER), ...(bounded ? { to: Math.max(0, toSeq) } : {}), ...(limit === undefined ? {} : { limit: nonNegativeInt(limit, 'limit') }) },
     );
-    return rows.map(decodeSealRow);
+    const seals = rows.map(decodeSealRow);
+    // In the order of ORDER BY seq, id (chDB orders UUIDs as their text).
+    return limit === undefined ? seals : seals.sort((a, b) => a.seq - b.seq || (a.id < b.id ? -1 : a.id > b.id ? 1 : 0));
   }
 
   async sealsOfBatches(orgId: string, batchIds: readonly string[]): Promise<Seal[]> {

@@ -347,6 +347,7 @@ export class MongoMetadataDriver implements MetadataDriver {
 
   async insertCredential(row: SealedCredentialRow, change: MetadataChange, maxInOrg: number): Promise<'written' | 'unique_violation' | 'org_full'> {
     return this.#write<'written', 'unique_violation' | 'org_full'>(async (session) => {
+      // Counted, then written: creates at the same moment may pass the bound by a few (a transaction does not serialise two counts).
       if ((await this.#credentials.countDocuments({ org_id: row.org_id }, { limit: maxInOrg, session })) >= maxInOrg) throw new Refused('org_full');
       try {
         await this.#credentials.insertOne({ ...docOf(row), insert_order: new ObjectId() }, { session });
