@@ -10,11 +10,10 @@ import type { CompiledPolicy, PolicyDecision, RuleVerdict } from '../shared/poli
 import { REPLAY_SAMPLE_GROUPS, type AuditStore } from '../shared/stores/audit-store.js';
 import { mcpCallReading, mcpRequestDecision } from '../shared/mcp.js';
 import { normalizePolicyPath } from '../shared/target.js';
+import { LoopSlices } from '../shared/loop-slices.js';
 
 /** Changed calls listed, at most. */
 const REPLAY_SAMPLES = 100;
-/** The longest a replay holds the event loop while it decides groups. */
-const REPLAY_SLICE_MS = 10;
 
 export interface ReplayResult {
   total: number;
@@ -48,15 +47,12 @@ export async function replayPolicy(store: AuditStore, orgId: string, agentId: st
     if (changed.length > REPLAY_SAMPLE_GROUPS) changed = changed.slice(0, REPLAY_SAMPLE_GROUPS);
   };
   await store.replayGroups(orgId, agentId, since, until, async (groups) => {
-    let sliceStarted = performance.now();
+    const slices = new LoopSlices();
     for (let i = 0; i < groups.length; i++) {
       // The candidate may hold 10,000 rules and a part 40,000 groups: minutes of
       // work in one run would hold the event loop, and all-in-one the proxy's
-      // calls with it. The loop gets a turn every REPLAY_SLICE_MS.
-      if ((i & 7) === 7 && performance.now() - sliceStarted >= REPLAY_SLICE_MS) {
-        await new Promise((resolve) => setImmediate(resolve));
-        sliceStarted = performance.now();
-      }
+      // calls with it. The loop gets a turn every LOOP_SLICE_MS.
+      if ((i & 7) === 7) await slices.turn();
       const group = groups[i]!;
       total += group.calls;
       const toolKey = `${group.toolName}\n${group.action}`;

@@ -23,6 +23,7 @@ import { verify as verifySignature, type KeyObject } from 'node:crypto';
 import { hash } from 'node:crypto';
 import type { AuditStore, EntryRef, SealChain, VerifyGroup } from '../stores/audit-store.js';
 import { entryHash } from './entry-json.js';
+import { LoopSlices } from '../loop-slices.js';
 import { GENESIS_HASH, merkleRootOfLeaves, sealBody, type Seal } from './seal.js';
 
 export type ProblemReason =
@@ -88,24 +89,6 @@ const FUTURE_SKEW_MS = 5 * 60_000;
 const RECHECK_CHUNK = 1000;
 /** Seals read per query. */
 const SEAL_PAGE = 5000;
-/** How long a loop over seals holds the event loop before it gives way. */
-const VERIFY_SLICE_MS = 10;
-
-/**
- * Gives the event loop its turn once VERIFY_SLICE_MS have passed since the last:
- * a verification's loops run for seconds (a root is ~2 µs a leaf of hashing, a
- * seal's signature 120 µs), and in all-in-one the proxy shares the loop
- * (bench/micro/verify-audit.ts prints the longest wait).
- */
-class Slices {
-  #started = performance.now();
-
-  async turn(): Promise<void> {
-    if (performance.now() - this.#started < VERIFY_SLICE_MS) return;
-    await new Promise((resolve) => setImmediate(resolve));
-    this.#started = performance.now();
-  }
-}
 
 /** A batch is sealed when it closes (AUDIT_BATCH_MS after its first row, at most one per AUDIT_BATCH_INTERVAL_MS under load) and lands with its rows; this covers a slow insert too. */
 export const SEAL_GRACE_MS = 60_000;
@@ -127,8 +110,10 @@ export async function verifyAudit(store: AuditStore, orgId: string, options: Ver
   // Read by seq (the seals table's key), SEAL_PAGE rows a query: a day of one
   // batch a second is 86,400 seals, and one query of them held the event loop
   // ~0.3 s parsing; spread into push(), over ~120,000 overflowed the stack. The
-  // seals meeting the window are found among them, each held once.
-  const slices = new Slices();
+  // seals meeting the window are found among them, each held once. Its loops run
+  // for seconds (a root is ~2 µs a leaf of hashing, a seal's signature 120 µs), so
+  // they give way (bench/micro/verify-audit.ts prints the longest wait).
+  const slices = new LoopSlices();
   const chains = await store.sealChains(orgId, options);
   const seals: Seal[] = [];
   // One past the run's end too: a seal re-dated out of the window (its entries
@@ -289,7 +274,7 @@ async function checkChains(store: AuditStore, orgId: string, seals: readonly Sea
   // An org whose calls come one a batch has a seal per entry, 86,400 a day and
   // writer, each 120 µs of Ed25519 here: a day's held the event loop 12 s.
   const bySeq = new Map<string, Seal>();
-  const slices = new Slices();
+  const slices = new LoopSlices();
   for (const s of seals) {
     await slices.turn();
     checkSeal(s, options.keys, report);

@@ -7,11 +7,11 @@
 // form (its globs, ~15 % of the cost) runs here.
 // The worker starts with the first such text and stops after IDLE_MS without
 // one, so a process whose policies are small never pays for it.
-import { Worker } from 'node:worker_threads';
 import { GuardError } from '../errors.js';
 import type { CompiledPolicy } from './types.js';
 import { compileReadPolicy, knownPolicy, parsePolicy, POLICY_LIMITS, STORED_POLICY_LIMITS, unpackPolicyForm } from './parse-policy.js';
 import type { PackedPolicyForm, PolicyForm, PolicyLimits } from './parse-policy.js';
+import { WorkerCallError, WorkerCalls } from '../worker-calls.js';
 
 /** Texts up to this many characters are compiled here: ~10 ms at most, less than handing them over. */
 export const INLINE_POLICY_CHARS = 16 * 1024;
@@ -37,19 +37,15 @@ export async function compilePolicy(yamlText: string, limits: PolicyLimits = POL
   return queue === undefined ? read() : queue(read);
 }
 
-type Reply = { id: number; form: PackedPolicyForm } | { id: number; invalid: string } | { id: number; fault: string };
-
-interface Pending {
-  resolve: (form: PolicyForm) => void;
-  reject: (err: Error) => void;
-}
-
 class PolicyReader {
-  #worker: Worker | null = null;
-  #idle: NodeJS.Timeout | null = null;
-  #nextId = 0;
+  // From the sources (tests run TypeScript) or from dist/ (npm start); the loader comes with execArgv.
+  // The main thread's stack (V8's default, ~1 MB), not a worker's 4 MB: the yaml
+  // library refuses a text nested too deeply for it, and that must be the same text here.
+  readonly #worker = new WorkerCalls<{ yamlText: string; stored: boolean }, PackedPolicyForm>(
+    new URL(import.meta.url.endsWith('.ts') ? './read-policy-worker.ts' : './read-policy-worker.js', import.meta.url),
+    { idleMs: IDLE_MS, resourceLimits: { stackSizeMb: 1 } },
+  );
   #reads = 0;
-  readonly #pending = new Map<number, Pending>();
   /** Readings under way, by text, under POLICY_LIMITS and STORED_POLICY_LIMITS: a text asked for twice at once is read once. */
   readonly #reading = { strict: new Map<string, Promise<PolicyForm>>(), stored: new Map<string, Promise<PolicyForm>>() };
 
@@ -61,69 +57,19 @@ class PolicyReader {
     const reading = limits === STORED_POLICY_LIMITS ? this.#reading.stored : this.#reading.strict;
     let form = reading.get(yamlText);
     if (form === undefined) {
-      form = this.#ask(yamlText, limits === STORED_POLICY_LIMITS).finally(() => reading.delete(yamlText));
+      this.#reads++;
+      form = this.#worker.call({ yamlText, stored: limits === STORED_POLICY_LIMITS }).then(unpackPolicyForm, (err: unknown) => {
+        throw err instanceof WorkerCallError && err.code === 'invalid_policy' ? new GuardError('invalid_policy', err.message) : err;
+      }).finally(() => reading.delete(yamlText));
       reading.set(yamlText, form);
     }
     // Each caller its own compiled copy (its own tool index): the first compiles the form, the others find it in the memo.
     return form.then((read) => compileReadPolicy(yamlText, read, limits));
   }
 
-  #ask(yamlText: string, stored: boolean): Promise<PolicyForm> {
-    this.#reads++;
-    const worker = this.#started();
-    const id = this.#nextId++;
-    const form = new Promise<PolicyForm>((resolve, reject) => this.#pending.set(id, { resolve, reject }));
-    worker.postMessage({ id, yamlText, stored });
-    return form;
-  }
-
-  #started(): Worker {
-    if (this.#idle !== null) clearTimeout(this.#idle);
-    this.#idle = null;
-    if (this.#worker !== null) {
-      this.#worker.ref();
-      return this.#worker;
-    }
-    // From the sources (tests run TypeScript) or from dist/ (npm start); the loader comes with execArgv.
-    const file = import.meta.url.endsWith('.ts') ? './read-policy-worker.ts' : './read-policy-worker.js';
-    // The main thread's stack (V8's default, ~1 MB), not a worker's 4 MB: the yaml
-    // library refuses a text nested too deeply for it, and that must be the same text here.
-    const worker = new Worker(new URL(file, import.meta.url), { resourceLimits: { stackSizeMb: 1 } });
-    worker.on('message', (reply: Reply) => {
-      const pending = this.#pending.get(reply.id);
-      if (pending === undefined) return;
-      this.#pending.delete(reply.id);
-      if ('form' in reply) pending.resolve(unpackPolicyForm(reply.form));
-      else if ('invalid' in reply) pending.reject(new GuardError('invalid_policy', reply.invalid));
-      else pending.reject(new Error(reply.fault));
-      if (this.#pending.size === 0 && this.#worker === worker) {
-        worker.unref(); // an idle worker keeps no process alive...
-        this.#idle = setTimeout(() => this.#stop(worker), IDLE_MS).unref(); // ...and goes
-      }
-    });
-    worker.on('error', (err) => this.#failAll(worker, err));
-    worker.on('exit', (code) => this.#failAll(worker, new Error(`the policy reader exited (${code})`)));
-    this.#worker = worker;
-    return worker;
-  }
-
-  #stop(worker: Worker): void {
-    if (this.#worker !== worker || this.#pending.size > 0) return;
-    this.#worker = null;
-    this.#idle = null;
-    void worker.terminate();
-  }
-
-  #failAll(worker: Worker, err: Error): void {
-    if (this.#worker !== worker) return;
-    this.#worker = null;
-    for (const pending of this.#pending.values()) pending.reject(err);
-    this.#pending.clear();
-  }
-
   /** Whether the worker is running (for tests). */
   get running(): boolean {
-    return this.#worker !== null;
+    return this.#worker.running;
   }
 
   /** Texts handed to the worker so far (for tests). */
