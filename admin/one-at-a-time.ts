@@ -1,5 +1,6 @@
 // Heavy admin jobs (policy replay, audit verification, PDF reports) run one at a
-// time per process, in the order asked: each gives the event loop its turns, but
+// time per process, in the order asked (so do password hashes, per client
+// address rather than organization: admin/auth.ts): each gives the event loop its turns, but
 // n at once made it wait n slices between turns, and all-in-one the proxied
 // calls waited with it. At most `maxWaiting` wait; the next is 503 with
 // Retry-After, so a client that asks for hundreds does not queue hours of work.
@@ -14,20 +15,30 @@ import { GuardError } from '../shared/errors.js';
 /** Retry-After of both refusals, in seconds (as the audit stream's). */
 const RETRY_AFTER_S = 5;
 
+/** Who holds a share of the places, as the 429 names it: an organization's jobs by default. */
+export interface Owners {
+  /** As the refusal's message names one ("organization", "client address"). */
+  owner: string;
+  /** The refusal's `limit` ("jobs"). */
+  limit: string;
+}
+
 export class OneAtATime {
   readonly #what: string;
   readonly #maxWaiting: number;
   readonly #maxWaitingPerOrg: number;
+  readonly #owners: Owners;
   #tail: Promise<unknown> = Promise.resolve();
   #waiting = 0;
   /** Jobs waiting, by org; an org with none has no entry. */
   readonly #waitingByOrg = new Map<string, number>();
 
   /** `what`: the jobs' plural name, for the refusals' messages ("policy replays"). */
-  constructor(what: string, maxWaiting: number, maxWaitingPerOrg: number) {
+  constructor(what: string, maxWaiting: number, maxWaitingPerOrg: number, owners: Owners = { owner: 'organization', limit: 'jobs' }) {
     this.#what = what;
     this.#maxWaiting = maxWaiting;
     this.#maxWaitingPerOrg = maxWaitingPerOrg;
+    this.#owners = owners;
   }
 
   /** Jobs asked for that have not started. */
@@ -51,7 +62,8 @@ export class OneAtATime {
     // The org's own share first: when both are full, 429 tells it that it is the one to wait.
     const mine = this.waitingOf(org);
     if (mine >= this.#maxWaitingPerOrg) {
-      return Promise.reject(new GuardError('rate_limited', `${mine} ${this.#what} of this organization are waiting to run; retry once one has started.`, { limit: 'jobs', retry_after: RETRY_AFTER_S }, { 'retry-after': String(RETRY_AFTER_S) }));
+      const { owner, limit } = this.#owners;
+      return Promise.reject(new GuardError('rate_limited', `${mine} ${this.#what} of this ${owner} are waiting to run; retry once one has started.`, { limit, retry_after: RETRY_AFTER_S }, { 'retry-after': String(RETRY_AFTER_S) }));
     }
     if (this.#waiting >= this.#maxWaiting) {
       return Promise.reject(new GuardError('unavailable', `${this.#maxWaiting} ${this.#what} are waiting to run; retry later.`, undefined, { 'retry-after': String(RETRY_AFTER_S) }));

@@ -98,6 +98,22 @@ t.test('an organization past its share gets 429 (limit jobs, Retry-After), while
   t.equal(jobs.waitingOf('a'), 0);
 });
 
+t.test('shares held by another kind of owner are named as such (password checks, per client address)', async (t) => {
+  const checks = new OneAtATime('password checks', 16, 1, { owner: 'client address', limit: 'password_checks' });
+  const running = gated();
+  const first = checks.run('127.0.0.1', running.job);
+  await turns();
+  const waiting = gated();
+  const queued = checks.run('127.0.0.1', waiting.job);
+  const refused = await refusal(checks.run('127.0.0.1', quick));
+  t.equal(refused?.status, 429);
+  t.same(refused?.extra, { limit: 'password_checks', retry_after: 5 }, 'the limit is named by its owner');
+  t.match(refused?.message, /^1 password checks of this client address are waiting to run/);
+  running.open();
+  waiting.open();
+  t.same(await Promise.all([first, queued]), ['done', 'done']);
+});
+
 t.test('the bound on all that wait is still 503, checked after the org\'s own share', async (t) => {
   const jobs = new OneAtATime('test jobs', 4, 2);
   const running = gated();
