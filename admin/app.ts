@@ -84,6 +84,8 @@ export function createAdminApp(ctx: AdminContext, log: Logger): AdminApp {
     jwtTtlSeconds: ctx.config.jwtTtlSeconds,
     loginMaxFailures: ctx.config.loginMaxFailures,
     loginWindowSeconds: ctx.config.loginWindowSeconds,
+    signupMax: ctx.config.signupMaxPerAddress,
+    signupWindowSeconds: ctx.config.signupWindowSeconds,
   });
   const agents = agentHandlers(ctx);
   const credentials = credentialHandlers(ctx);

@@ -9,6 +9,7 @@ import type { MetadataStore } from '../shared/stores/metadata-store.js';
 import type { User } from '../shared/types.js';
 import { json, readJsonObject, stringField, type AdminRequest, type AdminResponse } from './http.js';
 import { longerThan } from '../shared/text.js';
+import { OneAtATime } from './one-at-a-time.js';
 
 export const JWT_ISSUER = 'tool-call-guard';
 export const JWT_AUDIENCE = 'tool-call-guard-admin';
@@ -19,6 +20,15 @@ export const EMAIL_MAX = 254;
 // OWASP Password Storage Cheat Sheet: argon2id, m=19 MiB, t=2, p=1 is the
 // minimum; we use m=19 MiB, t=3 so a login costs ~30 ms on this 2-core machine.
 export const ARGON2_OPTIONS = { type: argon2.argon2id, memoryCost: 19456, timeCost: 3, parallelism: 1 } as const;
+
+// Password hashes (signup, login) run one at a time per process. Each is ~30 ms
+// of a core on libuv's pool, which chDB's inserts share; 64 signups at once from
+// one client took the all-in-one proxy beside them from 15,500 to 4,200 calls a
+// second (test/integration/auth-load.test.ts). One at a time, they can take at
+// most one core. At most PASSWORD_WAITING_MAX wait (~2 s of work; the next is 503),
+// at most PASSWORD_WAITING_PER_ADDRESS of them from one client network (429).
+export const PASSWORD_WAITING_MAX = 64;
+export const PASSWORD_WAITING_PER_ADDRESS = 16;
 
 /** The authenticated caller of an admin route. */
 export interface Caller {
@@ -34,11 +44,16 @@ export interface AuthOptions {
   jwtTtlSeconds: number;
   loginMaxFailures: number;
   loginWindowSeconds: number;
+  /** Signups one client network may attempt in `signupWindowSeconds`. */
+  signupMax: number;
+  signupWindowSeconds: number;
 }
 
 export function createAuth(options: AuthOptions) {
   const { store, jwtSecret, jwtTtlSeconds } = options;
   const limiter = createFailureLimiter(options.loginMaxFailures, options.loginWindowSeconds * 1000);
+  const signups = createFailureLimiter(options.signupMax, options.signupWindowSeconds * 1000);
+  const passwordWork = new OneAtATime('password checks', PASSWORD_WAITING_MAX, PASSWORD_WAITING_PER_ADDRESS, { owner: 'client address', limit: 'password_checks' });
   // A hash of a random password, verified when the email is unknown so that an
   // unknown email costs the same argon2 work as a wrong password.
   const decoyHash = argon2.hash(crypto.randomUUID(), ARGON2_OPTIONS);
@@ -68,15 +83,23 @@ export function createAuth(options: AuthOptions) {
 
   async function signup(req: AdminRequest): Promise<AdminResponse> {
     const { email, password } = readAccount(req);
+    // Every well-formed attempt counts, also one that finds its email taken
+    // (which would otherwise tell emails apart at any rate).
+    const network = clientNetwork(req.remoteAddress);
+    const retryAfter = signups.take([`addr:${network}`]);
+    if (retryAfter > 0) {
+      throw new GuardError('rate_limited', `${options.signupMax} signups from this client address within ${options.signupWindowSeconds} s; retry later.`, { limit: 'signups', retry_after: retryAfter }, { 'retry-after': String(retryAfter) });
+    }
     if (await store.findUserByEmail(email)) throw new GuardError('conflict', 'An account with that email already exists.');
-    const hash = await argon2.hash(password, ARGON2_OPTIONS);
+    const hash = await passwordWork.run(network, () => argon2.hash(password, ARGON2_OPTIONS), req.signal);
     const user = await store.createUserWithOrg(email, hash);
     return json(201, await issueToken(user));
   }
 
   async function login(req: AdminRequest): Promise<AdminResponse> {
     const { email, password } = readAccount(req);
-    const keys = [`email:${email}`, `addr:${clientNetwork(req.remoteAddress)}`];
+    const network = clientNetwork(req.remoteAddress);
+    const keys = [`email:${email}`, `addr:${network}`];
     // The attempt takes its place before the password is checked (~30 ms of
     // argon2): guesses sent at once count as they start, not as they end.
     const retryAfter = limiter.begin(keys);
@@ -87,8 +110,9 @@ export function createAuth(options: AuthOptions) {
     let user;
     try {
       user = await store.findUserByEmail(email);
-      const ok = user ? await argon2.verify(user.passwordHash, password) : (await argon2.verify(await decoyHash, password), false);
-      outcome = ok ? 'ok' : 'failed';
+      const passwordHash = user ? user.passwordHash : await decoyHash;
+      const verified = await passwordWork.run(network, () => argon2.verify(passwordHash, password), req.signal);
+      outcome = user && verified ? 'ok' : 'failed';
     } finally {
       limiter.end(keys, outcome === 'failed');
     }
@@ -127,8 +151,8 @@ export function createAuth(options: AuthOptions) {
 export type Auth = ReturnType<typeof createAuth>;
 
 /**
- * Counts failed logins per key (an email, a client network: an IPv4 address or
- * an IPv6 /64) in a fixed window, and the attempts still being checked: an
+ * Counts failed logins (or, through `take`, signups) per key (an email, a client
+ * network: an IPv4 address or an IPv6 /64) in a fixed window, and the attempts still being checked: an
  * attempt is refused when the failures and the attempts in flight together
  * reach the limit, so a burst of concurrent guesses gets no more tries than
  * guesses sent one after another.
@@ -144,7 +168,7 @@ function createFailureLimiter(maxFailures: number, windowMs: number) {
     }
     return entry;
   };
-  return {
+  const limiter = {
     /** 0 and the attempt counted as in flight, or the seconds to wait (nothing counted). */
     begin(keys: string[]): number {
       const now = Date.now();
@@ -173,8 +197,15 @@ function createFailureLimiter(maxFailures: number, windowMs: number) {
         entry.count += 1;
       }
     },
+    /** An attempt counted as it starts (the count is of attempts, not failures): 0, or the seconds to wait (nothing counted). */
+    take(keys: string[]): number {
+      const wait = limiter.begin(keys);
+      if (wait === 0) limiter.end(keys, true);
+      return wait;
+    },
     clear(key: string): void {
       failures.delete(key);
     },
   };
+  return limiter;
 }

@@ -44,6 +44,8 @@ export interface Config {
   outputCaptureBytes: number;
   loginMaxFailures: number;
   loginWindowSeconds: number;
+  signupMaxPerAddress: number;
+  signupWindowSeconds: number;
   pdfMaxEntries: number;
   auditStreamPollMs: number;
   auditStreamsPerOrg: number;
@@ -192,6 +194,8 @@ export const CONFIG_SPECS: readonly Spec[] = [
   { env: 'OUTPUT_CAPTURE_BYTES', key: 'outputCaptureBytes', doc: 'cap of the response body stored for log_outputs: full', parse: integer(0, 16 * 1024 * 1024), fallback: 65536 },
   { env: 'LOGIN_MAX_FAILURES', key: 'loginMaxFailures', doc: 'failed logins per email or client address before 429', parse: integer(1, 1_000_000), fallback: 10 },
   { env: 'LOGIN_WINDOW_SECONDS', key: 'loginWindowSeconds', doc: 'window of LOGIN_MAX_FAILURES', parse: integer(1, 86_400), fallback: 900 },
+  { env: 'SIGNUP_MAX_PER_ADDRESS', key: 'signupMaxPerAddress', doc: 'signups one client address may attempt in SIGNUP_WINDOW_SECONDS before 429 (each is ~30 ms of argon2 and a new organization)', parse: integer(1, 1_000_000), fallback: 20 },
+  { env: 'SIGNUP_WINDOW_SECONDS', key: 'signupWindowSeconds', doc: 'window of SIGNUP_MAX_PER_ADDRESS', parse: integer(1, 86_400), fallback: 3600 },
   { env: 'AUDIT_STREAM_POLL_MS', key: 'auditStreamPollMs', doc: 'how often the admin process reads new audit rows for open GET /audit/stream streams (only while one is open)', parse: integer(50, 10_000), fallback: 250 },
   { env: 'AUDIT_STREAMS_PER_ORG', key: 'auditStreamsPerOrg', doc: 'GET /audit/stream streams of one organization a process serves at once (the next is 429)', parse: integer(1, 100_000), fallback: 32 },
   { env: 'AUDIT_STREAMS_MAX', key: 'auditStreamsMax', doc: 'GET /audit/stream streams a process serves at once (the next is 503): every poll filters each new entry for each and writes to each, on the loop the proxy shares all-in-one', parse: integer(1, 100_000), fallback: 256 },

@@ -30,6 +30,9 @@ export async function startTestService(env: Record<string, string> = {}): Promis
     AUDIT_BATCH_MS: '20',
     AUDIT_BATCH_INTERVAL_MS: '20',
     LOG_LEVEL: 'debug',
+    // Tests sign up many organizations from 127.0.0.1; test/integration/auth-load.test.ts
+    // checks the bound itself (and, in a process of the service, its default).
+    SIGNUP_MAX_PER_ADDRESS: '1000000',
     ...env,
   });
   const logs: string[] = [];
