@@ -19,12 +19,12 @@
 // Entries without an entry_hash or a batch id are from before entries were
 // hashed or sealed: accepted (`legacy`) when older than the org's first seal,
 // `entry_added` otherwise.
-import { verify as verifySignature, type KeyObject } from 'node:crypto';
-import { hash } from 'node:crypto';
+import { hash, type KeyObject } from 'node:crypto';
 import type { AuditStore, EntryRef, SealChain, VerifyGroup } from '../stores/audit-store.js';
 import { entryHash } from './entry-json.js';
 import { LoopSlices } from '../loop-slices.js';
 import { GENESIS_HASH, merkleRootOfLeaves, sealBody, type Seal } from './seal.js';
+import { checkSignatures, SIGNATURE_BAD, SIGNATURE_GOOD, signatureVerifies } from './seal-signatures.js';
 
 export type ProblemReason =
   | 'entry_edited'
@@ -98,7 +98,7 @@ export const SEAL_GRACE_MS = 60_000;
 export async function verifyAudit(store: AuditStore, orgId: string, options: VerifyOptions): Promise<VerifyResult> {
   const now = options.now ?? new Date();
   const graceMs = options.graceMs ?? SEAL_GRACE_MS;
-  const problems: Problem[] = [];
+  let problems: Problem[] = [];
   const report = (p: Problem): void => {
     problems.push(p);
   };
@@ -141,105 +141,119 @@ export async function verifyAudit(store: AuditStore, orgId: string, options: Ver
       if (!Number.isSafeInteger(next)) break;
     }
   }
-  await checkChains(store, orgId, seals, chains, options, report);
-
-  const since = options.since.getTime();
-  const until = options.until.getTime();
-  // The seals meeting the window, as the store's listSeals orders them (by first_at, then writer and seq).
-  // Instants compare as their ISO 8601 text (the store's are toISOString's form).
-  const sinceIso = options.since.toISOString();
-  const untilIso = options.until.toISOString();
-  const meeting = seals.filter((s) => s.firstAt < untilIso && s.lastAt >= sinceIso);
-  meeting.sort((a, b) => (a.firstAt < b.firstAt ? -1 : a.firstAt > b.firstAt ? 1 : a.writer < b.writer ? -1 : a.writer > b.writer ? 1 : a.seq - b.seq));
-  // Every entry of a seal meeting the window is read, so that its root can be recomputed.
-  let from = since;
-  let to = until;
-  for (const s of meeting) {
-    from = Math.min(from, Date.parse(s.firstAt));
-    to = Math.max(to, Date.parse(s.lastAt) + 1);
-  }
-  const byBatch = new Map<string, Seal[]>();
-  const addSeal = (s: Seal): void => {
-    const list = byBatch.get(s.batchId);
-    if (list === undefined) byBatch.set(s.batchId, [s]);
-    else if (!list.some((x) => x.id === s.id)) list.push(s);
-  };
-  seals.forEach(addSeal);
-  // Entries older than this without a batch id are legacy: the instant sealing began
-  // (kept in the metadata store), else the org's first seal.
-  const firstSealAt = options.sealingSince?.getTime() ?? chains.reduce((min, c) => Math.min(min, Date.parse(c.firstCreatedAt)), Infinity);
-  // Batches merged across pages: pages are time slices in order, so each page's
-  // sorted leaves continue the last's.
-  const groups = new Map<string | null, VerifyGroup>();
-  await store.verifyGroups(orgId, {
-    from: new Date(from),
-    to: new Date(to),
-    since: options.since,
-    until: options.until,
-    legacyBefore: new Date(Number.isFinite(firstSealAt) ? firstSealAt : now.getTime() + 1),
-    graceFrom: new Date(now.getTime() - graceMs),
-    graceUntil: new Date(now.getTime() + FUTURE_SKEW_MS),
-  }, (page) => {
-    for (const g of page) {
-      const known = groups.get(g.batchId);
-      groups.set(g.batchId, known === undefined ? g : mergeGroups(known, g));
-    }
-  }, options.pageRows);
-
-  // Batches met in the window whose seal lies outside it (an entry moved in time): their seals.
-  const unknown = [...groups.keys()].filter((b): b is string => b !== null && !byBatch.has(b));
-  for (let i = 0; i < unknown.length; i += RECHECK_CHUNK) (await store.sealsOfBatches(orgId, unknown.slice(i, i + RECHECK_CHUNK))).forEach(addSeal);
-
+  // The seals' signatures are checked by a worker while the entries are read
+  // and their roots built on the loop; the chains are checked last.
+  const stop = { stopped: false };
+  const signing = checkSignatures(seals, options.keys, stop);
+  signing.catch(() => undefined); // awaited below; a read failing first must not leave it unhandled
+  let meeting: Seal[] = [];
   let entries = 0;
   let pending = 0;
   let legacy = 0;
-  const candidates: string[] = [];
-  for (const g of groups.values()) {
-    await slices.turn();
-    entries += g.inWindow;
-    legacy += g.legacyInWindow;
-    if (g.lateUnhashed !== null) {
-      report({ reason: 'entry_added', auditId: g.lateUnhashed.id, at: g.lateUnhashed.timestamp, detail: 'The entry has no entry_hash but is newer than the first seal.' });
+  try {
+    const since = options.since.getTime();
+    const until = options.until.getTime();
+    // The seals meeting the window, as the store's listSeals orders them (by first_at, then writer and seq).
+    // Instants compare as their ISO 8601 text (the store's are toISOString's form).
+    const sinceIso = options.since.toISOString();
+    const untilIso = options.until.toISOString();
+    meeting = seals.filter((s) => s.firstAt < untilIso && s.lastAt >= sinceIso);
+    meeting.sort((a, b) => (a.firstAt < b.firstAt ? -1 : a.firstAt > b.firstAt ? 1 : a.writer < b.writer ? -1 : a.writer > b.writer ? 1 : a.seq - b.seq));
+    // Every entry of a seal meeting the window is read, so that its root can be recomputed.
+    let from = since;
+    let to = until;
+    for (const s of meeting) {
+      from = Math.min(from, Date.parse(s.firstAt));
+      to = Math.max(to, Date.parse(s.lastAt) + 1);
     }
-    candidates.push(...g.mismatched);
-    const sealsOfBatch = g.batchId === null ? undefined : byBatch.get(g.batchId);
-    if (sealsOfBatch === undefined) {
-      pending += g.recentInWindow;
-      if (g.oldInWindow !== null) report({ reason: 'entry_added', auditId: g.oldInWindow.id, at: g.oldInWindow.timestamp, detail: 'No seal covers the entry\'s batch.' });
-      continue;
-    }
-    for (const s of sealsOfBatch) {
-      if (g.first.timestamp < s.firstAt) report({ reason: 'entry_added', auditId: g.first.id, at: g.first.timestamp, sealId: s.id, detail: 'The entry lies before the time range of the seal of its batch.' });
-      if (g.last.timestamp > s.lastAt) report({ reason: 'entry_added', auditId: g.last.id, at: g.last.timestamp, sealId: s.id, detail: 'The entry lies after the time range of the seal of its batch.' });
-    }
-  }
+    const byBatch = new Map<string, Seal[]>();
+    const addSeal = (s: Seal): void => {
+      const list = byBatch.get(s.batchId);
+      if (list === undefined) byBatch.set(s.batchId, [s]);
+      else if (!list.some((x) => x.id === s.id)) list.push(s);
+    };
+    seals.forEach(addSeal);
+    // Entries older than this without a batch id are legacy: the instant sealing began
+    // (kept in the metadata store), else the org's first seal.
+    const firstSealAt = options.sealingSince?.getTime() ?? chains.reduce((min, c) => Math.min(min, Date.parse(c.firstCreatedAt)), Infinity);
+    // Batches merged across pages: pages are time slices in order, so each page's
+    // sorted leaves continue the last's.
+    const groups = new Map<string | null, VerifyGroup>();
+    await store.verifyGroups(orgId, {
+      from: new Date(from),
+      to: new Date(to),
+      since: options.since,
+      until: options.until,
+      legacyBefore: new Date(Number.isFinite(firstSealAt) ? firstSealAt : now.getTime() + 1),
+      graceFrom: new Date(now.getTime() - graceMs),
+      graceUntil: new Date(now.getTime() + FUTURE_SKEW_MS),
+    }, (page) => {
+      for (const g of page) {
+        const known = groups.get(g.batchId);
+        groups.set(g.batchId, known === undefined ? g : mergeGroups(known, g));
+      }
+    }, options.pageRows);
 
-  for (let i = 0; i < candidates.length; i += RECHECK_CHUNK) {
-    const chunk = candidates.slice(i, i + RECHECK_CHUNK);
-    for (const record of await store.entriesByIds(orgId, chunk)) {
-      if (!hashesTo(record)) {
-        report({ reason: 'entry_edited', auditId: record.id, at: record.timestamp, detail: 'The entry\'s fields do not hash to its entry_hash.' });
+    // Batches met in the window whose seal lies outside it (an entry moved in time): their seals.
+    const unknown = [...groups.keys()].filter((b): b is string => b !== null && !byBatch.has(b));
+    for (let i = 0; i < unknown.length; i += RECHECK_CHUNK) (await store.sealsOfBatches(orgId, unknown.slice(i, i + RECHECK_CHUNK))).forEach(addSeal);
+
+    const candidates: string[] = [];
+    for (const g of groups.values()) {
+      await slices.turn();
+      entries += g.inWindow;
+      legacy += g.legacyInWindow;
+      if (g.lateUnhashed !== null) {
+        report({ reason: 'entry_added', auditId: g.lateUnhashed.id, at: g.lateUnhashed.timestamp, detail: 'The entry has no entry_hash but is newer than the first seal.' });
+      }
+      candidates.push(...g.mismatched);
+      const sealsOfBatch = g.batchId === null ? undefined : byBatch.get(g.batchId);
+      if (sealsOfBatch === undefined) {
+        pending += g.recentInWindow;
+        if (g.oldInWindow !== null) report({ reason: 'entry_added', auditId: g.oldInWindow.id, at: g.oldInWindow.timestamp, detail: 'No seal covers the entry\'s batch.' });
+        continue;
+      }
+      for (const s of sealsOfBatch) {
+        if (g.first.timestamp < s.firstAt) report({ reason: 'entry_added', auditId: g.first.id, at: g.first.timestamp, sealId: s.id, detail: 'The entry lies before the time range of the seal of its batch.' });
+        if (g.last.timestamp > s.lastAt) report({ reason: 'entry_added', auditId: g.last.id, at: g.last.timestamp, sealId: s.id, detail: 'The entry lies after the time range of the seal of its batch.' });
       }
     }
-  }
 
-  // A root is ~2 µs a leaf of hashing: a million entries hold the event loop for seconds.
-  for (const s of meeting) {
-    await slices.turn();
-    const leaves = groups.get(s.batchId)?.leaves ?? [];
-    if (leaves.length < s.count) {
-      report({ reason: 'entry_removed', sealId: s.id, at: s.firstAt, detail: `The seal covers ${s.count} entries; ${leaves.length} remain.` });
-    } else if (leaves.length > s.count) {
-      report({ reason: 'entry_added', sealId: s.id, at: s.firstAt, detail: `The seal covers ${s.count} entries; its batch now has ${leaves.length}.` });
-    } else if (merkleRootOfLeaves(leaves) !== s.root) {
-      report({ reason: 'root_mismatch', sealId: s.id, at: s.firstAt, detail: 'The entries of the seal\'s batch are not the ones it sealed, in that order (replaced, reordered, or edited with their entry_hash).' });
+    for (let i = 0; i < candidates.length; i += RECHECK_CHUNK) {
+      const chunk = candidates.slice(i, i + RECHECK_CHUNK);
+      for (const record of await store.entriesByIds(orgId, chunk)) {
+        if (!hashesTo(record)) {
+          report({ reason: 'entry_edited', auditId: record.id, at: record.timestamp, detail: 'The entry\'s fields do not hash to its entry_hash.' });
+        }
+      }
     }
-  }
 
-  // An entry dated ahead of the clock sorts first in GET /audit but lies past any window ending now.
-  const ahead = await store.list(orgId, { since: new Date(now.getTime() + FUTURE_SKEW_MS).toISOString() }, 1, 0);
-  if (ahead.total > 0) {
-    report({ reason: 'entry_added', auditId: ahead.rows[0]!.id, at: ahead.rows[0]!.timestamp, detail: `${ahead.total} entr${ahead.total === 1 ? 'y is' : 'ies are'} dated more than 5 minutes ahead of the verifier's clock.` });
+    // A root is ~2 µs a leaf of hashing: a million entries hold the event loop for seconds.
+    for (const s of meeting) {
+      await slices.turn();
+      const leaves = groups.get(s.batchId)?.leaves ?? [];
+      if (leaves.length < s.count) {
+        report({ reason: 'entry_removed', sealId: s.id, at: s.firstAt, detail: `The seal covers ${s.count} entries; ${leaves.length} remain.` });
+      } else if (leaves.length > s.count) {
+        report({ reason: 'entry_added', sealId: s.id, at: s.firstAt, detail: `The seal covers ${s.count} entries; its batch now has ${leaves.length}.` });
+      } else if (merkleRootOfLeaves(leaves) !== s.root) {
+        report({ reason: 'root_mismatch', sealId: s.id, at: s.firstAt, detail: 'The entries of the seal\'s batch are not the ones it sealed, in that order (replaced, reordered, or edited with their entry_hash).' });
+      }
+    }
+
+    // An entry dated ahead of the clock sorts first in GET /audit but lies past any window ending now.
+    const ahead = await store.list(orgId, { since: new Date(now.getTime() + FUTURE_SKEW_MS).toISOString() }, 1, 0);
+    if (ahead.total > 0) {
+      report({ reason: 'entry_added', auditId: ahead.rows[0]!.id, at: ahead.rows[0]!.timestamp, detail: `${ahead.total} entr${ahead.total === 1 ? 'y is' : 'ies are'} dated more than 5 minutes ahead of the verifier's clock.` });
+    }
+
+    // The chains' problems go first, as when they were checked first: of problems
+    // at one instant (a seal's and its batch's), the seal's is named.
+    const chainProblems: Problem[] = [];
+    await checkChains(store, orgId, seals, await signing, chains, options, (p) => chainProblems.push(p));
+    problems = chainProblems.concat(problems); // not unshift(...): a window may hold 100,000 of them
+  } finally {
+    stop.stopped = true; // a verification that failed leaves no checks running
   }
 
   problems.sort((a, b) => (a.at < b.at ? -1 : a.at > b.at ? 1 : 0));
@@ -270,14 +284,16 @@ function mergeGroups(a: VerifyGroup, b: VerifyGroup): VerifyGroup {
  * up: seqs from 1 with no gap and no repeat, and its end against the head
  * recorded outside ClickHouse.
  */
-async function checkChains(store: AuditStore, orgId: string, seals: readonly Seal[], chains: readonly SealChain[], options: VerifyOptions, report: (p: Problem) => void): Promise<void> {
+async function checkChains(store: AuditStore, orgId: string, seals: readonly Seal[], signed: Uint8Array, chains: readonly SealChain[], options: VerifyOptions, report: (p: Problem) => void): Promise<void> {
   // An org whose calls come one a batch has a seal per entry, 86,400 a day and
-  // writer, each 120 µs of Ed25519 here: a day's held the event loop 12 s.
+  // writer, each 120 µs of Ed25519 here: a day's held the event loop 12 s. The
+  // signatures were checked off the loop (`signed`, checkSignatures).
   const bySeq = new Map<string, Seal>();
   const slices = new LoopSlices();
-  for (const s of seals) {
+  for (let i = 0; i < seals.length; i++) {
+    const s = seals[i]!;
     await slices.turn();
-    checkSeal(s, options.keys, report);
+    checkSeal(s, options.keys, report, signed[i] === SIGNATURE_GOOD ? true : signed[i] === SIGNATURE_BAD ? false : undefined);
     bySeq.set(`${s.writer}:${s.seq}`, s);
   }
   for (const s of seals) {
@@ -322,8 +338,8 @@ async function checkChains(store: AuditStore, orgId: string, seals: readonly Sea
   }
 }
 
-/** A seal's hash, recomputed from its fields, and its signature under a trusted key. */
-function checkSeal(s: Seal, keys: ReadonlyMap<string, KeyObject>, report: (p: Problem) => void): void {
+/** A seal's hash, recomputed from its fields, and its signature under a trusted key (`signed`: whether it verified when already checked). */
+function checkSeal(s: Seal, keys: ReadonlyMap<string, KeyObject>, report: (p: Problem) => void, signed?: boolean): void {
   const body = sealBody(s);
   if (hash('sha256', body, 'hex') !== s.sealHash) {
     report({ reason: 'seal_altered', sealId: s.id, at: s.firstAt, detail: 'The seal\'s fields do not hash to its seal_hash.' });
@@ -332,27 +348,15 @@ function checkSeal(s: Seal, keys: ReadonlyMap<string, KeyObject>, report: (p: Pr
   const key = keys.get(s.keyFingerprint);
   if (key === undefined) {
     report({ reason: 'unknown_key', sealId: s.id, at: s.firstAt, detail: `The seal is signed by a key this verifier does not trust (fingerprint ${s.keyFingerprint}).` });
-  } else if (!safeVerify(body, s.signature, key)) {
+  } else if (!(signed ?? signatureVerifies(body, s.signature, key))) {
     report({ reason: 'seal_altered', sealId: s.id, at: s.firstAt, detail: 'The seal\'s signature does not verify.' });
   }
 }
-
-/** A signature as the sealer writes it: 64 bytes in standard base64, padded. Node's decoder takes other spellings (URL-safe, unpadded, with spaces), which would be an altered seal that verifies. */
-const SIGNATURE_TEXT = /^[A-Za-z0-9+/]{86}==$/;
 
 /** Whether an entry's fields hash to its entry_hash; a field no writer could have written (an integer past 2^53) does not. */
 function hashesTo(record: Parameters<typeof entryHash>[0]): boolean {
   try {
     return entryHash(record) === record.entryHash;
-  } catch {
-    return false;
-  }
-}
-
-function safeVerify(body: string, signature: string, key: KeyObject): boolean {
-  if (!SIGNATURE_TEXT.test(signature)) return false;
-  try {
-    return verifySignature(null, Buffer.from(body), key, Buffer.from(signature, 'base64'));
   } catch {
     return false;
   }
