@@ -22,12 +22,15 @@ export const EMAIL_MAX = 254;
 export const ARGON2_OPTIONS = { type: argon2.argon2id, memoryCost: 19456, timeCost: 3, parallelism: 1 } as const;
 
 // Password hashes (signup, login) run one at a time per process. Each is ~30 ms
-// of a core on libuv's pool, which chDB's inserts share; 64 signups at once from
-// one client took the all-in-one proxy beside them from 15,500 to 4,200 calls a
-// second (test/integration/auth-load.test.ts). One at a time, they can take at
-// most one core. At most PASSWORD_WAITING_MAX wait (~2 s of work; the next is 503),
-// at most PASSWORD_WAITING_PER_ADDRESS of them from one client network (429).
-export const PASSWORD_WAITING_MAX = 64;
+// of a core on libuv's pool, which chDB's inserts share: 100 signup attempts a
+// second took the all-in-one proxy beside them from 15,500 to 3,300 calls a
+// second and left its audit 38,709 rows behind in 8 s (docs/performance.md;
+// test/integration/auth-load.test.ts). One at a time, they take at most one
+// core. Client networks take turns, at most PASSWORD_WAITING_PER_ADDRESS waiting
+// each (429; at least LOGIN_MAX_FAILURES' default, so that one address meets the
+// login limit first), PASSWORD_WAITING_MAX in all (~8 s of work; the next is 503):
+// a network keeping its share full delays another's check by one of its own.
+export const PASSWORD_WAITING_MAX = 256;
 export const PASSWORD_WAITING_PER_ADDRESS = 16;
 
 /** The authenticated caller of an admin route. */
@@ -176,7 +179,7 @@ function createFailureLimiter(maxFailures: number, windowMs: number) {
       for (const key of keys) {
         const entry = failures.get(key);
         if (!entry || entry.resetAt <= now) continue;
-        // Failures alone: until the window ends. Attempts in flight (~30 ms each) are no failure yet: a second.
+        // Failures alone: until the window ends. Attempts in flight (~30 ms of argon2 each, or waiting for it) are no failure yet: a second.
         if (entry.count >= maxFailures) wait = Math.max(wait, Math.ceil((entry.resetAt - now) / 1000));
         else if (entry.count + entry.pending >= maxFailures) wait = Math.max(wait, 1);
       }

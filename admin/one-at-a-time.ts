@@ -1,6 +1,7 @@
 // Heavy admin jobs (policy replay, audit verification, PDF reports) run one at a
-// time per process, in the order asked (so do password hashes, per client
-// address rather than organization: admin/auth.ts): each gives the event loop its turns, but
+// time per process, organizations taking turns, each one's in the order asked
+// (so do password hashes, per client address rather than organization:
+// admin/auth.ts): each gives the event loop its turns, but
 // n at once made it wait n slices between turns, and all-in-one the proxied
 // calls waited with it. At most `maxWaiting` wait; the next is 503 with
 // Retry-After, so a client that asks for hundreds does not queue hours of work.
@@ -28,10 +29,10 @@ export class OneAtATime {
   readonly #maxWaiting: number;
   readonly #maxWaitingPerOrg: number;
   readonly #owners: Owners;
-  #tail: Promise<unknown> = Promise.resolve();
   #waiting = 0;
-  /** Jobs waiting, by org; an org with none has no entry. */
-  readonly #waitingByOrg = new Map<string, number>();
+  #running = false;
+  /** Jobs waiting, by owner, in the order asked; owners in turn order (a Map keeps insertion order). An owner with none has no entry. */
+  readonly #queues = new Map<string, (() => void)[]>();
 
   /** `what`: the jobs' plural name, for the refusals' messages ("policy replays"). */
   constructor(what: string, maxWaiting: number, maxWaitingPerOrg: number, owners: Owners = { owner: 'organization', limit: 'jobs' }) {
@@ -48,13 +49,16 @@ export class OneAtATime {
 
   /** Jobs of `org` asked for that have not started. */
   waitingOf(org: string): number {
-    return this.#waitingByOrg.get(org) ?? 0;
+    return this.#queues.get(org)?.length ?? 0;
   }
 
   /**
-   * Runs `job` for `org` once the jobs asked before it have ended (whether they
-   * succeeded or not). When `signal` aborts first (its client left), the job
-   * gives its place up at once and never runs.
+   * Runs `job` for `org` once the job running has ended (whether it succeeded
+   * or not), the owners taking turns: each owner's jobs in the order asked, one
+   * of each owner with jobs waiting in turn, so an owner that keeps its share
+   * full delays another's next job by one of its own, not by all of them. When
+   * `signal` aborts first (its client left), the job gives its place up at once
+   * and never runs.
    */
   run<T>(org: string, job: () => Promise<T>, signal?: AbortSignal): Promise<T> {
     // Its client left before it got here (while its caller was checked): no place, no run.
@@ -68,27 +72,51 @@ export class OneAtATime {
     if (this.#waiting >= this.#maxWaiting) {
       return Promise.reject(new GuardError('unavailable', `${this.#maxWaiting} ${this.#what} are waiting to run; retry later.`, undefined, { 'retry-after': String(RETRY_AFTER_S) }));
     }
-    this.#waiting++;
-    this.#waitingByOrg.set(org, mine + 1);
-    let waiting = true;
-    const leave = (): void => {
-      if (!waiting) return;
-      waiting = false;
-      this.#waiting--;
-      const left = this.waitingOf(org) - 1;
-      if (left === 0) this.#waitingByOrg.delete(org);
-      else this.#waitingByOrg.set(org, left);
-    };
-    signal?.addEventListener('abort', leave, { once: true });
-    // #tail never rejects, so this always runs: the counts are released before the job can throw.
-    const run = this.#tail.then(() => {
-      signal?.removeEventListener('abort', leave);
-      if (!waiting) throw skipped(this.#what);
-      leave();
-      return job();
+    return new Promise<T>((resolve, reject) => {
+      const start = (): void => {
+        signal?.removeEventListener('abort', leave);
+        let ran: Promise<T>;
+        try {
+          ran = job();
+        } catch (err) {
+          ran = Promise.reject(err);
+        }
+        ran.then(resolve, reject).finally(() => {
+          this.#running = false;
+          this.#next();
+        });
+      };
+      const leave = (): void => {
+        const queue = this.#queues.get(org);
+        const at = queue?.indexOf(start) ?? -1;
+        if (at < 0) return; // started meanwhile
+        queue!.splice(at, 1);
+        if (queue!.length === 0) this.#queues.delete(org);
+        this.#waiting--;
+        reject(skipped(this.#what));
+      };
+      signal?.addEventListener('abort', leave, { once: true });
+      const queue = this.#queues.get(org);
+      if (queue === undefined) this.#queues.set(org, [start]);
+      else queue.push(start);
+      this.#waiting++;
+      // On a later turn, as a job asked while none runs always has: its caller's answer is on its way first.
+      queueMicrotask(() => this.#next());
     });
-    this.#tail = run.catch(() => undefined);
-    return run;
+  }
+
+  /** Starts the next owner's first job when none runs; that owner goes to the end of the turn order. */
+  #next(): void {
+    if (this.#running) return;
+    const turn = this.#queues.entries().next();
+    if (turn.done === true) return;
+    const [org, queue] = turn.value;
+    const start = queue.shift()!;
+    this.#queues.delete(org);
+    if (queue.length > 0) this.#queues.set(org, queue);
+    this.#waiting--;
+    this.#running = true;
+    start();
   }
 }
 

@@ -98,6 +98,23 @@ t.test('an organization past its share gets 429 (limit jobs, Retry-After), while
   t.equal(jobs.waitingOf('a'), 0);
 });
 
+t.test('owners take turns: one that keeps its share full delays another by one of its jobs, not all', async (t) => {
+  const jobs = new OneAtATime('test jobs', 16, 4);
+  const order: string[] = [];
+  const job = (name: string) => async () => {
+    order.push(name);
+    await turns();
+    return name;
+  };
+  const running = gated();
+  const first = jobs.run('a', running.job);
+  await turns();
+  const asked = [jobs.run('a', job('a2')), jobs.run('a', job('a3')), jobs.run('a', job('a4')), jobs.run('b', job('b1')), jobs.run('c', job('c1')), jobs.run('b', job('b2'))];
+  running.open();
+  await Promise.all([first, ...asked]);
+  t.same(order, ['a2', 'b1', 'c1', 'a3', 'b2', 'a4'], 'a, b, c in turn, each its own in the order asked');
+});
+
 t.test('shares held by another kind of owner are named as such (password checks, per client address)', async (t) => {
   const checks = new OneAtATime('password checks', 16, 1, { owner: 'client address', limit: 'password_checks' });
   const running = gated();
