@@ -77,7 +77,7 @@ export class OneAtATime {
         signal?.removeEventListener('abort', leave);
         let ran: Promise<T>;
         try {
-          ran = job();
+          ran = Promise.resolve(job()); // a job that returns a plain value (or a thenable) must not jam the queue
         } catch (err) {
           ran = Promise.reject(err);
         }

@@ -115,6 +115,14 @@ t.test('owners take turns: one that keeps its share full delays another by one o
   t.same(order, ['a2', 'b1', 'c1', 'a3', 'b2', 'a4'], 'a, b, c in turn, each its own in the order asked');
 });
 
+t.test('a job that returns a plain value does not jam the queue', async (t) => {
+  const jobs = new OneAtATime('test jobs', 16, 4);
+  const plain = (() => 'plain') as unknown as () => Promise<string>;
+  t.equal(await jobs.run('a', plain), 'plain');
+  t.equal(await jobs.run('a', quick), 'ran', 'the next runs');
+  t.equal(jobs.waiting, 0);
+});
+
 t.test('shares held by another kind of owner are named as such (password checks, per client address)', async (t) => {
   const checks = new OneAtATime('password checks', 16, 1, { owner: 'client address', limit: 'password_checks' });
   const running = gated();
