@@ -251,7 +251,10 @@ export async function verifyAudit(store: AuditStore, orgId: string, options: Ver
     // at one instant (a seal's and its batch's), the seal's is named.
     const chainProblems: Problem[] = [];
     // A worker that failed (it exited, or could not start) leaves every signature to checkSeal, on the loop.
-    const signed = await signing.catch(() => new Uint8Array(seals.length));
+    const signed = await signing.catch(() => {
+      stop.stopped = true; // the other lanes hand over no more batches
+      return new Uint8Array(seals.length);
+    });
     await checkChains(store, orgId, seals, signed, chains, options, (p) => chainProblems.push(p));
     problems = chainProblems.concat(problems); // not unshift(...): a window may hold 100,000 of them
   } finally {
