@@ -14,6 +14,7 @@ import { createPublicKey, type KeyObject } from 'node:crypto';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import { verifyAudit, verifyJson, type ChainHead } from '../shared/audit/audit-verify.js';
+import { COMMAND_SIGNATURE_WORKERS } from '../shared/audit/seal-signatures.js';
 import { publicKeyInfo } from '../shared/audit/seal.js';
 import { loadConfig } from '../shared/config.js';
 import { readAuditSigningKey } from '../shared/secrets.js';
@@ -100,7 +101,7 @@ async function main(): Promise<void> {
     for (const orgId of orgs) {
       const heads: ChainHead[] = metadata === null ? [] : await metadata.listSealHeads(orgId);
       const sealingSince = metadata === null ? null : await metadata.sealingSince();
-      const result = await verifyAudit(audit, orgId, { since, until, keys, heads, ...(sealingSince === null ? {} : { sealingSince }) });
+      const result = await verifyAudit(audit, orgId, { since, until, keys, heads, signatureWorkers: COMMAND_SIGNATURE_WORKERS, ...(sealingSince === null ? {} : { sealingSince }) });
       entries += result.entries;
       if (!result.ok) bad++;
       process.stdout.write(`${JSON.stringify({ org_id: orgId, ...verifyJson(result) })}\n`);

@@ -2,7 +2,7 @@
 // 1,000, as a busy proxy writes them) seeded into an embedded ClickHouse (chDB) in
 // a temporary directory, then verifyAudit (GET /audit/verify, npm run
 // verify-audit) over all of them, timed. The goal is under 10 s.
-//   npm run bench:verify-audit [-- rows [batch]]
+//   npm run bench:verify-audit [-- rows [batch [signature workers]]]
 // A batch of 1 is an org whose calls come one per batch: a seal per entry (at
 // AUDIT_BATCH_INTERVAL_MS's default of 1 s, 86,400 seals a day and writer).
 import { generateKeyPairSync, randomUUID } from 'node:crypto';
@@ -17,6 +17,8 @@ import type { AuditRecord } from '../../shared/types.js';
 
 const ROWS = Number(process.argv[2] ?? 1_000_000);
 const BATCH = Number(process.argv[3] ?? 1000);
+/** Worker threads checking the seals' signatures: 1 as a server (the default), more as `npm run verify-audit`. */
+const WORKERS = Number(process.argv[4] ?? 1);
 const INSERT_ROWS = 50_000;
 const GOAL_SECONDS = 10;
 
@@ -62,7 +64,7 @@ try {
     delay.enable();
     const started = performance.now();
     const loopBefore = performance.eventLoopUtilization();
-    result = await verifyAudit(store, orgId, { since: new Date(base - 1000), until: new Date(), keys });
+    result = await verifyAudit(store, orgId, { since: new Date(base - 1000), until: new Date(), keys, signatureWorkers: WORKERS });
     times.push((performance.now() - started) / 1000);
     // The event loop's busy time meanwhile: what it could not give a proxy sharing it.
     busy.push(performance.eventLoopUtilization(loopBefore).active / 1000);
@@ -73,6 +75,7 @@ try {
   console.log(`rows: ${ROWS.toLocaleString('en-US')} in ${Math.ceil(ROWS / BATCH)} sealed batches (seeded in ${seedSeconds.toFixed(1)} s)`);
   console.log(`verify: best of 3 ${best.toFixed(3)} s (runs ${times.map((s) => s.toFixed(3)).join(', ')}); goal under ${GOAL_SECONDS} s`);
   console.log(`longest event-loop wait during a run: ${waits.map((ms) => `${ms.toFixed(0)} ms`).join(', ')}`);
+  console.log(`seal signatures checked by ${WORKERS} worker${WORKERS === 1 ? '' : 's'}`);
   console.log(`event loop busy during a run: ${busy.map((s) => `${s.toFixed(2)} s`).join(', ')}`);
   console.log(`ok ${result!.ok}, entries ${result!.entries}, seals ${result!.seals}, first problem ${JSON.stringify(result!.firstProblem)}`);
   console.log(best < GOAL_SECONDS && result!.ok && result!.entries === ROWS ? 'PASS' : 'FAIL');

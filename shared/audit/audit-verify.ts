@@ -80,6 +80,8 @@ export interface VerifyOptions {
   graceMs?: number;
   /** Entries read per query (smaller pages let a server's event loop serve calls between them). */
   pageRows?: number;
+  /** Worker threads checking the seals' signatures: 1 in a server (the default), COMMAND_SIGNATURE_WORKERS offline. */
+  signatureWorkers?: number;
 }
 
 /** An entry dated this far past the verifier's clock cannot have been written yet. */
@@ -144,7 +146,7 @@ export async function verifyAudit(store: AuditStore, orgId: string, options: Ver
   // The seals' signatures are checked by a worker while the entries are read
   // and their roots built on the loop; the chains are checked last.
   const stop = { stopped: false };
-  const signing = checkSignatures(seals, options.keys, stop);
+  const signing = checkSignatures(seals, options.keys, stop, options.signatureWorkers);
   signing.catch(() => undefined); // awaited below; a read failing first must not leave it unhandled
   let meeting: Seal[] = [];
   let entries = 0;

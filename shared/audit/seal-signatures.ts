@@ -3,8 +3,11 @@
 // one a batch (86,400 seals a writer) held the event loop 12.9 s of its 14 s
 // verification, and all-in-one the proxy with it (bench/micro/verify-audit.ts
 // `86400 1` prints the loop's busy time). The worker takes them in batches,
-// a few ahead, while the loop reads the entries and builds their roots.
+// a few ahead, while the loop reads the entries and builds their roots. A
+// server uses one worker (one core: all-in-one, the proxy keeps the other);
+// `npm run verify-audit`, a process of its own, one a core (up to 4).
 import { verify, type KeyObject } from 'node:crypto';
+import { availableParallelism } from 'node:os';
 import { WorkerCalls } from '../worker-calls.js';
 import { sealBody, type Seal } from './seal.js';
 
@@ -28,29 +31,38 @@ export interface SignatureBatch {
   signatures: string[];
 }
 
-const worker = new WorkerCalls<SignatureBatch, Uint8Array>(
-  new URL(import.meta.url.endsWith('.ts') ? './seal-signatures-worker.ts' : './seal-signatures-worker.js', import.meta.url),
-  { idleMs: IDLE_MS },
-);
+/** Workers `npm run verify-audit` checks with: one a core, up to 4. */
+export const COMMAND_SIGNATURE_WORKERS = Math.min(4, availableParallelism());
+
+/** The workers, each started by its first batch; a server only ever starts the first. */
+const workers: WorkerCalls<SignatureBatch, Uint8Array>[] = [];
+function worker(n: number): WorkerCalls<SignatureBatch, Uint8Array> {
+  while (workers.length <= n) {
+    workers.push(new WorkerCalls(new URL(import.meta.url.endsWith('.ts') ? './seal-signatures-worker.ts' : './seal-signatures-worker.js', import.meta.url), { idleMs: IDLE_MS }));
+  }
+  return workers[n]!;
+}
 
 /**
  * For each seal, SIGNATURE_GOOD or SIGNATURE_BAD under the key its fingerprint
- * names, or SIGNATURE_UNKNOWN_KEY. Stops handing batches over once `stop.stopped`
- * (a verification that failed); the seals not checked then read as unknown.
+ * names, or SIGNATURE_UNKNOWN_KEY, checked by `workerCount` workers. Stops handing
+ * batches over once `stop.stopped` (a verification that failed); the seals not
+ * checked then read as unknown.
  */
-export async function checkSignatures(seals: readonly Seal[], keys: ReadonlyMap<string, KeyObject>, stop: { stopped: boolean }): Promise<Uint8Array> {
+export async function checkSignatures(seals: readonly Seal[], keys: ReadonlyMap<string, KeyObject>, stop: { stopped: boolean }, workerCount = 1): Promise<Uint8Array> {
   const found = new Uint8Array(seals.length);
   let next = 0;
-  const lane = async (): Promise<void> => {
+  const lane = async (n: number): Promise<void> => {
+    const checker = worker(n % workerCount);
     while (next < seals.length && !stop.stopped) {
       const from = next;
       next = Math.min(seals.length, next + BATCH);
       const part = seals.slice(from, next);
       const batch: SignatureBatch = { keys, fingerprints: part.map((s) => s.keyFingerprint), bodies: part.map(sealBody), signatures: part.map((s) => s.signature) };
-      found.set(await worker.call(batch), from);
+      found.set(await checker.call(batch), from);
     }
   };
-  await Promise.all(Array.from({ length: AHEAD }, lane));
+  await Promise.all(Array.from({ length: AHEAD * workerCount }, (_, n) => lane(n)));
   return found;
 }
 
