@@ -19,12 +19,12 @@
 // Entries without an entry_hash or a batch id are from before entries were
 // hashed or sealed: accepted (`legacy`) when older than the org's first seal,
 // `entry_added` otherwise.
-import { hash, type KeyObject } from 'node:crypto';
+import type { KeyObject } from 'node:crypto';
 import type { AuditStore, EntryRef, SealChain, VerifyGroup } from '../stores/audit-store.js';
 import { entryHash } from './entry-json.js';
 import { LoopSlices } from '../loop-slices.js';
 import { GENESIS_HASH, merkleRootOfLeaves, sealBody, type Seal } from './seal.js';
-import { checkSignatures, SIGNATURE_BAD, SIGNATURE_GOOD, signatureVerifies } from './seal-signatures.js';
+import { checkSignatures, SEAL_HASH_BAD, SEAL_NOT_CHECKED, SEAL_SIGNATURE_BAD, SEAL_UNKNOWN_KEY, sealVerdict, type SealVerdict } from './seal-signatures.js';
 
 export type ProblemReason =
   | 'entry_edited'
@@ -300,7 +300,8 @@ async function checkChains(store: AuditStore, orgId: string, seals: readonly Sea
   for (let i = 0; i < seals.length; i++) {
     const s = seals[i]!;
     await slices.turn();
-    checkSeal(s, options.keys, report, signed[i] === SIGNATURE_GOOD ? true : signed[i] === SIGNATURE_BAD ? false : undefined);
+    const verdict = signed[i]!;
+    checkSeal(s, options.keys, report, verdict === SEAL_NOT_CHECKED ? undefined : (verdict as SealVerdict));
     bySeq.set(`${s.writer}:${s.seq}`, s);
   }
   for (const s of seals) {
@@ -345,17 +346,13 @@ async function checkChains(store: AuditStore, orgId: string, seals: readonly Sea
   }
 }
 
-/** A seal's hash, recomputed from its fields, and its signature under a trusted key (`signed`: whether it verified when already checked). */
-function checkSeal(s: Seal, keys: ReadonlyMap<string, KeyObject>, report: (p: Problem) => void, signed?: boolean): void {
-  const body = sealBody(s);
-  if (hash('sha256', body, 'hex') !== s.sealHash) {
+/** A seal's hash, recomputed from its fields, and its signature under a trusted key (`verdict`: when a worker already checked them). */
+function checkSeal(s: Seal, keys: ReadonlyMap<string, KeyObject>, report: (p: Problem) => void, verdict: SealVerdict = sealVerdict(sealBody(s), s, keys)): void {
+  if (verdict === SEAL_HASH_BAD) {
     report({ reason: 'seal_altered', sealId: s.id, at: s.firstAt, detail: 'The seal\'s fields do not hash to its seal_hash.' });
-    return;
-  }
-  const key = keys.get(s.keyFingerprint);
-  if (key === undefined) {
+  } else if (verdict === SEAL_UNKNOWN_KEY) {
     report({ reason: 'unknown_key', sealId: s.id, at: s.firstAt, detail: `The seal is signed by a key this verifier does not trust (fingerprint ${s.keyFingerprint}).` });
-  } else if (!(signed ?? signatureVerifies(body, s.signature, key))) {
+  } else if (verdict === SEAL_SIGNATURE_BAD) {
     report({ reason: 'seal_altered', sealId: s.id, at: s.firstAt, detail: 'The seal\'s signature does not verify.' });
   }
 }

@@ -1,8 +1,8 @@
-// Seals' signatures checked by worker threads (shared/audit/seal-signatures.ts):
+// Seals checked by worker threads (shared/audit/seal-signatures.ts):
 // each result in its seal's place, across batches, lanes and workers.
 import { generateKeyPairSync, hash, randomUUID, sign } from 'node:crypto';
 import t from 'tap';
-import { checkSignatures, SIGNATURE_BAD, SIGNATURE_GOOD, SIGNATURE_UNKNOWN_KEY } from '../../shared/audit/seal-signatures.js';
+import { checkSignatures, SEAL_SIGNATURE_BAD, SEAL_GOOD, SEAL_UNKNOWN_KEY } from '../../shared/audit/seal-signatures.js';
 import { sealBody, type Seal } from '../../shared/audit/seal.js';
 
 const trusted = generateKeyPairSync('ed25519');
@@ -18,7 +18,7 @@ function seal(i: number, key: typeof trusted, fingerprint: string, altered = fal
 
 // 3,500 seals: 4 batches of up to 1,000, more than one lane each worker.
 const seals = Array.from({ length: 3500 }, (_, i) => (i % 7 === 0 ? seal(i, trusted, 'trusted', true) : i % 11 === 0 ? seal(i, other, 'other') : seal(i, trusted, 'trusted')));
-const expected = seals.map((_, i) => (i % 7 === 0 ? SIGNATURE_BAD : i % 11 === 0 ? SIGNATURE_UNKNOWN_KEY : SIGNATURE_GOOD));
+const expected = seals.map((_, i) => (i % 7 === 0 ? SEAL_SIGNATURE_BAD : i % 11 === 0 ? SEAL_UNKNOWN_KEY : SEAL_GOOD));
 const keys = new Map([['trusted', trusted.publicKey]]);
 
 for (const workers of [1, 2]) {
@@ -36,7 +36,7 @@ t.test('a signature spelled otherwise than the sealer writes it is bad, though i
   const unpadded = { ...s, signature: s.signature.replace(/=+$/, '') };
   const urlSafe = { ...s, signature: s.signature.replace(/\+/g, '-').replace(/\//g, '_') };
   const found = await checkSignatures([s, unpadded, urlSafe], keys, { stopped: false });
-  t.same([...found], [SIGNATURE_GOOD, SIGNATURE_BAD, SIGNATURE_BAD], 'as written, unpadded, URL-safe');
+  t.same([...found], [SEAL_GOOD, SEAL_SIGNATURE_BAD, SEAL_SIGNATURE_BAD], 'as written, unpadded, URL-safe');
 });
 
 t.test('once stopped, no more batches are handed over', async (t) => {
@@ -45,5 +45,5 @@ t.test('once stopped, no more batches are handed over', async (t) => {
   const checking = checkSignatures(many, keys, stop);
   stop.stopped = true;
   const found = await checking;
-  t.equal(found.filter((x) => x === SIGNATURE_GOOD).length, 3000, 'the three batches already handed over, and no more');
+  t.equal(found.filter((x) => x === SEAL_GOOD).length, 3000, 'the three batches already handed over, and no more');
 });
