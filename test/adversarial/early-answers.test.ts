@@ -6,13 +6,10 @@
 // built service: about 60 of 64 never read it; 64 curl processes: a few exit 55). A Content-Length body
 // is now read and dropped first, within bounds (server/answers.ts), then answered.
 import { request } from 'node:http';
-import { mkdtempSync, rmSync } from 'node:fs';
 import { connect } from 'node:net';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import t from 'tap';
 import { startTestService } from '../support/service.js';
-import { spawnService } from '../support/spawn-service.js';
+import { spawnServiceInTempDir } from '../support/spawn-service.js';
 
 const service = await startTestService();
 t.teardown(() => service.close());
@@ -57,12 +54,7 @@ function rawPost(port: number, path: string, body: Buffer, status: number): Prom
 
 t.test('64 raw clients at once sending 8 MiB bodies without waiting: every one reads its 413, and its 401 on the proxy', async (t) => {
   // The service in a process of its own (in this one, client and server would share one event loop).
-  const dir = mkdtempSync(join(tmpdir(), 'tcg-early-'));
-  const own = await spawnService('all-in-one', { DATA_DIR: dir, PORT: '0' });
-  t.teardown(async () => {
-    await own.stop();
-    rmSync(dir, { recursive: true, force: true });
-  });
+  const own = await spawnServiceInTempDir(t, 'tcg-early-', 'all-in-one');
   const admin = await Promise.all(Array.from({ length: 64 }, () => rawPost(own.port, '/agents', EIGHT_MIB, 413)));
   t.strictSame([...new Set(admin)], ['answered']);
   const proxy = await Promise.all(Array.from({ length: 64 }, () => rawPost(own.port, `/proxy/agk_${'D'.repeat(40)}/127.0.0.1/echo`, EIGHT_MIB, 401)));

@@ -3,14 +3,11 @@
 // hashes (argon2, ~30 ms of a core each on libuv's pool, which the embedded
 // ClickHouse's inserts share) run one at a time, so a flood of them neither
 // stops the audit's writes nor takes both cores from the proxy beside them.
-import { mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import t from 'tap';
 import { PASSWORD_WAITING_PER_ADDRESS } from '../../admin/auth.js';
 import { assertError, requestFrom } from '../support/checks.js';
 import { api, createAgent, signup, startTestService } from '../support/service.js';
-import { spawnService } from '../support/spawn-service.js';
+import { spawnServiceInTempDir } from '../support/spawn-service.js';
 import { startUpstream } from '../support/upstream.js';
 
 const PASSWORD = 'correct horse battery';
@@ -24,12 +21,7 @@ t.teardown(async () => {
 });
 
 t.test('with the defaults, a client address may attempt 20 signups an hour; the next is 429 and creates nothing', async (t) => {
-  const dir = mkdtempSync(join(tmpdir(), 'tcg-signups-'));
-  const own = await spawnService('all-in-one', { DATA_DIR: dir, PORT: '0' });
-  t.teardown(async () => {
-    await own.stop();
-    rmSync(dir, { recursive: true, force: true });
-  });
+  const own = await spawnServiceInTempDir(t, 'tcg-signups-', 'all-in-one');
   const signupFrom = (addr: string, email: string) => requestFrom(own.url, addr, 'POST', '/auth/signup', { email, password: PASSWORD });
   const loginFrom = (addr: string, email: string) => requestFrom(own.url, addr, 'POST', '/auth/login', { email, password: PASSWORD });
   const addr = '127.0.0.2';

@@ -5,7 +5,7 @@ import { tmpdir } from 'node:os';
 import { connect as netConnect } from 'node:net';
 import { join } from 'node:path';
 import { api, createAgent, eventually, signup, startTestService } from '../support/service.js';
-import { spawnService } from '../support/spawn-service.js';
+import { spawnService, spawnServiceInTempDir } from '../support/spawn-service.js';
 import { startUpstream } from '../support/upstream.js';
 
 const METRICS_TOKEN = 'metrics-token-0123456789';
@@ -148,12 +148,7 @@ t.test('pipelined requests for the OpenAPI document from a client that reads lat
 });
 
 t.test('METRICS_ENABLED=false: no /metrics, and the proxy still works', async (t) => {
-  const dir = mkdtempSync(join(tmpdir(), 'tcg-nometrics-'));
-  const quiet = await spawnService('all-in-one', { DATA_DIR: dir, PORT: '0', METRICS_ENABLED: 'false' });
-  t.teardown(async () => {
-    await quiet.stop();
-    rmSync(dir, { recursive: true, force: true });
-  });
+  const quiet = await spawnServiceInTempDir(t, 'tcg-nometrics-', 'all-in-one', { METRICS_ENABLED: 'false' });
   const res = await fetch(`${quiet.url}/metrics`);
   t.equal(res.status, 404);
   t.equal(((await res.json()) as any).error, 'not_found');
@@ -161,12 +156,7 @@ t.test('METRICS_ENABLED=false: no /metrics, and the proxy still works', async (t
 });
 
 t.test('all-in-one: the embedded engine\'s threads run at CHDB_THREAD_NICE, Node\'s own as started', { skip: process.platform !== 'linux' && 'thread nice values are read from /proc: Linux only' }, async (t) => {
-  const dir = mkdtempSync(join(tmpdir(), 'tcg-nice-'));
-  const service = await spawnService('all-in-one', { DATA_DIR: dir, PORT: '0', CHDB_THREAD_NICE: '6' });
-  t.teardown(async () => {
-    await service.stop();
-    rmSync(dir, { recursive: true, force: true });
-  });
+  const service = await spawnServiceInTempDir(t, 'tcg-nice-', 'all-in-one', { CHDB_THREAD_NICE: '6' });
   const pid = service.child.pid!;
   const threads = readdirSync(`/proc/${pid}/task`).flatMap((tid) => {
     try {

@@ -2,7 +2,11 @@
 // child, with this process's TypeScript loader, and waits for its listening line;
 // or, as a user does, through `npm start` / `npm run start:proxy|start:admin`.
 import { spawn, type ChildProcess } from 'node:child_process';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import type { Test } from 'tap';
 import { PROXY_ENV, PROXY_NODE_FLAGS } from '../../server/node-flags.js';
 
 const ROOT = fileURLToPath(new URL('../../', import.meta.url));
@@ -30,6 +34,18 @@ export function spawnService(role: keyof typeof ENTRY, env: Record<string, strin
   });
   if (stdin !== undefined) child.stdin!.write(stdin);
   return whenListening(child, role, startTimeoutMs);
+}
+
+/** spawnService on a free port with a fresh data directory (`prefix`…), stopped and removed when `t` ends. */
+export async function spawnServiceInTempDir(t: Test, prefix: string, role: keyof typeof ENTRY, env: Record<string, string> = {}): Promise<SpawnedService> {
+  const dir = mkdtempSync(join(tmpdir(), prefix));
+  let service: SpawnedService | undefined;
+  t.teardown(async () => {
+    await service?.stop();
+    rmSync(dir, { recursive: true, force: true });
+  });
+  service = await spawnService(role, { DATA_DIR: dir, PORT: '0', ...env });
+  return service;
 }
 
 /**
