@@ -4,7 +4,7 @@
 import { GuardError } from '../shared/errors.js';
 import { verifyAudit, verifyJson } from '../shared/audit/audit-verify.js';
 import { sealJson } from '../shared/audit/seal.js';
-import { isoInstant } from '../shared/iso-instant.js';
+import { defaultSince, isoInstant } from '../shared/iso-instant.js';
 import type { AdminContext, Handler } from './context.js';
 import { json, queryInteger } from './http.js';
 import { JOBS_WAITING_MAX, JOBS_WAITING_PER_ORG, OneAtATime } from './one-at-a-time.js';
@@ -33,7 +33,7 @@ export function windowOf(query: URLSearchParams): { since: Date; until: Date } {
   const untilRaw = query.get('until');
   const sinceRaw = query.get('since');
   const until = new Date(untilRaw === null ? Date.now() : isoInstant(untilRaw, 'until', 'Query parameter'));
-  const since = new Date(sinceRaw === null ? until.getTime() - DEFAULT_WINDOW_MS : isoInstant(sinceRaw, 'since', 'Query parameter'));
+  const since = sinceRaw === null ? defaultSince(until, DEFAULT_WINDOW_MS) : new Date(isoInstant(sinceRaw, 'since', 'Query parameter'));
   if (since.getTime() >= until.getTime()) {
     throw new GuardError('invalid_request', "Query parameter 'since' must be before 'until'.", { field: 'since' });
   }

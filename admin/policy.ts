@@ -3,7 +3,7 @@ import { GuardError } from '../shared/errors.js';
 import { evaluateShadow, matchingLimits, POLICY_LIMITS, STORED_POLICY_LIMITS } from '../shared/policy/index.js';
 import type { CompiledPolicy, PolicyLimits } from '../shared/policy/index.js';
 import { compilePolicy } from '../shared/policy/policy-reader.js';
-import { isoInstant } from '../shared/iso-instant.js';
+import { defaultSince, isoInstant } from '../shared/iso-instant.js';
 import { mcpCallReading, mcpNamesUnsearched, mcpRequestDecision, MCP_METHOD_MAX_CHARS, MCP_TOOL_MAX_CHARS, MCP_TOOL_METHODS } from '../shared/mcp.js';
 import { replayPolicy } from './replay.js';
 import { policyInputs, REFUSED_PATH_PARTS } from '../shared/target.js';
@@ -114,7 +114,7 @@ export function policyHandlers(ctx: AdminContext) {
     const sinceRaw = stringField(body, 'since', { optional: true, max: 64 });
     const untilRaw = stringField(body, 'until', { optional: true, max: 64 });
     const until = untilRaw === undefined ? new Date() : new Date(isoInstant(untilRaw, 'until'));
-    const since = sinceRaw === undefined ? new Date(until.getTime() - REPLAY_DEFAULT_DAYS * DAY_MS) : new Date(isoInstant(sinceRaw, 'since'));
+    const since = sinceRaw === undefined ? defaultSince(until, REPLAY_DEFAULT_DAYS * DAY_MS) : new Date(isoInstant(sinceRaw, 'since'));
     // An empty or inverted window is a mistake, not a replay of nothing (as /audit/seals and /audit/verify refuse it).
     if (since.getTime() >= until.getTime()) throw new GuardError('invalid_request', "Field 'since' must be before 'until'.", { field: 'since' });
     const agent = await requireAgent(ctx, caller.orgId, agentId);

@@ -35,3 +35,14 @@ function daysIn(year: number, month: number): number {
   date.setUTCFullYear(year, month, 0);
   return date.getUTCDate();
 }
+
+/** 0000-01-01T00:00:00.000Z, the earliest instant isoInstant takes. */
+const EARLIEST_MS = Date.parse('0000-01-01T00:00:00.000Z');
+
+/**
+ * A default `since`, `ms` before `until`, not before year 0000: an `until` given
+ * early in year 0000 would put it in year -1, which no store's query takes (a 500).
+ */
+export function defaultSince(until: Date, ms: number): Date {
+  return new Date(Math.max(until.getTime() - ms, EARLIEST_MS));
+}

@@ -346,6 +346,16 @@ t.test('bad input is 400 in the contract\'s shape; no token is 401', async (t) =
   }
 });
 
+t.test('an until early in year 0000 is answered: the default since (a day before) stops at 0000-01-01, not in year -1 (a 500)', async (t) => {
+  const verified = await api(base, owner, 'GET', '/audit/verify?until=0000-01-01T12:00:00Z');
+  t.match(verified, { status: 200, json: { ok: true, seals: 0 } }, verified.text);
+  const seals = await api(base, owner, 'GET', '/audit/seals?until=0000-01-01T12:00:00Z');
+  t.equal(seals.status, 200, seals.text);
+  const summary = await api(base, owner, 'GET', '/audit/summary?until=0000-01-01T12:00:00Z');
+  t.match(summary, { status: 200, json: { since: '0000-01-01T00:00:00.000Z', calls: 0 } }, summary.text);
+  assertError(t, await api(base, owner, 'GET', '/audit/verify?until=0000-01-01'), 400, 'invalid_request', 'since');
+});
+
 t.test('the PDF report ends with the seals covering its window, whole, and how to verify them', async (t) => {
   const res = await fetch(`${base}/audit/export/pdf?days=1`, { headers: owner.auth });
   t.equal(res.status, 200);

@@ -180,6 +180,8 @@ rules:
     const inverted = await api(service.url, owner, 'POST', '/policy/replay', { agent_id: agent.id, rules_yaml: candidate, ...window });
     t.match(inverted, { status: 400, json: { error: 'invalid_request', field: 'since' } }, `${JSON.stringify(window)}: since must be before until (the default until is now)`);
   }
+  const early = await api(service.url, owner, 'POST', '/policy/replay', { agent_id: agent.id, rules_yaml: candidate, until: '0000-01-03T00:00:00Z' });
+  t.match(early, { status: 200, json: { total: 0 } }, `an until early in year 0000: the default since (7 days before) stops at 0000-01-01, not in year -1 (a 500): ${early.text}`);
   const bad = await api(service.url, owner, 'POST', '/policy/replay', { agent_id: agent.id, rules_yaml: candidate, since: 'last week' });
   t.match(bad, { status: 400, json: { error: 'invalid_request', field: 'since' } });
   const invalid = await api(service.url, owner, 'POST', '/policy/replay', { agent_id: agent.id, rules_yaml: 'rules: []' });
