@@ -8,6 +8,7 @@ import { isoOfMs } from '../shared/audit/ch-instant.js';
 import { ERRORS, errorBody, type ErrorCode } from '../shared/errors.js';
 import { APPROVAL_ID_HEADER, PROXY_ALLOW, REQUEST_DROP, isApiKey, statusLine } from '../shared/http.js';
 import { hashApiKey } from '../shared/secrets.js';
+import { endAnswer } from '../shared/uws-write.js';
 import type { CompiledPolicy, CompiledRule, McpCall, PolicyDecision } from '../shared/policy/index.js';
 import type { Agent, Approval, AuditDecision, AuditRecord } from '../shared/types.js';
 import type { InjectedCredential } from './caches.js';
@@ -270,14 +271,15 @@ export class ProxyExchange {
     const status = ERRORS[code].status;
     this.statusCode = status;
     const body = this.aborted ? '' : errorBody(code, message, extra);
-    if (!this.aborted) this.responseBytes = Buffer.byteLength(body);
+    const headOnly = this.method === 'HEAD';
+    if (!this.aborted && !(headOnly && !closeConnection)) this.responseBytes = Buffer.byteLength(body); // what endAnswer sends
     this.finish();
     if (!this.aborted) this.sendLast(() => this.res.cork(() => {
       this.res.writeStatus(statusLine(status)).writeHeader('content-type', 'application/json');
       if (status === 405) this.res.writeHeader('allow', PROXY_ALLOW);
       const extraHeaders = this.answerHeaders;
       if (extraHeaders !== null) for (let i = 0; i < extraHeaders.length; i += 2) this.res.writeHeader(extraHeaders[i]!, extraHeaders[i + 1]!);
-      this.res.end(body, closeConnection);
+      endAnswer(this.res, body, headOnly, closeConnection);
     }));
     return false;
   }
@@ -293,11 +295,11 @@ export class ProxyExchange {
     if (!this.aborted) {
       this.body?.detach();
       const body = JSON.stringify({ approval_id: approval.id, status: 'pending', expires_at: approval.expiresAt });
-      this.responseBytes = Buffer.byteLength(body);
+      if (this.method !== 'HEAD') this.responseBytes = Buffer.byteLength(body);
       this.res.cork(() => {
         this.res.writeStatus(statusLine(202)).writeHeader('content-type', 'application/json');
         this.res.writeHeader('retry-after', String(retryAfterS)).writeHeader('location', location);
-        this.res.end(body);
+        endAnswer(this.res, body, this.method === 'HEAD');
       });
     }
     this.finish();

@@ -3,13 +3,14 @@
 import type { HttpResponse } from 'uWebSockets.js';
 import { errorBody, type ErrorCode, ERRORS } from '../shared/errors.js';
 import { statusLine } from '../shared/http.js';
+import { endAnswer } from '../shared/uws-write.js';
 
-/** An error answered in the request handler itself (already corked). */
-export function writeError(res: HttpResponse, code: ErrorCode, message?: string, closeConnection = false, allow?: string): void {
+/** An error answered in the request handler itself (already corked); `headOnly` answers HEAD (endAnswer). */
+export function writeError(res: HttpResponse, code: ErrorCode, message?: string, closeConnection = false, allow?: string, headOnly = false): void {
   res.writeStatus(statusLine(ERRORS[code].status)).writeHeader('content-type', 'application/json');
   if (allow !== undefined) res.writeHeader('allow', allow);
   // A body we will not read makes the connection unusable for a next request.
-  res.end(errorBody(code, message), closeConnection);
+  endAnswer(res, errorBody(code, message), headOnly, closeConnection);
 }
 
 /**

@@ -138,7 +138,7 @@ export function listen(uws: Uws, options: ListenOptions): Promise<Listener> {
       if (ex.headError !== null) answerAndClose(res, ex.headError.code, ex.headError.message);
       else if (ex.contentLength > 0 && !ex.chunked) answerAfterBody(res, 'invalid_api_key'); // read and dropped first (answers.ts)
       else if (ex.chunked) answerAndClose(res, 'invalid_api_key');
-      else writeError(res, 'invalid_api_key');
+      else writeError(res, 'invalid_api_key', undefined, false, undefined, ex.method === 'HEAD');
       return;
     }
     if (ex.contentLength > 0 || ex.chunked) ex.body = new RequestBody(res, ex.chunked ? -1 : ex.contentLength);

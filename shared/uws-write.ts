@@ -100,3 +100,22 @@ export function bodyBytes(body: string | Uint8Array | readonly Uint8Array[]): nu
   for (const piece of body) total += piece.length;
   return total;
 }
+
+/**
+ * Ends an answer the service writes itself: with `body`, or, to a HEAD
+ * (`headOnly`), with no body and the length the GET's would have (RFC 9110
+ * §9.3.2). A body after a HEAD's head is read by the client as the start of
+ * its next answer on the connection. The length is written by hand: uWS's
+ * endWithoutBody(length) leaves the response half-open. An answer that closes
+ * the connection keeps its body: uWS v20.30 takes any first argument of
+ * endWithoutBody, `undefined` too, as a length, and with `closeConnection` and
+ * a length it aborts the process.
+ */
+export function endAnswer(res: HttpResponse, body: string, headOnly: boolean, closeConnection = false): void {
+  if (!headOnly || closeConnection) {
+    res.end(body, closeConnection);
+    return;
+  }
+  res.writeHeader('content-length', String(Buffer.byteLength(body)));
+  res.endWithoutBody();
+}

@@ -13,6 +13,7 @@ import { join } from 'node:path';
 import Database from 'better-sqlite3';
 import t from 'tap';
 import { api, createAgent, eventually, login, signup, TLS_DIR, type Session } from '../support/service.js';
+import { headThenNext } from '../support/raw-socket.js';
 import { spawnService, type SpawnedService } from '../support/spawn-service.js';
 import { patternBytes, startUpstream } from '../support/upstream.js';
 
@@ -253,6 +254,16 @@ t.test('no decision within the hold: 202 with its id, Retry-After and Location, 
   t.equal(reuse.json.error, 'approval_used');
   const audited = await auditOf(id, 2);
   t.same(audited.map((r) => `${r.decision} ${r.status_code}`).sort(), ['allowed 200', 'denied 409']);
+});
+
+t.test('a held HEAD is answered 202 with a length and no body: a keep-alive client reads its next answer', async (t) => {
+  const agent = await createAgent(service.url, owner, 'heads');
+  const set = await api(service.url, owner, 'POST', `/agents/${agent.id}/policy`, { rules_yaml: 'version: "1"\nrules:\n  - {name: held-head, tool: "*", action: HEAD, decision: approve}\n' });
+  t.equal(set.status, 200, set.text);
+  const { statuses, head, after } = await headThenNext(service.port, `/proxy/${agent.api_key}/${upstream.authority}/json`, HOLD_S * 1000 + 700);
+  t.strictSame(statuses, [202, 200], '202, then the next answer');
+  t.match(head, /\r\ncontent-length: [1-9]\d*\r\n/i, "with the length the GET's body would have");
+  t.match(after, /^HTTP\/1\.1 200 /, `no body after the head (${JSON.stringify(after.slice(0, 120))})`);
 });
 
 t.test('a retry that differs in method, path, query or body is 409 approval_mismatch and leaves the approval as it was', async (t) => {

@@ -8,7 +8,7 @@ import type { AddressInfo } from 'node:net';
 import t from 'tap';
 import { api, createAgent, eventually, signup, startTestService, TLS_DIR, type Session } from '../support/service.js';
 import { rawRequest } from '../support/raw-http.js';
-import { rawExchange } from '../support/raw-socket.js';
+import { headThenNext, rawExchange } from '../support/raw-socket.js';
 import { patternBytes, startUpstream } from '../support/upstream.js';
 
 /** A tool's answer that would act as the guard's origin in a browser: HTML with a script, a service worker allowed the whole origin. */
@@ -706,5 +706,28 @@ t.test('after a HEAD (proxied or admin) the keep-alive connection serves the nex
     await eventually(async () => (out.includes('"status":"ok"') ? true : undefined), 3000);
     t.pass('the same connection answered the next request');
     socket.destroy();
+  }
+});
+
+t.test("the proxy's own answers to HEAD (401, 403, 429) have a length and no body: a keep-alive client reads its next answer", async (t) => {
+  const agent = await createAgent(base, owner, 'own-heads');
+  await setPolicy(agent.id, `version: "1"
+default: allow
+rules:
+  - {name: no-head, tool: "*", action: HEAD, path: /denied, decision: deny}
+limits:
+  - {name: one-head, tool: "*", action: HEAD, path: /limited, rate: 1/minute}
+`);
+  const limited = `/proxy/${agent.api_key}/${upstream.authority}/limited`;
+  t.equal((await fetch(`${base}${limited}`, { method: 'HEAD' })).status, 200, 'the first HEAD within the limit');
+  for (const [path, status] of [
+    [`/proxy/not-a-key/${upstream.authority}/json`, 401],
+    [`/proxy/${agent.api_key}/${upstream.authority}/denied`, 403],
+    [limited, 429],
+  ] as const) {
+    const { statuses, head, after } = await headThenNext(service.port, path);
+    t.strictSame(statuses, [status, 200], `${status}, then the next answer`);
+    t.match(head, /\r\ncontent-length: [1-9]\d*\r\n/i, `${status}: with the length the GET's body would have`);
+    t.match(after, /^HTTP\/1\.1 200 /, `${status}: no body after the head (${JSON.stringify(after.slice(0, 120))})`);
   }
 });
