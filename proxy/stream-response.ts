@@ -382,6 +382,13 @@ export class UpstreamResponse {
     // body, as when they had left at once.
     this.#flush();
     this.#resume = null;
+    if ((this.#status === 304 || this.#status === 204) && ex.responseBytes === 0 && (err as NodeJS.ErrnoException).code === 'UND_ERR_RES_CONTENT_LENGTH_MISMATCH') {
+      // A 304 may carry the Content-Length a 200 would have (RFC 9110 §8.6; Node's
+      // http server and ASP.NET send one): undici 7 exempts only HEAD from its
+      // length check and reports the body a 304 never has. The answer is whole.
+      this.#queueLast(this.#sendEnd);
+      return;
+    }
     const timeout = isTimeout(err);
     if (!this.#headWritten && (err as NodeJS.ErrnoException).code === 'UND_ERR_INVALID_ARG') {
       // undici's dispatch reports a header, path or method it will not put on the

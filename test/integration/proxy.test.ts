@@ -544,6 +544,13 @@ t.test('redirects are passed back, never followed; 204 and 304 have no body', as
     const body = await r.text();
     t.equal(body, code === 204 || code === 304 ? '' : `status ${code}`);
   }
+  for (let i = 0; i < 2; i++) {
+    const r = await proxied(agent.api_key, `${upstream.authority}/status?code=304&length=11`);
+    t.equal(r.status, 304, `a 304 with the Content-Length a 200 would have is passed on, not 502 (${i === 0 ? 'first' : 'again'})`);
+    t.equal(await r.text(), '');
+  }
+  const audited = await auditFor(owner, agent.id, 7);
+  t.equal(audited.filter((e) => e.status_code === 304 && e.decision === 'allowed').length, 3, 'each 304 audited as such, allowed');
   // A 204 with an event-stream type: no body (not the stream's opening line,
   // chunked), and the kept-alive connection serves the next request.
   const target = `/proxy/${agent.api_key}/${upstream.authority}`;

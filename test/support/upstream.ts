@@ -131,6 +131,9 @@ export const DEFAULT_ROUTES: Record<string, Route> = {
   '/status': (req, res) => {
     const code = Number(requestUrl(req).searchParams.get('code') ?? '200');
     res.statusCode = code;
+    // ?length=: the Content-Length a 304 may carry, the 200's (RFC 9110 §8.6), as Node's own http server sends it.
+    const length = requestUrl(req).searchParams.get('length');
+    if (length !== null) res.setHeader('content-length', length);
     if (code === 204 || code === 304) res.end();
     else res.end(`status ${code}`);
   },
