@@ -61,7 +61,9 @@ export function readsAsUtf8(contentType: string): boolean {
 // The two refusals for the body, before the policy could decide, still record the
 // shadow rule ("every shadow rule is tried"), on the head alone: one naming MCP
 // fields cannot match a body that was not read.
-function refuseHeaders(ex: ProxyExchange, message: string): false {
+/** Mcp-Method or Mcp-Name that the body (read, so audited by `call`: a batch's first element) contradicts: 400. */
+function refuseHeaders(ex: ProxyExchange, call: McpCall | null, message: string): false {
+  ex.mcpCall = call;
   recordShadow(ex, ex.policy, null);
   return ex.answerError('invalid_request', message);
 }
@@ -97,13 +99,13 @@ function decide(ex: ProxyExchange, policy: CompiledPolicy, bytes: Buffer | null,
   const methodHeader = ex.mcpMethodHeader;
   const nameHeader = ex.mcpNameHeader;
   if (enforcing && (methodHeader !== null || nameHeader !== null)) {
-    if (batch) return refuseHeaders(ex, 'Mcp-Method and Mcp-Name describe one request; a batch body cannot carry them.');
     const call = calls[0] ?? null;
+    if (batch) return refuseHeaders(ex, call, 'Mcp-Method and Mcp-Name describe one request; a batch body cannot carry them.');
     if (methodHeader !== null && methodHeader !== call?.method) {
-      return refuseHeaders(ex, `The Mcp-Method header (${quoted(methodHeader)}) does not match the body's method (${quoted(call?.method ?? null)}).`);
+      return refuseHeaders(ex, call, `The Mcp-Method header (${quoted(methodHeader)}) does not match the body's method (${quoted(call?.method ?? null)}).`);
     }
     if (nameHeader !== null && nameHeader !== call?.tool) {
-      return refuseHeaders(ex, `The Mcp-Name header (${quoted(nameHeader)}) does not match the body's tool (${quoted(call?.tool ?? null)}).`);
+      return refuseHeaders(ex, call, `The Mcp-Name header (${quoted(nameHeader)}) does not match the body's tool (${quoted(call?.tool ?? null)}).`);
     }
   }
 

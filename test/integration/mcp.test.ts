@@ -296,6 +296,11 @@ t.test('MCP-aware rules on raw bodies: batches, fail-closed bodies, header check
   t.match(raw.text, /^HTTP\/1\.1 400 /, 'a repeated Mcp-Name is checked whole, not by its last line');
   t.match(raw.text, /delete_repo, list_repos/);
   t.equal(echo.seen.length, seenBefore, 'none of the refused calls reached the upstream');
+  await eventually(async () => {
+    const page = (await api(service.url, owner, 'GET', `/audit?agent_id=${mcpAgent.id}&mcp_tool=delete_repo&decision=denied`)).json as any[];
+    return page.some((e) => e.status_code === 400 && e.mcp_method === 'tools/call') ? true : undefined;
+  }, 5000);
+  t.pass('a call refused for headers its body contradicts is audited with the body\'s method and tool');
   t.equal((await send(JSON.stringify(rpc('tools/call', { name: 'list_repos' })), { 'mcp-method': 'tools/call', 'mcp-name': 'list_repos' })).status, 200, 'matching headers pass');
 
   // A 100 KiB request (streamed in, read whole, forwarded) arrives byte for byte.
