@@ -114,7 +114,14 @@ function parseAuthority(authorityPart: string): ParsedAuthority | null {
 
   let host: string;
   let hostname: string;
-  if (parsed.startsWith('[')) {
+  const mapped = parsed.startsWith('[::ffff:') ? ipv4OfMapped(parsed) : null;
+  if (mapped !== null) {
+    // `[::ffff:127.0.0.1]` (the URL parser writes `[::ffff:7f00:1]`) is a socket
+    // to 127.0.0.1: the policy, the allow-list and the credential lookup see
+    // that address, so a rule for it cannot be stepped around with this spelling.
+    host = mapped;
+    hostname = mapped;
+  } else if (parsed.startsWith('[')) {
     host = parsed;
     hostname = parsed.slice(1, -1);
   } else if (isIPv4(parsed)) {
@@ -131,6 +138,15 @@ function parseAuthority(authorityPart: string): ParsedAuthority | null {
 
   const authority = port === DEFAULT_PORT ? host : `${host}:${port}`;
   return { host, port, authority, hostname };
+}
+
+/** The dotted quad of an IPv4-mapped IPv6 address as the URL parser writes it (`[::ffff:7f00:1]`), else null. */
+function ipv4OfMapped(bracketed: string): string | null {
+  const m = /^\[::ffff:([0-9a-f]{1,4}):([0-9a-f]{1,4})\]$/.exec(bracketed);
+  if (m === null) return null;
+  const high = parseInt(m[1]!, 16);
+  const low = parseInt(m[2]!, 16);
+  return `${high >> 8}.${high & 255}.${low >> 8}.${low & 255}`;
 }
 
 export function isDnsName(name: string): boolean {

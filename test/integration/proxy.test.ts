@@ -219,6 +219,20 @@ t.test('SSRF guard: loopback outside the allow-list is refused with 403 and audi
   t.ok(rows.every((r) => r.decision === 'denied' && r.status_code === 403 && r.rule_matched === 'target_forbidden'));
 });
 
+t.test('an IPv4-mapped IPv6 target is its IPv4 address: a rule for the address decides it, and the call reaches that address', async (t) => {
+  const agent = await createAgent(base, owner, 'mapped');
+  await setPolicy(agent.id, 'version: "1"\ndefault: allow\nrules:\n  - {name: no-echo-here, tool: "127.0.0.1", action: "*", path: /echo, decision: deny}\n');
+  const before = upstream.seen.length;
+  const denied = await proxied(agent.api_key, `[::ffff:127.0.0.1]:${upstream.port}/echo`);
+  t.match({ status: denied.status, json: await denied.json() }, { status: 403, json: { error: 'policy_denied', rule_matched: 'no-echo-here' } });
+  t.equal(upstream.seen.length, before, 'not forwarded');
+  const allowed = await proxied(agent.api_key, `[::FFFF:7F00:1]:${upstream.port}/json`);
+  t.equal(allowed.status, 200, 'another path passes, to 127.0.0.1 (whose certificate names it)');
+  await allowed.arrayBuffer();
+  const rows = await auditFor(owner, agent.id, 2);
+  t.strictSame(rows.map((r) => r.tool_name), ['127.0.0.1', '127.0.0.1'], 'audited under the IPv4 address');
+});
+
 t.test('credentials are injected: bearer, header and query; the query value never reaches the audit', async (t) => {
   const other = await signup(base);
   const agent = await createAgent(base, other, 'creds', 'none');

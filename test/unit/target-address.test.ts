@@ -2,7 +2,7 @@ import t, { type Test } from 'tap';
 import fc from 'fast-check';
 import { BlockList } from 'node:net';
 import { classifyAddress, createAllowList } from '../../proxy/ssrf-rules.js';
-import { normalizePolicyPath, parseTarget } from '../../shared/target.js';
+import { normalizeCredentialHostname, normalizePolicyPath, parseTarget } from '../../shared/target.js';
 
 type Case = readonly [address: string, expected: string | null];
 
@@ -97,8 +97,20 @@ t.test('parseTarget', async (t) => {
   });
 
   t.test('IPv6 is compressed and lower-cased', async (t) => {
-    t.equal(parseTarget('[::FFFF:127.0.0.2]/x')?.hostname, '::ffff:7f00:2');
+    t.equal(parseTarget('[2001:DB8:0:0::A]/x')?.hostname, '2001:db8::a');
     t.equal(parseTarget('[0:0:0:0:0:0:0:1]/x')?.hostname, '::1');
+  });
+
+  t.test('an IPv4-mapped IPv6 address is its IPv4 address (a socket to it reaches that address), so a rule for the address cannot be stepped around', async (t) => {
+    for (const spelling of ['[::ffff:127.0.0.2]', '[::FFFF:7F00:2]', '[0:0:0:0:0:ffff:127.0.0.2]']) {
+      t.same(parseTarget(`${spelling}:8443/x`), { host: '127.0.0.2', port: 8443, authority: '127.0.0.2:8443', hostname: '127.0.0.2', path: '/x' }, spelling);
+    }
+    t.equal(parseTarget('[::ffff:0:0]/x')?.hostname, '0.0.0.0');
+    t.equal(parseTarget('[::ffff:ffff:ffff]/x')?.hostname, '255.255.255.255');
+    t.equal(normalizeCredentialHostname('[::ffff:127.0.0.2]:8443'), '127.0.0.2:8443', 'a credential for it is the IPv4 one');
+    for (const other of ['[::7f00:2]', '[64:ff9b::7f00:2]', '[::ffff:0:7f00:2]', '[::fffe:7f00:2]']) {
+      t.equal(parseTarget(`${other}/x`)?.hostname.includes('.'), false, `${other} stays IPv6 (not a mapped address)`);
+    }
   });
 
   t.test('every literal spelling of a refused address is refused after normalization', async (t) => {
