@@ -117,6 +117,10 @@ export class ProxyExchange {
   approval: Approval | null = null;
   /** Approved: the approval is claimed (approved → used) just before the forward (hold.ts, claim). */
   approved = false;
+  /** The claim won: the approval is used, and given back if the call never goes upstream (hold.ts, returnUnsent). */
+  claimed = false;
+  /** undici began writing the request upstream (StreamResponse.onConnect): the call went to the tool. */
+  upstreamWritten = false;
   /** An approved retry's rate-limit counts (RateLimiter.lastCharge), taken back if its claim fails. */
   rateCharge: number[] | null = null;
   /** The call waits for a decision: ends the wait (a client gone, or shutdown: then answered 202). */

@@ -66,7 +66,7 @@ export function createHeldCalls(deps: {
   publicUrl: () => string;
   webhook: ApprovalWebhook | null;
   log: Logger;
-}): { hold: Stage; claim: Stage; held: HeldCalls } {
+}): { hold: Stage; claim: Stage; ended: (ex: ProxyExchange) => void; held: HeldCalls } {
   const { store, holdS, log } = deps;
   /** Waiting calls by approval id (two retries of one approval may wait at once). */
   const waiting = new Map<string, Set<Waiter>>();
@@ -276,7 +276,24 @@ export function createHeldCalls(deps: {
       return settle(ex, now !== undefined && (now.status === 'expired' || now.status === 'denied') ? now : { ...approval, status: 'used' });
     }
     if (stored !== null) ex.body!.buffer = stored;
+    ex.claimed = true;
     return undefined;
+  }
+
+  /**
+   * A call whose claim won but which ended without undici writing it upstream
+   * (the tool unreachable or refusing TLS, a header undici will not send, the
+   * client gone first): its approval is approved again, not spent on a call the
+   * tool never saw; the agent's retry forwards it.
+   */
+  function returnUnsent(ex: ProxyExchange): void {
+    const approval = ex.approval!;
+    store.returnApproval(approval.orgId, approval.id).then(
+      (returned) => {
+        if (returned) log.info('an approved call did not reach its tool; its approval is approved again', { approval_id: approval.id });
+      },
+      (err: unknown) => log.warn('an approved call did not reach its tool; its approval could not be given back and stays used', { approval_id: approval.id, err }),
+    );
   }
 
   return {
@@ -288,6 +305,10 @@ export function createHeldCalls(deps: {
       return hold(ex);
     },
     claim: (ex) => (ex.approved ? claim(ex) : undefined),
+    /** At the call's end: gives its approval back when it never went upstream. */
+    ended: (ex: ProxyExchange) => {
+      if (ex.claimed && !ex.upstreamWritten) returnUnsent(ex);
+    },
     held: {
       get size() {
         return size;

@@ -81,7 +81,7 @@ export function createProxyPipeline(deps: {
   const webhook = config.approvalWebhookUrl !== null && config.approvalWebhookSecret !== null
     ? new ApprovalWebhook({ url: config.approvalWebhookUrl, secret: config.approvalWebhookSecret, publicUrl: deps.publicUrl, log })
     : null;
-  const { hold, claim, held } = createHeldCalls({ store: deps.store, holdS: config.approvalHoldS, maxPending: config.approvalMaxPending, metrics: config.metricsEnabled ? metrics : null, publicUrl: deps.publicUrl, webhook, log });
+  const { hold, claim, ended: holdEnded, held } = createHeldCalls({ store: deps.store, holdS: config.approvalHoldS, maxPending: config.approvalMaxPending, metrics: config.metricsEnabled ? metrics : null, publicUrl: deps.publicUrl, webhook, log });
 
   /** The approval's claim; an approved retry it refuses never goes upstream, so the limits take it back. */
   function claimOrRefund(ex: ProxyExchange): StageResult {
@@ -147,6 +147,7 @@ export function createProxyPipeline(deps: {
    * logged, not thrown: the answer still goes (the exchange sends it at once).
    */
   function onFinish(ex: ProxyExchange): boolean {
+    if (ex.claimed) holdEnded(ex);
     try {
       return record(ex);
     } catch (err) {

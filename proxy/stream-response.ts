@@ -111,7 +111,10 @@ export class UpstreamResponse {
   onConnect(abort: (reason?: Error) => void): void {
     if (this.#ex.aborted) abort(new Error('client aborted'));
     else if (this.#ex.finished) abort(new Error('the call was answered before it went upstream'));
-    else this.#ex.abortUpstream = abort;
+    else {
+      this.#ex.abortUpstream = abort;
+      this.#ex.upstreamWritten = true;
+    }
   }
 
   onHeaders(status: number, rawHeaders: Buffer[], resume: Resume): boolean {

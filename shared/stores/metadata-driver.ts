@@ -221,6 +221,8 @@ export interface MetadataDriver extends ChangeLog {
    * Atomic: of two retries racing through any processes exactly one gets true.
    */
   useApproval(orgId: string, id: string, now: string): Awaitable<boolean>;
+  /** used → approved again (its call never went upstream); false when it is not used. */
+  returnApproval(orgId: string, id: string): Awaitable<boolean>;
 
   /**
    * Rate limits across proxies: renews the node's heartbeat, adds its counts and

@@ -122,6 +122,13 @@ export interface MetadataStore {
   decideApproval(orgId: string, id: string, verdict: 'approved' | 'denied', decidedBy: string, note: string | null): Promise<Approval>;
   /** approved → used, once: true for exactly one caller, false when not approved or expired. */
   useApproval(orgId: string, id: string): Promise<boolean>;
+  /**
+   * used → approved again, for a call whose claim won but which never went
+   * upstream (nothing was written to it): the approval is not spent. False when
+   * it is not used. Its body stays dropped: a retry forwards its own, which
+   * must match the held one's SHA-256.
+   */
+  returnApproval(orgId: string, id: string): Promise<boolean>;
 
   /** Changes that invalidate cached agents, policies or credentials, and approval decisions. */
   readonly changes: ChangeFeed;
@@ -326,6 +333,7 @@ export function createMetadataStore(driver: MetadataDriver): MetadataStore {
     },
 
     useApproval: async (orgId, id) => driver.useApproval(orgId, id, now()),
+    returnApproval: async (orgId, id) => driver.returnApproval(orgId, id),
 
     syncRateCounts: async (sync) => driver.syncRateCounts(sync),
 

@@ -7,7 +7,7 @@
 import { createHmac, randomBytes } from 'node:crypto';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { createServer, type IncomingHttpHeaders } from 'node:http';
-import { connect, type AddressInfo } from 'node:net';
+import { connect, createServer as createNetServer, type AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import Database from 'better-sqlite3';
@@ -264,6 +264,36 @@ t.test('a held HEAD is answered 202 with a length and no body: a keep-alive clie
   t.strictSame(statuses, [202, 200], '202, then the next answer');
   t.match(head, /\r\ncontent-length: [1-9]\d*\r\n/i, "with the length the GET's body would have");
   t.match(after, /^HTTP\/1\.1 200 /, `no body after the head (${JSON.stringify(after.slice(0, 120))})`);
+});
+
+t.test('an approved call that never reaches its tool (nothing listening) is 502 and its approval is approved again: the retry, once the tool is back, is forwarded', async (t) => {
+  const port = await new Promise<number>((resolve) => {
+    const probe = createNetServer().listen(0, '127.0.0.1', () => {
+      const { port } = probe.address() as AddressInfo;
+      probe.close(() => resolve(port));
+    });
+  });
+  const send = async (approvalId?: string) => {
+    const res = await fetch(`${service.url}/proxy/${payer.api_key}/127.0.0.1:${port}/echo`, { method: 'POST', body: '{"invoice": 9}', headers: approvalId === undefined ? {} : { 'x-approval-id': approvalId } });
+    const text = await res.text();
+    return { status: res.status, json: res.headers.get('content-type')?.includes('json') ? JSON.parse(text) : text };
+  };
+  const held = await send();
+  t.equal(held.status, 202, 'held, then pending');
+  const id = held.json.approval_id as string;
+  await api(service.url, owner, 'POST', `/approvals/${id}/approve`);
+  const unreachable = await send(id);
+  t.match(unreachable, { status: 502, json: { error: 'upstream_unreachable' } }, 'nothing listens on the port');
+  const status = () => api(service.url, owner, 'GET', `/approvals/${id}`).then((res) => res.json.status as string);
+  t.equal(await eventually(async () => ((await status()) === 'approved' ? 'approved' : undefined), 3000), 'approved', 'the approval is approved again, not used');
+  const tool = await startUpstream({}, undefined, port);
+  t.teardown(() => tool.close());
+  const retry = await send(id);
+  t.equal(retry.status, 200, 'the retry is forwarded');
+  t.equal(tool.seen.length, 1, 'once');
+  t.equal(await status(), 'used', 'and the approval is used');
+  const audited = await auditOf(id, 2);
+  t.same(audited.map((r) => `${r.decision} ${r.status_code}`).sort(), ['allowed 200', 'allowed 502'], 'both calls audited with the approval id');
 });
 
 t.test('a retry that differs in method, path, query or body is 409 approval_mismatch and leaves the approval as it was', async (t) => {

@@ -525,7 +525,14 @@ export function metadataStoreContract(t: TapTest, name: string, stores: Contract
       t.equal((await store.getApproval(orgA, first.id))!.status, 'used');
       t.equal(await store.approvalBody(orgA, first.id), null, 'its body is dropped once used');
       t.equal(await store.useApproval(orgA, first.id), false, 'and never again');
+      t.equal(await store.returnApproval(orgB, first.id), false, 'another org cannot give it back');
+      t.equal(await other.returnApproval(orgA, first.id), true, 'given back (its call never went upstream)');
+      t.equal((await store.getApproval(orgA, first.id))!.status, 'approved', 'approved again');
+      t.equal(await store.returnApproval(orgA, first.id), false, 'only a used one is given back');
+      t.equal(await store.useApproval(orgA, first.id), true, 'and used again');
     }
+    t.equal(await store.returnApproval(orgA, second.id), false, 'a pending approval is not made approved');
+    t.equal((await store.getApproval(orgA, second.id))!.status, 'pending');
     t.equal(await store.useApproval(orgA, second.id), false, 'a pending approval cannot be used');
     t.same((await store.listApprovals(orgA, { status: 'pending', limit: 10 })).map((x) => x.id), [second.id], 'status filter');
     t.same((await store.listApprovals(orgA, { status: 'pending', agentId: randomUUID(), limit: 10 })), [], 'agent filter');

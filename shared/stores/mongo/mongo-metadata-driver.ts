@@ -560,6 +560,11 @@ export class MongoMetadataDriver implements MetadataDriver {
     return updated.modifiedCount === 1;
   }
 
+  async returnApproval(orgId: string, id: string): Promise<boolean> {
+    const updated = await this.#approvals.updateOne({ _id: id, org_id: orgId, status: 'used' }, { $set: { status: 'approved', used_at: null } });
+    return updated.modifiedCount === 1;
+  }
+
   /**
    * Each count is one atomic $inc (no transaction: a count added twice by a
    * retried write over-counts, which only refuses early); the totals are read

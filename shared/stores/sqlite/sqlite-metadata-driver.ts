@@ -342,6 +342,9 @@ function prepareStatements(db: Database.Database) {
       // The body is dropped with the use: it was kept only for this forward.
       "UPDATE approvals SET status = 'used', used_at = @now, body = NULL WHERE org_id = @org_id AND id = @id AND status = 'approved' AND expires_at > @now",
     ),
+    returnApproval: db.prepare<[{ org_id: string; id: string }]>(
+      "UPDATE approvals SET status = 'approved', used_at = NULL WHERE org_id = @org_id AND id = @id AND status = 'used'",
+    ),
 
     recordSealHead: db.prepare<[SealHeadRow]>(
       `INSERT INTO seal_heads (org_id, writer, seq, seal_hash, at) VALUES (@org_id, @writer, @seq, @seal_hash, @at)
@@ -626,6 +629,10 @@ export class SqliteMetadataDriver implements MetadataDriver {
   useApproval(orgId: string, id: string, now: string): boolean {
     // One statement: SQLite runs one writer at a time, so of two racing processes exactly one matches 'approved'.
     return this.#sql.useApproval.run({ org_id: orgId, id, now }).changes === 1;
+  }
+
+  returnApproval(orgId: string, id: string): boolean {
+    return this.#sql.returnApproval.run({ org_id: orgId, id }).changes === 1;
   }
 
   syncRateCounts(sync: RateSync): RateSyncResult {
