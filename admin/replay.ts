@@ -9,7 +9,7 @@
 import type { CompiledPolicy, PolicyDecision, RuleVerdict } from '../shared/policy/index.js';
 import { REPLAY_SAMPLE_GROUPS, type AuditStore } from '../shared/stores/audit-store.js';
 import { mcpCallReading, mcpRequestDecision } from '../shared/mcp.js';
-import { normalizePolicyPath } from '../shared/target.js';
+import { currentToolName, normalizePolicyPath } from '../shared/target.js';
 import { LoopSlices } from '../shared/loop-slices.js';
 
 /** Changed calls listed, at most. */
@@ -69,7 +69,8 @@ export async function replayPolicy(store: AuditStore, orgId: string, agentId: st
       const mcpTool = group.mcpTool === '' ? null : group.mcpTool;
       const mcp = group.mcpMethod === '' ? null : mcpCallReading(group.mcpMethod, mcpTool) ?? { method: group.mcpMethod, tool: mcpTool };
       // As the proxy decides it: names too long for a candidate that searches them are refused unsearched.
-      const would = mcpRequestDecision(candidate, group.toolName, group.action, path, mcp);
+      // A tool recorded as an IPv4-mapped address (before 2026-11-29) as its IPv4 address, as the proxy now reads it.
+      const would = mcpRequestDecision(candidate, currentToolName(group.toolName), group.action, path, mcp);
       const forwards = would.decision === 'allow';
       if (group.decision === 'allowed' && !forwards) {
         allowToDeny += group.calls;

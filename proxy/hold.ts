@@ -268,9 +268,23 @@ export function createHeldCalls(deps: {
     const stored = ex.approvalId !== null && ex.body !== null ? await store.approvalBody(approval.orgId, approval.id) : null;
     if (ex.finished) return false;
     const won = await store.useApproval(approval.orgId, approval.id);
-    if (ex.finished) return false;
+    if (ex.finished) {
+      // Ended while claiming (client gone, shutdown, agent deleted): the call never went upstream.
+      if (won) returnUnsent(ex);
+      return false;
+    }
     if (!won) {
       const now = await store.getApproval(approval.orgId, approval.id);
+      if (ex.finished) return false;
+      // Given back meanwhile (returnUnsent: its call never went upstream): claimed again, once.
+      if (now?.status === 'approved' && (await store.useApproval(approval.orgId, approval.id))) {
+        if (ex.finished) {
+          returnUnsent(ex);
+          return false;
+        }
+        ex.claimed = true;
+        return undefined;
+      }
       if (ex.finished) return false;
       // Lost the race (used), or expired meanwhile; never forwarded without the claim.
       return settle(ex, now !== undefined && (now.status === 'expired' || now.status === 'denied') ? now : { ...approval, status: 'used' });

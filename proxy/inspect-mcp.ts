@@ -58,9 +58,9 @@ export function readsAsUtf8(contentType: string): boolean {
   return true;
 }
 
-// The two refusals for the body, before the policy could decide, still record the
+// The refusals for the body, before the policy could decide, still record the
 // shadow rule ("every shadow rule is tried"), on the head alone: one naming MCP
-// fields cannot match a body that was not read.
+// fields cannot match a body that was not read, nor one the policy did not decide on.
 /** Mcp-Method or Mcp-Name that the body (read, so audited by `call`: a batch's first element) contradicts: 400. */
 function refuseHeaders(ex: ProxyExchange, call: McpCall | null, message: string): false {
   ex.mcpCall = call;

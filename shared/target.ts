@@ -140,6 +140,11 @@ function parseAuthority(authorityPart: string): ParsedAuthority | null {
   return { host, port, authority, hostname };
 }
 
+/** A tool name as the proxy reads it now: one recorded as an IPv4-mapped IPv6 address (`::ffff:7f00:1`, before 2026-11-29) is its IPv4 address. */
+export function currentToolName(toolName: string): string {
+  return toolName.startsWith('::ffff:') ? ipv4OfMapped(`[${toolName}]`) ?? toolName : toolName;
+}
+
 /** The dotted quad of an IPv4-mapped IPv6 address as the URL parser writes it (`[::ffff:7f00:1]`), else null. */
 function ipv4OfMapped(bracketed: string): string | null {
   const m = /^\[::ffff:([0-9a-f]{1,4}):([0-9a-f]{1,4})\]$/.exec(bracketed);

@@ -266,13 +266,24 @@ t.test('a held HEAD is answered 202 with a length and no body: a keep-alive clie
   t.match(after, /^HTTP\/1\.1 200 /, `no body after the head (${JSON.stringify(after.slice(0, 120))})`);
 });
 
-t.test('an approved call that never reaches its tool (nothing listening) is 502 and its approval is approved again: the retry, once the tool is back, is forwarded', async (t) => {
-  const port = await new Promise<number>((resolve) => {
-    const probe = createNetServer().listen(0, '127.0.0.1', () => {
-      const { port } = probe.address() as AddressInfo;
-      probe.close(() => resolve(port));
-    });
+t.test('an approved call that never reaches its tool (its connection dropped before TLS) is 502 and its approval is approved again: the retry, once the tool is back, is forwarded', async (t) => {
+  // The tool's port: drops every connection until the tool is up, then passes them to it.
+  const tool = await startUpstream();
+  t.teardown(() => tool.close());
+  let toolUp = false;
+  const door = createNetServer((socket) => {
+    if (!toolUp) {
+      socket.destroy();
+      return;
+    }
+    const inner = connect(tool.port, '127.0.0.1');
+    socket.pipe(inner).pipe(socket);
+    inner.on('error', () => socket.destroy());
+    socket.on('error', () => inner.destroy());
   });
+  await new Promise<void>((resolve) => door.listen(0, '127.0.0.1', resolve));
+  t.teardown(() => door.close());
+  const { port } = door.address() as AddressInfo;
   const send = async (approvalId?: string) => {
     const res = await fetch(`${service.url}/proxy/${payer.api_key}/127.0.0.1:${port}/echo`, { method: 'POST', body: '{"invoice": 9}', headers: approvalId === undefined ? {} : { 'x-approval-id': approvalId } });
     const text = await res.text();
@@ -283,11 +294,11 @@ t.test('an approved call that never reaches its tool (nothing listening) is 502 
   const id = held.json.approval_id as string;
   await api(service.url, owner, 'POST', `/approvals/${id}/approve`);
   const unreachable = await send(id);
-  t.match(unreachable, { status: 502, json: { error: 'upstream_unreachable' } }, 'nothing listens on the port');
+  t.match(unreachable, { status: 502, json: { error: 'upstream_unreachable' } }, 'the connection was dropped');
+  t.equal(tool.seen.length, 0, 'nothing reached the tool');
   const status = () => api(service.url, owner, 'GET', `/approvals/${id}`).then((res) => res.json.status as string);
   t.equal(await eventually(async () => ((await status()) === 'approved' ? 'approved' : undefined), 3000), 'approved', 'the approval is approved again, not used');
-  const tool = await startUpstream({}, undefined, port);
-  t.teardown(() => tool.close());
+  toolUp = true;
   const retry = await send(id);
   t.equal(retry.status, 200, 'the retry is forwarded');
   t.equal(tool.seen.length, 1, 'once');

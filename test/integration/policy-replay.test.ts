@@ -259,6 +259,21 @@ t.test('a path recorded with raw characters (before they were escaped) replays a
   t.match(replay.json, { total: 1, allow_to_deny: 1 }, 'the rule (escaped as the proxy escapes the path) meets the old row');
 });
 
+t.test('a tool recorded as an IPv4-mapped IPv6 address (before such targets were read as IPv4) replays as the proxy now reads it', async (t) => {
+  const agent = await createAgent(service.url, owner, 'mapped-tool', 'none');
+  const line = service.auditStore.encode(auditRecord(ownerOrg, {
+    agentId: agent.id, agentName: 'mapped-tool', action: 'GET', toolName: '::ffff:7f00:1', toolUrl: 'https://[::ffff:7f00:1]:8443/x',
+    ruleMatched: 'default', decision: 'allowed', policyPath: '/x', policyDecided: true,
+  }));
+  await service.auditStore.insertEncoded(line, 'mapped-tool');
+  await auditOf(agent.id, 1);
+  const replay = await api(service.url, owner, 'POST', '/policy/replay', {
+    agent_id: agent.id,
+    rules_yaml: 'version: "1"\nrules:\n  - {name: not-here, tool: "127.0.0.1", action: GET, decision: deny}\n',
+  });
+  t.match(replay.json, { total: 1, allow_to_deny: 1 }, 'a rule for 127.0.0.1 meets the old row');
+});
+
 t.test('a million audit rows replay in under 10 s', async (t) => {
   const agent = await createAgent(service.url, owner, 'million', 'none');
   const ROWS = 1_000_000;

@@ -173,8 +173,7 @@ export const DEFAULT_ROUTES: Record<string, Route> = {
   },
 };
 
-/** An HTTPS upstream on 127.0.0.1 (`port`: 0 for a free one). */
-export async function startUpstream(routes: Record<string, Route> = {}, tls: { cert: string; key: string } = { cert: 'server.crt', key: 'server.key' }, listenPort = 0): Promise<Upstream> {
+export async function startUpstream(routes: Record<string, Route> = {}, tls: { cert: string; key: string } = { cert: 'server.crt', key: 'server.key' }): Promise<Upstream> {
   const all = { ...DEFAULT_ROUTES, ...routes };
   const seen: SeenRequest[] = [];
   const server = createServer({
@@ -200,7 +199,7 @@ export async function startUpstream(routes: Record<string, Route> = {}, tls: { c
       route(req, res, body);
     });
   });
-  await new Promise<void>((resolve) => server.listen(listenPort, '127.0.0.1', resolve));
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
   const port = (server.address() as AddressInfo).port;
   return {
     port,

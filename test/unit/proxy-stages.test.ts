@@ -10,14 +10,17 @@ import { createAuthorize } from '../../proxy/authorize.js';
 import { createProxyCaches } from '../../proxy/caches.js';
 import type { StageResult } from '../../proxy/exchange.js';
 import { createGuardTarget } from '../../proxy/guard-target.js';
+import { createHeldCalls } from '../../proxy/hold.js';
 import { createInjectCredential } from '../../proxy/inject-credential.js';
 import { createParseTarget } from '../../proxy/parse-target.js';
 import { createResolveAgent } from '../../proxy/resolve-agent.js';
 import { loadConfig } from '../../shared/config.js';
+import { createLogger } from '../../shared/log.js';
 import { PROXY_ALLOW } from '../../shared/http.js';
 import { Metrics } from '../../shared/metrics.js';
 import { credentialAssociatedData, generateApiKey, hashApiKey, sealValue } from '../../shared/secrets.js';
 import { openMetadataStore } from '../../shared/stores/open-stores.js';
+import { eventually } from '../support/eventually.js';
 import { exchange } from '../support/recorded-response.js';
 
 async function settle(result: StageResult): Promise<undefined | false> {
@@ -402,3 +405,54 @@ t.test('the exchange reads the head as the proxy forwards it', async (t) => {
   t.equal(bad.keyHash, '');
 });
 
+
+t.test('held calls: a claim that wins as its call ends, or after its approval was given back, never spends the approval on nothing', async (t) => {
+  const dir = mkdtempSync(join(tmpdir(), 'tcg-claims-'));
+  t.teardown(() => rmSync(dir, { recursive: true, force: true }));
+  const store = await openMetadataStore(loadConfig({ DATA_DIR: dir }));
+  t.teardown(() => store.close());
+  const user = await store.createUserWithOrg('claims@example.com', 'x');
+  const key = generateApiKey();
+  const agent = await store.createAgent({ orgId: user.orgId, name: 'a', logOutputs: 'none', keyHash: hashApiKey(key), apiKeyPrefix: key.slice(0, 12) });
+  const approved = async () => {
+    const made = (await store.createApproval({ orgId: user.orgId, agentId: agent.id, agentName: 'a', toolName: 't.example', action: 'POST', host: 't.example', path: '/', query: '', reasoning: '', taskId: '', ruleMatched: 'r', bodySha256: '0'.repeat(64), bodyBytes: 0, timeoutS: 600 }, null))!;
+    return store.decideApproval(user.orgId, made.id, 'approved', 'claims@example.com', null);
+  };
+  const status = async (id: string) => (await store.getApproval(user.orgId, id))!.status;
+  // The real store, its writes a round trip away as over MongoDB's network (SQLite answers in the same turn).
+  let afterLosingUse: ((id: string) => Promise<unknown>) | null = null;
+  const remote = {
+    ...store,
+    useApproval: async (orgId: string, id: string) => {
+      await new Promise((resolve) => setTimeout(resolve, 20));
+      const won = await store.useApproval(orgId, id);
+      if (!won) await afterLosingUse?.(id);
+      return won;
+    },
+  };
+  const { claim, ended } = createHeldCalls({ store: remote, holdS: 0, maxPending: 10, metrics: null, publicUrl: () => 'http://guard.test', webhook: null, log: createLogger('error') });
+  const retry = (approval: Awaited<ReturnType<typeof approved>>) => {
+    const made = exchange({ method: 'POST' });
+    Object.assign(made.ex, { approved: true, approval, approvalId: approval.id });
+    made.ex.onFinish = (ex) => {
+      if (ex.claimed) ended(ex); // as the pipeline does
+      return false;
+    };
+    return made;
+  };
+
+  const first = await approved();
+  const gone = retry(first);
+  const claimed = claim(gone.ex);
+  setTimeout(() => gone.ex.clientAborted(), 5); // while the claim's write is on its way
+  t.equal(await settle(claimed), false, 'the call ended');
+  t.equal(await eventually(async () => ((await status(first.id)) === 'approved' ? 'approved' : undefined), 2000), 'approved', 'its claim won after the client left: given back');
+
+  const second = await approved();
+  t.equal(await store.useApproval(user.orgId, second.id), true, 'another call claimed it...');
+  afterLosingUse = (id) => store.returnApproval(user.orgId, id); // ...and gives it back just after this claim lost
+  const again = retry(second);
+  t.equal(await settle(claim(again.ex)), undefined, 'claimed once more, once given back: the call goes on');
+  t.equal(again.answer(), null, 'nothing answered');
+  t.equal(await status(second.id), 'used');
+});
