@@ -160,9 +160,11 @@ function openStream(res: HttpResponse, response: AdminResponse, stream: NonNulla
     write(chunk) {
       if (over) return false;
       const accepted = writeInPieces(res, chunk);
-      if (blockedBytes >= 0) blockedBytes += chunk.length;
+      // Bytes, not a string's UTF-16 units: CJK text is 3 bytes a unit, and counted by units ~3× the bound waited.
+      const bytes = typeof chunk === 'string' ? Buffer.byteLength(chunk) : chunk.length;
+      if (blockedBytes >= 0) blockedBytes += bytes;
       else if (!accepted) {
-        blockedBytes = chunk.length;
+        blockedBytes = bytes;
         res.onWritable(() => {
           // A write is what makes uWS send what it holds (measured: with a handler
           // that writes nothing, 9 of 13 MB stayed in uWS until the next event);

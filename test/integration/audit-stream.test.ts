@@ -6,10 +6,12 @@
 // admin process, and a process with open streams stops promptly on SIGTERM.
 import { mkdtempSync, rmSync } from 'node:fs';
 import { get as httpGet } from 'node:http';
+import { connect as netConnect } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import t from 'tap';
 import { api, createAgent, signup, startTestService, TLS_DIR, type Session } from '../support/service.js';
+import { eventually } from '../support/eventually.js';
 import { openSse, type SseEvent } from '../support/sse-client.js';
 import { spawnService } from '../support/spawn-service.js';
 import { splitModeEnv } from '../support/split-mode.js';
@@ -174,6 +176,37 @@ t.test('a subscriber that reads slowly gets every entry once, whole', async (t) 
   t.strictSame([...got].sort(), [...ids].sort(), 'each once');
   const datas = [...text.matchAll(/^data: (.+)$/gm)].map((m) => m[1]!);
   t.ok(datas.every((d) => (JSON.parse(d) as { reasoning: string }).reasoning === reasoning), 'every event whole');
+});
+
+t.test('a subscriber that reads nothing is dropped once 8 MiB wait for it, counted in bytes (CJK text is 3 a character)', async (t) => {
+  const reader = await createAgent(base, owner, 'never-read');
+  const socket = netConnect(service.port, '127.0.0.1');
+  let closed = false;
+  socket.on('close', () => { closed = true; });
+  socket.on('error', () => undefined);
+  t.teardown(() => socket.destroy());
+  let head = '';
+  let received = 0;
+  let reading = true;
+  socket.on('data', (d: Buffer) => {
+    received += d.length;
+    if (!reading) return;
+    head += d.toString('latin1');
+    if (head.includes('\r\n\r\n')) {
+      reading = false;
+      socket.pause(); // the head read, then nothing more
+    }
+  });
+  socket.write(`GET /audit/stream?agent_id=${reader.id} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${owner.token}\r\n\r\n`);
+  await eventually(async () => (head.includes('\r\n\r\n') ? true : undefined), 3000);
+  // 100 entries of 64 Ki CJK characters: 19 MiB of events, 6.4 Mi UTF-16 units; the kernel's socket buffers take ~4 MiB of it.
+  const reasoning = '中'.repeat(65_536);
+  for (let round = 0; round < 10; round++) await Promise.all(Array.from({ length: 10 }, () => writeEntry(owner, reader.id, { reasoning })));
+  await new Promise((resolve) => setTimeout(resolve, 3000)); // the poller hands them over within 2 s
+  socket.resume(); // the close is seen once what the kernel holds is read
+  const outcome = await eventually(async () => (closed ? 'closed' : undefined), 5000).catch(() => 'open');
+  t.equal(outcome, 'closed', 'the service closed the connection');
+  t.ok(received < 10 * 2 ** 20, `after what the kernel held: ${(received / 2 ** 20).toFixed(1)} of 19 MiB (all of it when the bound counted characters)`);
 });
 
 t.test('split mode: a proxy streams GET /audit/stream from the admin process', async (t) => {
