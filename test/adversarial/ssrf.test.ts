@@ -74,7 +74,7 @@ t.test('literal spellings of refused addresses are 403 target_forbidden, audited
     ['2130706433', '127.0.0.1'],
     ['0x7f.0.0.2', '127.0.0.2'],
     ['0177.0.0.2', '127.0.0.2'],
-    ['[::ffff:127.0.0.2]', '::ffff:7f00:2'],
+    ['[::ffff:127.0.0.2]', '127.0.0.2'], // IPv4-mapped: its IPv4 address
     ['[::1]', '::1'],
     ['0.0.0.0', '0.0.0.0'],
   ];
