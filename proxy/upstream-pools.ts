@@ -114,7 +114,10 @@ export function createUpstreamPools(config: Readonly<Config>): UpstreamPools {
       const all = [...pools.values()];
       pools.clear();
       last = null;
-      await Promise.allSettled(all.map((pool) => pool.close()));
+      // Destroyed, not closed: shutdown has ended every call by now, and close()
+      // waits for a request still connecting (no abort of its own yet: onConnect)
+      // until UPSTREAM_CONNECT_TIMEOUT_MS, up to 10 minutes.
+      await Promise.allSettled(all.map((pool) => pool.destroy()));
     },
   };
 }
