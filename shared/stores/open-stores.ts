@@ -30,15 +30,37 @@ export function openAuditStore(config: Readonly<Config>): Promise<ClickHouseAudi
  * once a second, and fails fast otherwise (inserts are then spooled; reads are
  * 503). The embedded engine is opened directly: it is part of the process.
  */
-export async function openAuditStoreWhenReachable(config: Readonly<Config>, onWaiting: (err: unknown) => void): Promise<AuditStore> {
+export async function openAuditStoreWhenReachable(config: Readonly<Config>, onWaiting: (err: unknown) => void, startupWaitMs = AUDIT_STARTUP_WAIT_MS): Promise<AuditStore> {
   if (config.clickhouseUrl === null) return openAuditStore(config);
-  try {
-    return await openAuditStore(config);
-  } catch (err) {
-    onWaiting(err);
-  }
   let store: AuditStore | null = null;
   let opening: Promise<AuditStore> | null = null;
+  // The first open, waited for at most startupWaitMs: a server that takes the
+  // connection and never answers held the process's start for the client's
+  // timeouts (30 s) while every call was refused. Past the wait the process
+  // starts; the open goes on, and calls wait for it as for any open below.
+  const first = openAuditStore(config);
+  let timer: NodeJS.Timeout | undefined;
+  const early = await Promise.race([
+    first.then((opened) => opened, (err: unknown) => err as Error),
+    new Promise<'waiting'>((resolve) => { timer = setTimeout(() => resolve('waiting'), startupWaitMs); }),
+  ]);
+  clearTimeout(timer);
+  if (early instanceof ClickHouseAuditStore) return early;
+  if (early === 'waiting') {
+    onWaiting(new StoreUnavailableError(`the ClickHouse server did not answer within ${startupWaitMs} ms of the start; still trying`));
+    opening = first.then(
+      (opened) => (store = opened),
+      (err: unknown) => {
+        onWaiting(err);
+        throw new AuditStoreUnavailable();
+      },
+    ).finally(() => {
+      opening = null;
+    });
+    opening.catch(() => undefined); // a call that waits on it sees the failure; none may
+  } else {
+    onWaiting(early);
+  }
   let lastAttempt = Date.now();
   const ready = (): Promise<AuditStore> => {
     if (store !== null) return Promise.resolve(store);
@@ -89,6 +111,9 @@ export async function openAuditStoreWhenReachable(config: Readonly<Config>, onWa
 }
 
 /** The audit store has not answered yet (a 503 for readers, a spooled batch for writers). */
+/** How long a process's start waits for a ClickHouse server before it goes on without it (spooling). */
+export const AUDIT_STARTUP_WAIT_MS = 3000;
+
 class AuditStoreUnavailable extends StoreUnavailableError {
   constructor() {
     super('the audit store cannot be reached yet');

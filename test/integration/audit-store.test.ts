@@ -6,6 +6,7 @@
 import { createHash, generateKeyPairSync, randomUUID } from 'node:crypto';
 import canonicalize from 'canonicalize';
 import { mkdtempSync, rmSync } from 'node:fs';
+import { createServer as createNetServer, type AddressInfo, type Socket } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import t from 'tap';
@@ -548,6 +549,28 @@ t.test('while a ClickHouse server has not answered yet, every audit call fails a
   t.ok(isStoreUnavailable(await store.count().then(() => undefined, (e: unknown) => e)), 'a call that fails fast');
   await new Promise((resolve) => setTimeout(resolve, 1100));
   t.ok(isStoreUnavailable(await store.count().then(() => undefined, (e: unknown) => e)), 'a call that tried to open again');
+});
+
+t.test('a ClickHouse server that takes the connection and never answers holds the start for the startup wait, not the client\'s timeouts', async (t) => {
+  const held: Socket[] = [];
+  const silent = createNetServer((socket) => {
+    held.push(socket);
+    socket.on('error', () => undefined);
+  });
+  await new Promise<void>((resolve) => silent.listen(0, '127.0.0.1', resolve));
+  t.teardown(() => {
+    for (const socket of held) socket.destroy();
+    silent.close();
+  });
+  const config = loadConfig({ CLICKHOUSE_URL: `http://127.0.0.1:${(silent.address() as AddressInfo).port}/audit`, DATA_DIR: chdbDataDir });
+  const waiting: unknown[] = [];
+  const started = Date.now();
+  const store = await openAuditStoreWhenReachable(config, (err) => waiting.push(err), 500);
+  const took = Date.now() - started;
+  t.teardown(() => store.close());
+  t.ok(took < 2000, `opened (to wait on) after ${took} ms; the client's timeout is 30 s`);
+  t.ok(isStoreUnavailable(waiting[0]), 'the wait is told as unavailable');
+  t.ok(held.length > 0, 'the first open is still on its way');
 });
 
 const clickhouseUrl = process.env.CLICKHOUSE_URL;

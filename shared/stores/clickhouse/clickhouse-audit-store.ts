@@ -841,7 +841,7 @@ async function openHttpClient(url: string): Promise<ClickHouseClient> {
     // from a connection that names none. Checked first: a user allowed to write to
     // an existing database may lack CREATE DATABASE.
     parsed.pathname = '/';
-    const bootstrap = createClient({ url: parsed, clickhouse_settings: HTTP_SETTINGS, log: CLIENT_LOG });
+    const bootstrap = createClient({ url: parsed, clickhouse_settings: HTTP_SETTINGS, log: CLIENT_LOG, request_timeout: HTTP_REQUEST_TIMEOUT_MS });
     try {
       const found = await (await bootstrap.query({
         query: 'SELECT count() AS n FROM system.databases WHERE name = {db:String}',
