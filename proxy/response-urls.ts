@@ -148,3 +148,31 @@ function rebaseRefresh(value: string, base: string, prefix: string): string {
   }
   return `${head}${quote}${rebaseReference(ref, base, prefix)}${quote}`;
 }
+
+/**
+ * A Set-Cookie the upstream sends, scoped to the tool's prefix: its Path put
+ * under `prefix` (`Path=/docs` → `Path=/proxy/{key}/{authority}/docs`), a Path
+ * that is not one dropped (the default, the request's directory, is under the
+ * prefix already), and its Domain dropped (the cookie belongs to the guard's
+ * host alone). As the upstream wrote it, `Path=/` put the cookie on every
+ * request a browser makes to the guard: the console and the admin API (a few
+ * large cookies locked them out with 431) and every other tool's prefix.
+ */
+export function scopeSetCookie(value: string, prefix: string): string {
+  const parts = value.split(';');
+  let out = parts[0]!;
+  for (let i = 1; i < parts.length; i++) {
+    const attribute = parts[i]!.trim();
+    if (attribute === '') continue;
+    const eq = attribute.indexOf('=');
+    const name = (eq < 0 ? attribute : attribute.slice(0, eq)).trim().toLowerCase();
+    if (name === 'domain') continue;
+    if (name === 'path') {
+      const path = eq < 0 ? '' : attribute.slice(eq + 1).trim();
+      if (path.startsWith('/')) out += `; Path=${prefix}${path}`;
+      continue;
+    }
+    out += `; ${attribute}`;
+  }
+  return out;
+}

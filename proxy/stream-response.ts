@@ -18,7 +18,7 @@ import { PROXIED_RESPONSE_HEADER_BYTES, PROXIED_RESPONSE_HEADERS, RESPONSE_DROP,
 import { CORK_PIECE_BYTES } from '../shared/uws-write.js';
 import { answerEnded, END_REASONS, redactCapture, type EndReason, type ProxyExchange } from './exchange.js';
 import type { UpstreamBudget } from './upstream-pools.js';
-import { rebaseHeader } from './response-urls.js';
+import { rebaseHeader, scopeSetCookie } from './response-urls.js';
 import { SseEndpointRewriter } from './sse-endpoint.js';
 
 type Resume = () => void;
@@ -137,6 +137,10 @@ export class UpstreamResponse {
       } else if (name.length === 14 && this.#ex.mcpSessionId === null && name.toString('latin1').toLowerCase() === 'mcp-session-id') {
         const id = rawHeaders[i + 1]!.toString('latin1');
         if (id.length <= 256) this.#ex.mcpSessionId = id; // the server's answer to initialize names the session
+      } else if (name.length === 10 && (name[0]! | 0x20) === 0x73 && name.toString('latin1').toLowerCase() === 'set-cookie') {
+        const before = rawHeaders[i + 1]!.length;
+        rawHeaders[i + 1] = Buffer.from(scopeSetCookie(rawHeaders[i + 1]!.toString('latin1'), this.#ex.proxyPrefix()), 'latin1');
+        headBytes += rawHeaders[i + 1]!.length - before;
       } else if (name.length === 16 || name.length === 8 || ((name.length === 4 || name.length === 7) && URL_HEADER_FIRST.has(name[0]! | 0x20))) {
         const lower = name.toString('latin1').toLowerCase();
         if (lower === 'content-encoding') {

@@ -547,6 +547,15 @@ t.test('chunked and server-sent-event responses arrive as they are produced', as
   t.equal(await chunked.text(), 'one,two,three');
 });
 
+t.test("a tool's cookies are scoped to its prefix: never sent by a browser to the console, the admin API or another tool", async (t) => {
+  const agent = await createAgent(base, owner, 'cookies');
+  const res = await proxied(agent.api_key, `${upstream.authority}/cookies`);
+  t.equal(res.status, 200);
+  const prefix = `/proxy/${agent.api_key}/${upstream.authority}`;
+  t.strictSame(res.headers.getSetCookie(), [`session=s1; Path=${prefix}/; HttpOnly`, `pref=dark; Path=${prefix}/docs; Secure`, 'plain=1'], 'Path under the prefix, Domain dropped, the rest as sent');
+  t.equal(await res.text(), 'cookies');
+});
+
 t.test('redirects are passed back, never followed; 204 and 304 have no body', async (t) => {
   const agent = await createAgent(base, owner, 'redirect');
   const res = await proxied(agent.api_key, `${upstream.authority}/redirect`, { redirect: 'manual' });

@@ -137,6 +137,10 @@ export const DEFAULT_ROUTES: Record<string, Route> = {
     if (code === 204 || code === 304) res.end();
     else res.end(`status ${code}`);
   },
+  '/cookies': (_req, res) => {
+    res.writeHead(200, { 'set-cookie': ['session=s1; Path=/; Domain=127.0.0.1; HttpOnly', 'pref=dark; Path=/docs; Secure', 'plain=1'], 'content-type': 'text/plain' });
+    res.end('cookies');
+  },
   '/redirect': (_req, res) => {
     res.writeHead(302, { location: 'https://elsewhere.example/next' });
     res.end();

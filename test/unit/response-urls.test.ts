@@ -1,7 +1,7 @@
 // Relative references in an upstream's answer, rebased under the tool's prefix
 // (proxy/response-urls.ts): what the upstream means, where the client will go.
 import t from 'tap';
-import { rebaseHeader, rebaseReference } from '../../proxy/response-urls.js';
+import { rebaseHeader, rebaseReference, scopeSetCookie } from '../../proxy/response-urls.js';
 
 const BASE = 'https://tools.example.com/api/v1/items';
 const PREFIX = '/proxy/agk_KEY/tools.example.com';
@@ -87,4 +87,17 @@ t.test('written absolute, the reference lands under the prefix whatever base the
       t.ok(out.startsWith(ROOT) || out.startsWith('https://'), `${ref}: absolute (${out})`);
     }
   }
+});
+
+t.test('Set-Cookie is scoped to the tool: its Path under the prefix, its Domain dropped, the rest as sent', async (t) => {
+  const prefix = '/proxy/tcg_abc/api.example.com:8443';
+  const cases: [string, string][] = [
+    ['a=1; Path=/; Domain=example.com; HttpOnly', `a=1; Path=${prefix}/; HttpOnly`],
+    ['b=2;path=/docs/v1;SECURE;SameSite=Lax', `b=2; Path=${prefix}/docs/v1; SECURE; SameSite=Lax`],
+    ['c=3; Expires=Wed, 21 Oct 2026 07:28:00 GMT; Max-Age=60', 'c=3; Expires=Wed, 21 Oct 2026 07:28:00 GMT; Max-Age=60'],
+    ['d=4; Path=docs; domain=.x.test', 'd=4'],
+    ['e=5; Path=', 'e=5'],
+    ['f=a=b; ; Path=/x', `f=a=b; Path=${prefix}/x`],
+  ];
+  for (const [sent, passed] of cases) t.equal(scopeSetCookie(sent, prefix), passed, sent);
 });
