@@ -35,6 +35,28 @@ export function whenUnauthorized(callback: () => void): void {
   onUnauthorized = callback;
 }
 
+/** A status the service answered a request of the console's own (the stream, a download) with: a 401 is a refused token, as in `call`. */
+export function answered(status: number): void {
+  if (status === 401 && token() !== null) onUnauthorized();
+}
+
+/** Whether the token's `exp` has passed, read without checking the token (the service checks it): a stream it opened ends then. */
+export function tokenExpired(): boolean {
+  const payload = token()?.split('.')[1];
+  if (payload === undefined) return false;
+  try {
+    const { exp } = JSON.parse(atob(payload.replace(/-/g, '+').replace(/_/g, '/'))) as { exp?: unknown };
+    return typeof exp === 'number' && exp * 1000 <= Date.now() + 1000;
+  } catch {
+    return false;
+  }
+}
+
+/** The token expired under a stream it opened: back to the login page, as for a refused one. */
+export function expired(): void {
+  if (token() !== null) onUnauthorized();
+}
+
 export interface Answer<T> {
   data: T;
   headers: Headers;

@@ -1,6 +1,6 @@
 // The live tail: GET /audit/stream read with fetch (EventSource cannot send the
 // Authorization header, and the token must never go in a URL), parsed as server-sent events.
-import { authHeaders } from './api.js';
+import { answered, authHeaders, expired, tokenExpired } from './api.js';
 import type { AuditEntry } from './types.js';
 
 /** Starts reading; returns the function that stops it. */
@@ -10,6 +10,7 @@ export function followAudit(query: string, onEntry: (entry: AuditEntry) => void,
     try {
       const res = await fetch(`/audit/stream${query}`, { headers: { accept: 'text/event-stream', ...authHeaders() }, signal: controller.signal });
       if (!res.ok || res.body === null) {
+        answered(res.status); // a refused token: back to the login page
         const body = (await res.json().catch(() => ({}))) as { message?: string };
         onState(body.message ?? `HTTP ${res.status}`);
         return;
@@ -34,7 +35,9 @@ export function followAudit(query: string, onEntry: (entry: AuditEntry) => void,
           if (event === 'audit' && data !== '') onEntry(JSON.parse(data) as AuditEntry);
         }
       }
-      onState('closed');
+      // The service ends a stream when the token it was opened with expires: log in again.
+      if (tokenExpired()) expired();
+      else onState('closed');
     } catch (err) {
       if (!controller.signal.aborted) onState(err instanceof Error ? err.message : 'the stream failed');
     }

@@ -1,7 +1,7 @@
 // Audit: the filters of GET /audit, paging, an entry's detail, the PDF export,
 // and a live tail (GET /audit/stream with the same filters).
 import { useEffect, useRef, useState } from 'preact/hooks';
-import { authHeaders, call, get, problem } from '../api.js';
+import { answered, authHeaders, call, get, problem } from '../api.js';
 import { followAudit } from '../live-tail.js';
 import type { Agent, AuditEntry } from '../types.js';
 import { ErrorLine, Time, useAction } from '../ui.js';
@@ -60,7 +60,10 @@ export function AuditPage() {
     setPdfError(null);
     try {
       const res = await fetch(`/audit/export/pdf?days=${encodeURIComponent(pdfDays)}`, { headers: authHeaders() });
-      if (!res.ok) throw new Error(((await res.json().catch(() => ({}))) as { message?: string }).message ?? `HTTP ${res.status}`);
+      if (!res.ok) {
+        answered(res.status); // a refused token: back to the login page
+        throw new Error(((await res.json().catch(() => ({}))) as { message?: string }).message ?? `HTTP ${res.status}`);
+      }
       const name = /filename="([^"]+)"/.exec(res.headers.get('content-disposition') ?? '')?.[1] ?? 'audit.pdf';
       const url = URL.createObjectURL(await res.blob());
       const a = document.createElement('a');

@@ -8,6 +8,8 @@
 import { existsSync, mkdirSync, readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import t from 'tap';
+import { SignJWT } from 'jose';
+import { JWT_AUDIENCE, JWT_ISSUER } from '../../admin/auth.js';
 import { buildConsole } from '../../scripts/build-console.js';
 import { startTestService } from '../support/service.js';
 import { startUpstream } from '../support/upstream.js';
@@ -15,6 +17,8 @@ import { startUpstream } from '../support/upstream.js';
 const CHROMIUM = ['/usr/bin/chromium', '/usr/bin/chromium-browser', '/usr/bin/google-chrome'].find((p) => existsSync(p));
 const ARTIFACTS = fileURLToPath(new URL('../../test-artifacts/console/', import.meta.url));
 const XSS = '<img src=x onerror="window.__xss=1">';
+/** The test service's signing key: a test makes a token that expires in seconds (JWT_TTL_SECONDS is at least 60). */
+const JWT_SECRET = 'console-test-jwt-secret-0123456789abcdef0123456789';
 
 if (CHROMIUM === undefined) {
   const why = 'no Chromium found at /usr/bin/chromium (install Debian\'s chromium: apt-get install -y chromium; .ci/run does it)';
@@ -47,7 +51,7 @@ async function runBrowserTests(executablePath: string): Promise<void> {
       res.end('self.addEventListener("fetch", () => {});');
     },
   });
-  const service = await startTestService({ APPROVAL_HOLD_S: '20' });
+  const service = await startTestService({ APPROVAL_HOLD_S: '20', JWT_SECRET });
   const base = service.url;
   const browser = await chromium.launch({ executablePath, args: ['--no-sandbox'] });
   const context = await browser.newContext({ viewport: { width: 1280, height: 900 }, acceptDownloads: true });
@@ -241,6 +245,30 @@ async function runBrowserTests(executablePath: string): Promise<void> {
   t.test('no script error and no CSP violation on any page', async (t) => {
     t.same(pageErrors, []);
     t.same(cspViolations, []);
+  });
+
+  t.test('a live tail whose token expires takes the console back to its login page; so does a refused token', async (t) => {
+    // The session's own token, its expiry 3 s away (signed with the test service's JWT_SECRET, as the service signs).
+    const own = (await page.evaluate(() => sessionStorage.getItem('tcg.token')))!;
+    const claims = JSON.parse(Buffer.from(own.split('.')[1]!, 'base64url').toString('utf8')) as { sub: string; org: string };
+    const soon = await new SignJWT({ org: claims.org }).setProtectedHeader({ alg: 'HS256', typ: 'JWT' }).setSubject(claims.sub)
+      .setIssuer(JWT_ISSUER).setAudience(JWT_AUDIENCE).setIssuedAt().setExpirationTime(Math.floor(Date.now() / 1000) + 3).sign(new TextEncoder().encode(JWT_SECRET));
+    await page.evaluate((value) => sessionStorage.setItem('tcg.token', value), soon);
+    await page.getByRole('link', { name: 'Audit' }).click();
+    await page.getByRole('button', { name: 'Start live tail' }).click();
+    await page.getByText('Live: new entries appear').waitFor();
+    await page.getByRole('heading', { name: 'Log in' }).waitFor({ timeout: 10_000 });
+    t.equal(await page.evaluate(() => sessionStorage.getItem('tcg.token')), null, 'the expired token is gone');
+    // A token the service refuses when the tail opens (the page loaded with a good one).
+    await page.evaluate((value) => sessionStorage.setItem('tcg.token', value), own);
+    await page.reload(); // signed in again
+    await page.getByRole('link', { name: 'Audit' }).click();
+    await page.getByRole('button', { name: 'Start live tail' }).waitFor();
+    await page.evaluate((value) => sessionStorage.setItem('tcg.token', value), own.slice(0, -4) + 'AAAA');
+    await page.getByRole('button', { name: 'Start live tail' }).click();
+    await page.getByRole('heading', { name: 'Log in' }).waitFor({ timeout: 5000 });
+    t.equal(await page.evaluate(() => sessionStorage.getItem('tcg.token')), null, 'the refused token is gone');
+    await page.evaluate((value) => sessionStorage.setItem('tcg.token', value), own); // the session again, for the test after
   });
 
   // Last: the sandboxed page's blocked script is reported on the console.
