@@ -279,13 +279,18 @@ const STREAM_HEADERS = {
   'x-accel-buffering': 'no',
 };
 
+/** The last event of a stream whose token expired (the console logs in again). */
+const EXPIRED_EVENT = 'event: expired\ndata: {"reason":"the token expired"}\n\n';
+
 /** GET /audit/stream: the filters checked (400) before the head is sent; the stream starts as of this moment. */
 export function auditStreamHandler(hub: AuditStreamHub): Handler {
   return async (req, caller) => {
     const filter = auditFilterFromQuery(req.query);
     const open = await hub.subscribe(caller.orgId, filter);
     if (req.method === 'HEAD') return { status: 200, headers: STREAM_HEADERS, body: '' };
-    // A stream ends when its token does: the console logs in again and reopens it.
+    // A stream ends when its token does, with an `expired` event first, so that
+    // a client tells it from a shutdown by the service's clock, not its own:
+    // the console then goes back to its login page.
     const lifetimeMs = Math.min(Math.max(0, (caller.expiresAt ?? Infinity) - Date.now()), 2 ** 31 - 1);
     return {
       status: 200,
@@ -293,7 +298,10 @@ export function auditStreamHandler(hub: AuditStreamHub): Handler {
       body: '',
       stream: (sink) => {
         const close = open(sink);
-        const timer = setTimeout(() => sink.end(), lifetimeMs);
+        const timer = setTimeout(() => {
+          sink.write(EXPIRED_EVENT);
+          sink.end();
+        }, lifetimeMs);
         return () => {
           clearTimeout(timer);
           close();

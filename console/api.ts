@@ -40,19 +40,7 @@ export function answered(status: number): void {
   if (status === 401 && token() !== null) onUnauthorized();
 }
 
-/** Whether the token's `exp` has passed, read without checking the token (the service checks it): a stream it opened ends then. */
-export function tokenExpired(): boolean {
-  const payload = token()?.split('.')[1];
-  if (payload === undefined) return false;
-  try {
-    const { exp } = JSON.parse(atob(payload.replace(/-/g, '+').replace(/_/g, '/'))) as { exp?: unknown };
-    return typeof exp === 'number' && exp * 1000 <= Date.now() + 1000;
-  } catch {
-    return false;
-  }
-}
-
-/** The token expired under a stream it opened: back to the login page, as for a refused one. */
+/** The service ended a stream because its token expired: back to the login page, as for a refused one. */
 export function expired(): void {
   if (token() !== null) onUnauthorized();
 }

@@ -1,6 +1,6 @@
 // The live tail: GET /audit/stream read with fetch (EventSource cannot send the
 // Authorization header, and the token must never go in a URL), parsed as server-sent events.
-import { answered, authHeaders, expired, tokenExpired } from './api.js';
+import { answered, authHeaders, expired } from './api.js';
 import type { AuditEntry } from './types.js';
 
 /** Starts reading; returns the function that stops it. */
@@ -18,6 +18,7 @@ export function followAudit(query: string, onEntry: (entry: AuditEntry) => void,
       onState('open');
       const reader = res.body.pipeThrough(new TextDecoderStream()).getReader();
       let buffer = '';
+      let tokenEnded = false;
       for (;;) {
         const { value, done } = await reader.read();
         if (done) break;
@@ -33,10 +34,11 @@ export function followAudit(query: string, onEntry: (entry: AuditEntry) => void,
             else if (line.startsWith('data:')) data += line.slice(5).replace(/^ /, '');
           }
           if (event === 'audit' && data !== '') onEntry(JSON.parse(data) as AuditEntry);
+          else if (event === 'expired') tokenEnded = true;
         }
       }
-      // The service ends a stream when the token it was opened with expires: log in again.
-      if (tokenExpired()) expired();
+      // The service ends a stream with `expired` when the token it was opened with expires: log in again.
+      if (tokenEnded) expired();
       else onState('closed');
     } catch (err) {
       if (!controller.signal.aborted) onState(err instanceof Error ? err.message : 'the stream failed');

@@ -151,16 +151,20 @@ function rebaseRefresh(value: string, base: string, prefix: string): string {
 
 /**
  * A Set-Cookie the upstream sends, scoped to the tool's prefix: its Path put
- * under `prefix` (`Path=/docs` → `Path=/proxy/{key}/{authority}/docs`), a Path
- * that is not one dropped (the default, the request's directory, is under the
- * prefix already), and its Domain dropped (the cookie belongs to the guard's
- * host alone). As the upstream wrote it, `Path=/` put the cookie on every
- * request a browser makes to the guard: the console and the admin API (a few
- * large cookies locked them out with 431) and every other tool's prefix.
+ * under `prefix` (`Path=/docs` → `Path=/proxy/{key}/{authority}/docs`), and its
+ * Domain dropped (the cookie belongs to the guard's host alone). Without a Path
+ * (or with one that is not a path), the default the upstream's browser would
+ * take from `upstreamPath` (RFC 6265 §5.1.4), under the prefix: the browser's
+ * own default, from the guard's URL, is `/proxy/{key}` for a target without a
+ * path, every tool of the key. As the upstream wrote it, `Path=/` put the
+ * cookie on every request a browser makes to the guard: the console and the
+ * admin API (a few large cookies locked them out with 431) and every other
+ * tool's prefix.
  */
-export function scopeSetCookie(value: string, prefix: string): string {
+export function scopeSetCookie(value: string, prefix: string, upstreamPath: string): string {
   const parts = value.split(';');
   let out = parts[0]!;
+  let path: string | null = null;
   for (let i = 1; i < parts.length; i++) {
     const attribute = parts[i]!.trim();
     if (attribute === '') continue;
@@ -168,11 +172,19 @@ export function scopeSetCookie(value: string, prefix: string): string {
     const name = (eq < 0 ? attribute : attribute.slice(0, eq)).trim().toLowerCase();
     if (name === 'domain') continue;
     if (name === 'path') {
-      const path = eq < 0 ? '' : attribute.slice(eq + 1).trim();
-      if (path.startsWith('/')) out += `; Path=${prefix}${path}`;
+      const given = eq < 0 ? '' : attribute.slice(eq + 1).trim();
+      path = given.startsWith('/') ? given : null; // the last Path stands, as in a browser
       continue;
     }
     out += `; ${attribute}`;
   }
-  return out;
+  return `${out}; Path=${prefix}${path ?? defaultCookiePath(upstreamPath)}`;
+}
+
+/** RFC 6265 §5.1.4: the directory of a request's path (without its query), `/` at the top. */
+function defaultCookiePath(requestPath: string): string {
+  const query = requestPath.indexOf('?');
+  const path = query < 0 ? requestPath : requestPath.slice(0, query);
+  const last = path.lastIndexOf('/');
+  return last <= 0 ? '/' : path.slice(0, last);
 }

@@ -139,7 +139,7 @@ export class UpstreamResponse {
         if (id.length <= 256) this.#ex.mcpSessionId = id; // the server's answer to initialize names the session
       } else if (name.length === 10 && (name[0]! | 0x20) === 0x73 && name.toString('latin1').toLowerCase() === 'set-cookie') {
         const before = rawHeaders[i + 1]!.length;
-        rawHeaders[i + 1] = Buffer.from(scopeSetCookie(rawHeaders[i + 1]!.toString('latin1'), this.#ex.proxyPrefix()), 'latin1');
+        rawHeaders[i + 1] = Buffer.from(scopeSetCookie(rawHeaders[i + 1]!.toString('latin1'), this.#ex.proxyPrefix(), this.#ex.target!.path), 'latin1');
         headBytes += rawHeaders[i + 1]!.length - before;
       } else if (name.length === 16 || name.length === 8 || ((name.length === 4 || name.length === 7) && URL_HEADER_FIRST.has(name[0]! | 0x20))) {
         const lower = name.toString('latin1').toLowerCase();

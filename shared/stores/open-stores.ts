@@ -34,6 +34,15 @@ export async function openAuditStoreWhenReachable(config: Readonly<Config>, onWa
   if (config.clickhouseUrl === null) return openAuditStore(config);
   let store: AuditStore | null = null;
   let opening: Promise<AuditStore> | null = null;
+  let closed = false;
+  /** An open that succeeded: kept, or closed at once when the store was closed meanwhile. */
+  const adopt = (opened: AuditStore): AuditStore => {
+    if (closed) {
+      void opened.close();
+      throw new AuditStoreUnavailable();
+    }
+    return (store = opened);
+  };
   // The first open, waited for at most startupWaitMs: a server that takes the
   // connection and never answers held the process's start for the client's
   // timeouts (30 s) while every call was refused. Past the wait the process
@@ -49,7 +58,7 @@ export async function openAuditStoreWhenReachable(config: Readonly<Config>, onWa
   if (early === 'waiting') {
     onWaiting(new StoreUnavailableError(`the ClickHouse server did not answer within ${startupWaitMs} ms of the start; still trying`));
     opening = first.then(
-      (opened) => (store = opened),
+      adopt,
       (err: unknown) => {
         onWaiting(err);
         throw new AuditStoreUnavailable();
@@ -63,12 +72,13 @@ export async function openAuditStoreWhenReachable(config: Readonly<Config>, onWa
   }
   let lastAttempt = Date.now();
   const ready = (): Promise<AuditStore> => {
+    if (closed) return Promise.reject(new AuditStoreUnavailable());
     if (store !== null) return Promise.resolve(store);
     if (opening !== null) return opening;
     if (Date.now() - lastAttempt < 1000) return Promise.reject(new AuditStoreUnavailable());
     lastAttempt = Date.now();
     opening = openAuditStore(config).then(
-      (opened) => (store = opened),
+      adopt,
       (err: unknown) => {
         onWaiting(err);
         throw new AuditStoreUnavailable();
@@ -103,17 +113,24 @@ export async function openAuditStoreWhenReachable(config: Readonly<Config>, onWa
     verifyGroups: async (orgId, scan, onPage, pageRows) => (await ready()).verifyGroups(orgId, scan, onPage, pageRows),
     entriesByIds: async (orgId, ids) => (await ready()).entriesByIds(orgId, ids),
     orgIds: async () => (await ready()).orgIds(),
-    ping: async () => (await ready()).ping(),
+    // Not open yet: unavailable at once (GET /ready answers 503, not after the open's
+    // timeouts), and an open is started or waited for behind it.
+    ping: async () => {
+      if (store !== null) return store.ping();
+      ready().catch(() => undefined);
+      throw new AuditStoreUnavailable();
+    },
     close: async () => {
+      closed = true;
       await store?.close();
     },
   };
 }
 
-/** The audit store has not answered yet (a 503 for readers, a spooled batch for writers). */
 /** How long a process's start waits for a ClickHouse server before it goes on without it (spooling). */
 export const AUDIT_STARTUP_WAIT_MS = 3000;
 
+/** The audit store has not answered yet (a 503 for readers, a spooled batch for writers). */
 class AuditStoreUnavailable extends StoreUnavailableError {
   constructor() {
     super('the audit store cannot be reached yet');

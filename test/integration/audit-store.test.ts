@@ -571,6 +571,14 @@ t.test('a ClickHouse server that takes the connection and never answers holds th
   t.ok(took < 2000, `opened (to wait on) after ${took} ms; the client's timeout is 30 s`);
   t.ok(isStoreUnavailable(waiting[0]), 'the wait is told as unavailable');
   t.ok(held.length > 0, 'the first open is still on its way');
+  const fast = async (what: string, call: () => Promise<unknown>) => {
+    const asked = Date.now();
+    const err = await call().then(() => undefined, (e: unknown) => e);
+    t.ok(isStoreUnavailable(err) && Date.now() - asked < 1000, `${what}: unavailable at once (${Date.now() - asked} ms), not after the open's 10 s`);
+  };
+  await fast('a ping while the open is on its way (GET /ready)', () => store.ping());
+  await store.close();
+  await fast('a call once closed', () => store.count());
 });
 
 const clickhouseUrl = process.env.CLICKHOUSE_URL;

@@ -4,12 +4,14 @@
 // apply (a bad one is 400), no token is 401, another org's entries never arrive,
 // a comment keeps an idle stream open, a split-mode proxy streams it from the
 // admin process, and a process with open streams stops promptly on SIGTERM.
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { get as httpGet } from 'node:http';
 import { connect as netConnect } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { SignJWT } from 'jose';
 import t from 'tap';
+import { JWT_AUDIENCE, JWT_ISSUER } from '../../admin/auth.js';
 import { api, createAgent, signup, startTestService, TLS_DIR, type Session } from '../support/service.js';
 import { eventually } from '../support/eventually.js';
 import { openSse, type SseEvent } from '../support/sse-client.js';
@@ -207,6 +209,20 @@ t.test('a subscriber that reads nothing is dropped once 8 MiB wait for it, count
   const outcome = await eventually(async () => (closed ? 'closed' : undefined), 5000).catch(() => 'open');
   t.equal(outcome, 'closed', 'the service closed the connection');
   t.ok(received < 10 * 2 ** 20, `after what the kernel held: ${(received / 2 ** 20).toFixed(1)} of 19 MiB (all of it when the bound counted characters)`);
+});
+
+t.test('a stream ends when its token expires, with an `expired` event first (a client tells it from a shutdown)', async (t) => {
+  // The owner's token again, expiring in 2 s, signed with the service's generated key as the service signs.
+  const claims = JSON.parse(Buffer.from(owner.token.split('.')[1]!, 'base64url').toString('utf8')) as { sub: string; org: string };
+  const { jwt_secret: secret } = JSON.parse(readFileSync(join(service.dataDir, 'secrets.json'), 'utf8')) as { jwt_secret: string };
+  const soon = await new SignJWT({ org: claims.org }).setProtectedHeader({ alg: 'HS256', typ: 'JWT' }).setSubject(claims.sub)
+    .setIssuer(JWT_ISSUER).setAudience(JWT_AUDIENCE).setIssuedAt().setExpirationTime(Math.floor(Date.now() / 1000) + 2).sign(new TextEncoder().encode(secret));
+  const opened = Date.now();
+  const res = await fetch(`${base}/audit/stream`, { headers: { authorization: `Bearer ${soon}` } });
+  t.equal(res.status, 200);
+  const text = await res.text(); // to the stream's end
+  t.ok(Date.now() - opened < 6000, `ended ${Date.now() - opened} ms after it opened`);
+  t.match(text, /event: expired\ndata: \{"reason":"the token expired"\}\n\n$/, 'its last event says why');
 });
 
 t.test('split mode: a proxy streams GET /audit/stream from the admin process', async (t) => {

@@ -91,13 +91,14 @@ t.test('written absolute, the reference lands under the prefix whatever base the
 
 t.test('Set-Cookie is scoped to the tool: its Path under the prefix, its Domain dropped, the rest as sent', async (t) => {
   const prefix = '/proxy/tcg_abc/api.example.com:8443';
-  const cases: [string, string][] = [
-    ['a=1; Path=/; Domain=example.com; HttpOnly', `a=1; Path=${prefix}/; HttpOnly`],
-    ['b=2;path=/docs/v1;SECURE;SameSite=Lax', `b=2; Path=${prefix}/docs/v1; SECURE; SameSite=Lax`],
-    ['c=3; Expires=Wed, 21 Oct 2026 07:28:00 GMT; Max-Age=60', 'c=3; Expires=Wed, 21 Oct 2026 07:28:00 GMT; Max-Age=60'],
-    ['d=4; Path=docs; domain=.x.test', 'd=4'],
-    ['e=5; Path=', 'e=5'],
-    ['f=a=b; ; Path=/x', `f=a=b; Path=${prefix}/x`],
+  const cases: [string, string, string][] = [
+    ['a=1; Path=/; Domain=example.com; HttpOnly', '/x', `a=1; HttpOnly; Path=${prefix}/`],
+    ['b=2;path=/docs/v1;SECURE;SameSite=Lax', '/x', `b=2; SECURE; SameSite=Lax; Path=${prefix}/docs/v1`],
+    // No Path, or one that is not a path: the upstream request's directory (RFC 6265 §5.1.4), under the prefix.
+    ['c=3; Expires=Wed, 21 Oct 2026 07:28:00 GMT; Max-Age=60', '/api/v1/login?next=/a/b', `c=3; Expires=Wed, 21 Oct 2026 07:28:00 GMT; Max-Age=60; Path=${prefix}/api/v1`],
+    ['d=4; Path=docs; domain=.x.test', '/login', `d=4; Path=${prefix}/`],
+    ['e=5; Path=', '/', `e=5; Path=${prefix}/`],
+    ['f=a=b; ; Path=/x; Path=/y', '/', `f=a=b; Path=${prefix}/y`],
   ];
-  for (const [sent, passed] of cases) t.equal(scopeSetCookie(sent, prefix), passed, sent);
+  for (const [sent, upstreamPath, passed] of cases) t.equal(scopeSetCookie(sent, prefix, upstreamPath), passed, sent);
 });
