@@ -55,18 +55,20 @@ export async function openAuditStoreWhenReachable(config: Readonly<Config>, onWa
   ]);
   clearTimeout(timer);
   if (early instanceof ClickHouseAuditStore) return early;
-  if (early === 'waiting') {
-    onWaiting(new StoreUnavailableError(`the ClickHouse server did not answer within ${startupWaitMs} ms of the start; still trying`));
-    opening = first.then(
-      adopt,
-      (err: unknown) => {
-        onWaiting(err);
-        throw new AuditStoreUnavailable();
-      },
-    ).finally(() => {
+  /** An open under way: calls wait for it; its failure is told once and is each waiting call's 503. */
+  const track = (attempt: Promise<AuditStore>): Promise<AuditStore> => {
+    const tracked = attempt.then(adopt, (err: unknown) => {
+      onWaiting(err);
+      throw new AuditStoreUnavailable();
+    }).finally(() => {
       opening = null;
     });
-    opening.catch(() => undefined); // a call that waits on it sees the failure; none may
+    opening = tracked;
+    return tracked;
+  };
+  if (early === 'waiting') {
+    onWaiting(new StoreUnavailableError(`the ClickHouse server did not answer within ${startupWaitMs} ms of the start; still trying`));
+    track(first).catch(() => undefined); // a call that waits on it sees the failure; none may
   } else {
     onWaiting(early);
   }
@@ -77,16 +79,7 @@ export async function openAuditStoreWhenReachable(config: Readonly<Config>, onWa
     if (opening !== null) return opening;
     if (Date.now() - lastAttempt < 1000) return Promise.reject(new AuditStoreUnavailable());
     lastAttempt = Date.now();
-    opening = openAuditStore(config).then(
-      adopt,
-      (err: unknown) => {
-        onWaiting(err);
-        throw new AuditStoreUnavailable();
-      },
-    ).finally(() => {
-      opening = null;
-    });
-    return opening;
+    return track(openAuditStore(config));
   };
   return {
     insert: async (rows, token) => (await ready()).insert(rows, token),

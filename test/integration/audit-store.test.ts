@@ -6,11 +6,11 @@
 import { createHash, generateKeyPairSync, randomUUID } from 'node:crypto';
 import canonicalize from 'canonicalize';
 import { mkdtempSync, rmSync } from 'node:fs';
-import { createServer as createNetServer, type AddressInfo, type Socket } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import t from 'tap';
 import { auditRecord as record } from '../support/audit-records.js';
+import { startSilentServer } from '../support/raw-socket.js';
 import { quantileExact } from '../support/quantile.js';
 import { spawnClickHouseHttpServer } from '../support/clickhouse-http-server.js';
 import { createClient } from '@clickhouse/client';
@@ -552,17 +552,8 @@ t.test('while a ClickHouse server has not answered yet, every audit call fails a
 });
 
 t.test('a ClickHouse server that takes the connection and never answers holds the start for the startup wait, not the client\'s timeouts', async (t) => {
-  const held: Socket[] = [];
-  const silent = createNetServer((socket) => {
-    held.push(socket);
-    socket.on('error', () => undefined);
-  });
-  await new Promise<void>((resolve) => silent.listen(0, '127.0.0.1', resolve));
-  t.teardown(() => {
-    for (const socket of held) socket.destroy();
-    silent.close();
-  });
-  const config = loadConfig({ CLICKHOUSE_URL: `http://127.0.0.1:${(silent.address() as AddressInfo).port}/audit`, DATA_DIR: chdbDataDir });
+  const { port, held } = await startSilentServer(t);
+  const config = loadConfig({ CLICKHOUSE_URL: `http://127.0.0.1:${port}/audit`, DATA_DIR: chdbDataDir });
   const waiting: unknown[] = [];
   const started = Date.now();
   const store = await openAuditStoreWhenReachable(config, (err) => waiting.push(err), 500);

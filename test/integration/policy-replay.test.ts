@@ -244,34 +244,25 @@ t.test('rows written by an earlier version (no shadow, path or decided columns) 
   t.match(samples, [{ action: 'DELETE', path: '/items/7', would_rule: 'no-item-deletes' }, { action: 'PUT', path: '/', would_rule: 'no-root-puts' }], 'the path taken from the URL, normalised as the proxy does (a bare host is /)');
 });
 
-t.test('a path recorded with raw characters (before they were escaped) replays as the proxy now reads it', async (t) => {
-  const agent = await createAgent(service.url, owner, 'raw-path', 'none');
-  const line = service.auditStore.encode(auditRecord(ownerOrg, {
-    agentId: agent.id, agentName: 'raw-path', action: 'GET', toolName: 'wiki.example', toolUrl: 'https://wiki.example/wiki/Zürich/edit',
-    ruleMatched: 'default', decision: 'allowed', policyPath: '/wiki/Zürich/edit', policyDecided: true,
-  }));
-  await service.auditStore.insertEncoded(line, 'raw-path');
+/** Replays `rules` over one allowed GET row as an older build recorded it, of an agent of its own. */
+async function replayOldRow(name: string, row: { toolName: string; toolUrl: string; policyPath: string }, rules: string) {
+  const agent = await createAgent(service.url, owner, name, 'none');
+  const line = service.auditStore.encode(auditRecord(ownerOrg, { agentId: agent.id, agentName: name, action: 'GET', ruleMatched: 'default', decision: 'allowed', policyDecided: true, ...row }));
+  await service.auditStore.insertEncoded(line, name);
   await auditOf(agent.id, 1);
-  const replay = await api(service.url, owner, 'POST', '/policy/replay', {
-    agent_id: agent.id,
-    rules_yaml: 'version: "1"\nrules:\n  - {name: no-zurich-edits, tool: "*", action: GET, path: "/wiki/Zürich/*", decision: deny}\n',
-  });
-  t.match(replay.json, { total: 1, allow_to_deny: 1 }, 'the rule (escaped as the proxy escapes the path) meets the old row');
+  return (await api(service.url, owner, 'POST', '/policy/replay', { agent_id: agent.id, rules_yaml: `version: "1"\nrules:\n  - ${rules}\n` })).json;
+}
+
+t.test('a path recorded with raw characters (before they were escaped) replays as the proxy now reads it', async (t) => {
+  const replayed = await replayOldRow('raw-path', { toolName: 'wiki.example', toolUrl: 'https://wiki.example/wiki/Zürich/edit', policyPath: '/wiki/Zürich/edit' },
+    '{name: no-zurich-edits, tool: "*", action: GET, path: "/wiki/Zürich/*", decision: deny}');
+  t.match(replayed, { total: 1, allow_to_deny: 1 }, 'the rule (escaped as the proxy escapes the path) meets the old row');
 });
 
 t.test('a tool recorded as an IPv4-mapped IPv6 address (before such targets were read as IPv4) replays as the proxy now reads it', async (t) => {
-  const agent = await createAgent(service.url, owner, 'mapped-tool', 'none');
-  const line = service.auditStore.encode(auditRecord(ownerOrg, {
-    agentId: agent.id, agentName: 'mapped-tool', action: 'GET', toolName: '::ffff:7f00:1', toolUrl: 'https://[::ffff:7f00:1]:8443/x',
-    ruleMatched: 'default', decision: 'allowed', policyPath: '/x', policyDecided: true,
-  }));
-  await service.auditStore.insertEncoded(line, 'mapped-tool');
-  await auditOf(agent.id, 1);
-  const replay = await api(service.url, owner, 'POST', '/policy/replay', {
-    agent_id: agent.id,
-    rules_yaml: 'version: "1"\nrules:\n  - {name: not-here, tool: "127.0.0.1", action: GET, decision: deny}\n',
-  });
-  t.match(replay.json, { total: 1, allow_to_deny: 1 }, 'a rule for 127.0.0.1 meets the old row');
+  const replayed = await replayOldRow('mapped-tool', { toolName: '::ffff:7f00:1', toolUrl: 'https://[::ffff:7f00:1]:8443/x', policyPath: '/x' },
+    '{name: not-here, tool: "127.0.0.1", action: GET, decision: deny}');
+  t.match(replayed, { total: 1, allow_to_deny: 1 }, 'a rule for 127.0.0.1 meets the old row');
 });
 
 t.test('a million audit rows replay in under 10 s', async (t) => {

@@ -2,13 +2,14 @@
 // flushes the audit and exits 0; a second signal exits at once.
 import { once } from 'node:events';
 import { mkdtempSync, rmSync } from 'node:fs';
-import { connect, createServer as createNetServer, type AddressInfo, type Socket } from 'node:net';
+import { connect } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import t from 'tap';
 import { api, auditTotal, createAgent, login, signup, TLS_DIR } from '../support/service.js';
 import { eventually } from '../support/eventually.js';
 import { startLoad } from '../support/load.js';
+import { startSilentServer } from '../support/raw-socket.js';
 import { spawnService } from '../support/spawn-service.js';
 import { startUpstream } from '../support/upstream.js';
 
@@ -178,25 +179,14 @@ t.test('a call still waiting for an upstream connection at the drain deadline is
 });
 
 t.test('a call whose tool never finishes the TLS handshake does not hold the exit to its connect timeout', async (t) => {
-  // A tarpit: takes the connection, never answers the handshake.
-  const held: Socket[] = [];
-  const tarpit = createNetServer((socket) => {
-    held.push(socket);
-    socket.on('error', () => undefined);
-  });
-  await new Promise<void>((resolve) => tarpit.listen(0, '127.0.0.1', resolve));
-  t.teardown(() => {
-    for (const socket of held) socket.destroy();
-    tarpit.close();
-  });
+  const tarpit = await startSilentServer(t); // takes the connection, never answers the handshake
   const dir = mkdtempSync(join(tmpdir(), 'tcg-shutdown-tarpit-'));
   t.teardown(() => rmSync(dir, { recursive: true, force: true }));
   const service = await spawnService('all-in-one', { ...env, DATA_DIR: dir, SHUTDOWN_DRAIN_MS: '500', AUDIT_BATCH_MS: '200', UPSTREAM_CONNECT_TIMEOUT_MS: '60000' });
   const owner = await signup(service.url);
   const agent = await createAgent(service.url, owner, 'tarpit', 'none');
-  const { port } = tarpit.address() as AddressInfo;
-  const call = fetch(`${service.url}/proxy/${agent.api_key}/127.0.0.1:${port}/x`).then((r) => r.status);
-  await eventually(async () => (held.length > 0 ? true : undefined));
+  const call = fetch(`${service.url}/proxy/${agent.api_key}/127.0.0.1:${tarpit.port}/x`).then((r) => r.status);
+  await eventually(async () => (tarpit.held.length > 0 ? true : undefined));
   const signalled = Date.now();
   service.child.kill('SIGTERM');
   t.equal(await call, 503, 'answered 503 at the drain deadline');

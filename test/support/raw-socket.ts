@@ -1,7 +1,7 @@
 // Raw bytes over a net socket, waiting for the server to close (not just to go
 // quiet, as raw-http.ts does): the smuggling and slow-client tests need to know
 // whether, when and after which answers the server ended the connection.
-import { connect, type Socket } from 'node:net';
+import { connect, createServer, type AddressInfo, type Socket } from 'node:net';
 
 export interface RawExchange {
   /** Everything the server sent (latin1). */
@@ -57,4 +57,23 @@ export async function headThenNext(port: number, path: string, gapMs = 300): Pro
   const { text, statuses } = await rawExchange(port, [`HEAD ${path} HTTP/1.1\r\nHost: x\r\n\r\n`, 'GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n'], { gapMs, maxMs: gapMs + 3000 });
   const headEnd = text.indexOf('\r\n\r\n') + 4;
   return { statuses, head: text.slice(0, headEnd), after: text.slice(headEnd) };
+}
+
+/**
+ * A server on 127.0.0.1 that takes every connection and never answers (a tool
+ * stuck before TLS, a hung ClickHouse): `held` are its connections; closed, and
+ * they destroyed, at the test's teardown.
+ */
+export async function startSilentServer(t: { teardown: (fn: () => void) => void }): Promise<{ port: number; held: Socket[] }> {
+  const held: Socket[] = [];
+  const server = createServer((socket) => {
+    held.push(socket);
+    socket.on('error', () => undefined);
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  t.teardown(() => {
+    for (const socket of held) socket.destroy();
+    server.close();
+  });
+  return { port: (server.address() as AddressInfo).port, held };
 }
