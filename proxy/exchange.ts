@@ -8,7 +8,7 @@ import { isoOfMs } from '../shared/audit/ch-instant.js';
 import { ERRORS, errorBody, type ErrorCode } from '../shared/errors.js';
 import { APPROVAL_ID_HEADER, PROXY_ALLOW, REQUEST_DROP, isApiKey, statusLine } from '../shared/http.js';
 import { hashApiKey } from '../shared/secrets.js';
-import { endAnswer } from '../shared/uws-write.js';
+import { answerCarriesBody, endAnswer } from '../shared/uws-write.js';
 import type { CompiledPolicy, CompiledRule, McpCall, PolicyDecision } from '../shared/policy/index.js';
 import type { Agent, Approval, AuditDecision, AuditRecord } from '../shared/types.js';
 import type { InjectedCredential } from './caches.js';
@@ -276,7 +276,7 @@ export class ProxyExchange {
     this.statusCode = status;
     const body = this.aborted ? '' : errorBody(code, message, extra);
     const headOnly = this.method === 'HEAD';
-    if (!this.aborted && !(headOnly && !closeConnection)) this.responseBytes = Buffer.byteLength(body); // what endAnswer sends
+    if (!this.aborted && answerCarriesBody(headOnly, closeConnection)) this.responseBytes = Buffer.byteLength(body);
     this.finish();
     if (!this.aborted) this.sendLast(() => this.res.cork(() => {
       this.res.writeStatus(statusLine(status)).writeHeader('content-type', 'application/json');
@@ -299,11 +299,12 @@ export class ProxyExchange {
     if (!this.aborted) {
       this.body?.detach();
       const body = JSON.stringify({ approval_id: approval.id, status: 'pending', expires_at: approval.expiresAt });
-      if (this.method !== 'HEAD') this.responseBytes = Buffer.byteLength(body);
+      const headOnly = this.method === 'HEAD';
+      if (answerCarriesBody(headOnly, false)) this.responseBytes = Buffer.byteLength(body);
       this.res.cork(() => {
         this.res.writeStatus(statusLine(202)).writeHeader('content-type', 'application/json');
         this.res.writeHeader('retry-after', String(retryAfterS)).writeHeader('location', location);
-        endAnswer(this.res, body, this.method === 'HEAD');
+        endAnswer(this.res, body, headOnly);
       });
     }
     this.finish();

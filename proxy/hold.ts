@@ -267,27 +267,19 @@ export function createHeldCalls(deps: {
     // retry's own, the same bytes: never an empty body under the call's length.
     const stored = ex.approvalId !== null && ex.body !== null ? await store.approvalBody(approval.orgId, approval.id) : null;
     if (ex.finished) return false;
-    const won = await store.useApproval(approval.orgId, approval.id);
+    let won = await store.useApproval(approval.orgId, approval.id);
+    if (!won && !ex.finished) {
+      const now = await store.getApproval(approval.orgId, approval.id);
+      if (ex.finished) return false;
+      // Given back meanwhile (returnUnsent: its call never went upstream): claimed again, once.
+      if (now?.status === 'approved') won = await store.useApproval(approval.orgId, approval.id);
+      // Lost the race (used), or expired meanwhile; never forwarded without the claim.
+      if (!won) return ex.finished ? false : settle(ex, now !== undefined && (now.status === 'expired' || now.status === 'denied') ? now : { ...approval, status: 'used' });
+    }
     if (ex.finished) {
       // Ended while claiming (client gone, shutdown, agent deleted): the call never went upstream.
       if (won) returnUnsent(ex);
       return false;
-    }
-    if (!won) {
-      const now = await store.getApproval(approval.orgId, approval.id);
-      if (ex.finished) return false;
-      // Given back meanwhile (returnUnsent: its call never went upstream): claimed again, once.
-      if (now?.status === 'approved' && (await store.useApproval(approval.orgId, approval.id))) {
-        if (ex.finished) {
-          returnUnsent(ex);
-          return false;
-        }
-        ex.claimed = true;
-        return undefined;
-      }
-      if (ex.finished) return false;
-      // Lost the race (used), or expired meanwhile; never forwarded without the claim.
-      return settle(ex, now !== undefined && (now.status === 'expired' || now.status === 'denied') ? now : { ...approval, status: 'used' });
     }
     if (stored !== null) ex.body!.buffer = stored;
     ex.claimed = true;

@@ -15,7 +15,7 @@
 // that fit uWS's cork buffer with their chunk framing, one cork and one send
 // each: a larger write can lose its bytes (shared/uws-write.ts says how).
 import { PROXIED_RESPONSE_HEADER_BYTES, PROXIED_RESPONSE_HEADERS, RESPONSE_DROP, statusLine } from '../shared/http.js';
-import { CORK_PIECE_BYTES } from '../shared/uws-write.js';
+import { CORK_PIECE_BYTES, endWithLength } from '../shared/uws-write.js';
 import { answerEnded, END_REASONS, redactCapture, type EndReason, type ProxyExchange } from './exchange.js';
 import type { UpstreamBudget } from './upstream-pools.js';
 import { rebaseHeader, scopeSetCookie } from './response-urls.js';
@@ -525,11 +525,8 @@ export class UpstreamResponse {
     this.#ex.body?.detach();
     const status = this.#status;
     if (this.#headOnly || status === 204 || status === 304) {
-      // No body: HEAD reports the length the GET would have (RFC 9110 §9.3.2).
-      // Written by hand: uWS's endWithoutBody(length) leaves the response
-      // half-open, and the connection's next request closes it.
-      if (this.#headOnly && this.#length >= 0) res.writeHeader('content-length', String(this.#length));
-      res.endWithoutBody();
+      // No body: HEAD reports the length the GET would have.
+      endWithLength(res, this.#headOnly ? this.#length : -1);
       this.#done();
     } else if (this.#length >= 0) {
       // All bytes were handed to tryEnd; `done` fires there, or on the last onWritable.

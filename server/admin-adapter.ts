@@ -6,7 +6,7 @@ import type { HttpRequest, HttpResponse } from 'uWebSockets.js';
 import type { AdminRequest, AdminResponse, StreamSink } from '../admin/http.js';
 import { MAX_ADMIN_BODY_BYTES } from '../admin/http.js';
 import { statusLine } from '../shared/http.js';
-import { answerWhole, bodyBytes, writeInPieces } from '../shared/uws-write.js';
+import { answerWhole, bodyBytes, endWithLength, writeInPieces } from '../shared/uws-write.js';
 import { answerAfterBody, answerAndClose, writeError } from './answers.js';
 import { readRequestHead, type HeadProblem, type RequestHeadTarget } from './request-head.js';
 
@@ -99,12 +99,9 @@ export function handleAdmin(res: HttpResponse, req: HttpRequest, admin: AdminHan
     }
     res.cork(() => {
       head();
-      if (request.method === 'HEAD' && response.status !== 204 && response.status !== 304 && response.headers['content-length'] === undefined) {
-        // By hand: uWS's endWithoutBody(length) leaves the connection unusable.
-        // (A HEAD passed through to the admin process carries the admin's.)
-        res.writeHeader('content-length', String(bodyBytes(response.body)));
-      }
-      res.endWithoutBody();
+      // A HEAD passed through to the admin process carries the admin's length.
+      const reportsLength = request.method === 'HEAD' && response.status !== 204 && response.status !== 304 && response.headers['content-length'] === undefined;
+      endWithLength(res, reportsLength ? bodyBytes(response.body) : -1);
     });
   };
   if (!(head.contentLength > 0 || head.chunked)) {

@@ -102,20 +102,30 @@ export function bodyBytes(body: string | Uint8Array | readonly Uint8Array[]): nu
 }
 
 /**
+ * Ends a response without a body, with `Content-Length: length` when it is not
+ * negative (a HEAD's: the bytes the GET's body would have, RFC 9110 §9.3.2).
+ * Written by hand: uWS v20.30's endWithoutBody(length) leaves the response
+ * half-open (the connection's next request closes it), it takes any first
+ * argument, `undefined` too, as a length, and with a length and
+ * `closeConnection` it aborts the process.
+ */
+export function endWithLength(res: HttpResponse, length: number): void {
+  if (length >= 0) res.writeHeader('content-length', String(length));
+  res.endWithoutBody();
+}
+
+/** Whether endAnswer sends the body: not to a HEAD, unless the connection closes after it (endWithLength cannot close). */
+export function answerCarriesBody(headOnly: boolean, closeConnection: boolean): boolean {
+  return !headOnly || closeConnection;
+}
+
+/**
  * Ends an answer the service writes itself: with `body`, or, to a HEAD
- * (`headOnly`), with no body and the length the GET's would have (RFC 9110
- * §9.3.2). A body after a HEAD's head is read by the client as the start of
- * its next answer on the connection. The length is written by hand: uWS's
- * endWithoutBody(length) leaves the response half-open. An answer that closes
- * the connection keeps its body: uWS v20.30 takes any first argument of
- * endWithoutBody, `undefined` too, as a length, and with `closeConnection` and
- * a length it aborts the process.
+ * (`headOnly`), with no body and the length the GET's would have. A body after
+ * a HEAD's head is read by the client as the start of its next answer on the
+ * connection. An answer that closes the connection keeps its body.
  */
 export function endAnswer(res: HttpResponse, body: string, headOnly: boolean, closeConnection = false): void {
-  if (!headOnly || closeConnection) {
-    res.end(body, closeConnection);
-    return;
-  }
-  res.writeHeader('content-length', String(Buffer.byteLength(body)));
-  res.endWithoutBody();
+  if (answerCarriesBody(headOnly, closeConnection)) res.end(body, closeConnection);
+  else endWithLength(res, Buffer.byteLength(body));
 }

@@ -8,10 +8,8 @@
 import { existsSync, mkdirSync, readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import t from 'tap';
-import { SignJWT } from 'jose';
-import { JWT_AUDIENCE, JWT_ISSUER } from '../../admin/auth.js';
 import { buildConsole } from '../../scripts/build-console.js';
-import { startTestService } from '../support/service.js';
+import { startTestService, tokenExpiringIn } from '../support/service.js';
 import { startUpstream } from '../support/upstream.js';
 
 const CHROMIUM = ['/usr/bin/chromium', '/usr/bin/chromium-browser', '/usr/bin/google-chrome'].find((p) => existsSync(p));
@@ -251,9 +249,7 @@ async function runBrowserTests(executablePath: string): Promise<void> {
     // The session's own token, its expiry 12 s away (signed with the test service's JWT_SECRET, as the service signs):
     // time to open the tail on a busy machine; the service accepts a token up to 5 s past its expiry, with a stream of no life.
     const own = (await page.evaluate(() => sessionStorage.getItem('tcg.token')))!;
-    const claims = JSON.parse(Buffer.from(own.split('.')[1]!, 'base64url').toString('utf8')) as { sub: string; org: string };
-    const soon = await new SignJWT({ org: claims.org }).setProtectedHeader({ alg: 'HS256', typ: 'JWT' }).setSubject(claims.sub)
-      .setIssuer(JWT_ISSUER).setAudience(JWT_AUDIENCE).setIssuedAt().setExpirationTime(Math.floor(Date.now() / 1000) + 12).sign(new TextEncoder().encode(JWT_SECRET));
+    const soon = await tokenExpiringIn(own, JWT_SECRET, 12);
     await page.evaluate((value) => sessionStorage.setItem('tcg.token', value), soon);
     await page.getByRole('link', { name: 'Audit' }).click();
     await page.getByRole('button', { name: 'Start live tail' }).click();

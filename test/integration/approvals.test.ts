@@ -95,9 +95,9 @@ interface Answer {
   ms: number;
 }
 
-async function call(key: string, init: { method?: string; path?: string; body?: Buffer | string; approvalId?: string; headers?: Record<string, string> } = {}): Promise<Answer> {
+async function call(key: string, init: { method?: string; authority?: string; path?: string; body?: Buffer | string; approvalId?: string; headers?: Record<string, string> } = {}): Promise<Answer> {
   const started = Date.now();
-  const res = await fetch(`${service.url}/proxy/${key}/${upstream.authority}${init.path ?? '/echo'}`, {
+  const res = await fetch(`${service.url}/proxy/${key}/${init.authority ?? upstream.authority}${init.path ?? '/echo'}`, {
     method: init.method ?? 'POST',
     headers: {
       'x-agent-reasoning': 'paying invoice 42',
@@ -284,11 +284,7 @@ t.test('an approved call that never reaches its tool (its connection dropped bef
   await new Promise<void>((resolve) => door.listen(0, '127.0.0.1', resolve));
   t.teardown(() => door.close());
   const { port } = door.address() as AddressInfo;
-  const send = async (approvalId?: string) => {
-    const res = await fetch(`${service.url}/proxy/${payer.api_key}/127.0.0.1:${port}/echo`, { method: 'POST', body: '{"invoice": 9}', headers: approvalId === undefined ? {} : { 'x-approval-id': approvalId } });
-    const text = await res.text();
-    return { status: res.status, json: res.headers.get('content-type')?.includes('json') ? JSON.parse(text) : text };
-  };
+  const send = (approvalId?: string) => call(payer.api_key, { authority: `127.0.0.1:${port}`, body: '{"invoice": 9}', ...(approvalId === undefined ? {} : { approvalId }) });
   const held = await send();
   t.equal(held.status, 202, 'held, then pending');
   const id = held.json.approval_id as string;

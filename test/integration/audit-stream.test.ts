@@ -9,10 +9,8 @@ import { get as httpGet } from 'node:http';
 import { connect as netConnect } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { SignJWT } from 'jose';
 import t from 'tap';
-import { JWT_AUDIENCE, JWT_ISSUER } from '../../admin/auth.js';
-import { api, createAgent, signup, startTestService, TLS_DIR, type Session } from '../support/service.js';
+import { api, createAgent, signup, startTestService, tokenExpiringIn, TLS_DIR, type Session } from '../support/service.js';
 import { eventually } from '../support/eventually.js';
 import { openSse, type SseEvent } from '../support/sse-client.js';
 import { spawnService } from '../support/spawn-service.js';
@@ -213,10 +211,8 @@ t.test('a subscriber that reads nothing is dropped once 8 MiB wait for it, count
 
 t.test('a stream ends when its token expires, with an `expired` event first (a client tells it from a shutdown)', async (t) => {
   // The owner's token again, expiring in 2 s, signed with the service's generated key as the service signs.
-  const claims = JSON.parse(Buffer.from(owner.token.split('.')[1]!, 'base64url').toString('utf8')) as { sub: string; org: string };
   const { jwt_secret: secret } = JSON.parse(readFileSync(join(service.dataDir, 'secrets.json'), 'utf8')) as { jwt_secret: string };
-  const soon = await new SignJWT({ org: claims.org }).setProtectedHeader({ alg: 'HS256', typ: 'JWT' }).setSubject(claims.sub)
-    .setIssuer(JWT_ISSUER).setAudience(JWT_AUDIENCE).setIssuedAt().setExpirationTime(Math.floor(Date.now() / 1000) + 2).sign(new TextEncoder().encode(secret));
+  const soon = await tokenExpiringIn(owner.token, secret, 2);
   const opened = Date.now();
   const res = await fetch(`${base}/audit/stream`, { headers: { authorization: `Bearer ${soon}` } });
   t.equal(res.status, 200);

@@ -52,9 +52,10 @@ export function rawExchange(port: number, bytes: string | Buffer | Array<string 
  * HEAD `path`, then on the same connection, `gapMs` later (after the HEAD's
  * answer), `GET /health`: the HEAD's head (up to its blank line) and what
  * followed it, which is the next answer when the HEAD's carried no body.
+ * `headers`: more header lines for the HEAD, each ending in CRLF.
  */
-export async function headThenNext(port: number, path: string, gapMs = 300): Promise<{ statuses: number[]; head: string; after: string }> {
-  const { text, statuses } = await rawExchange(port, [`HEAD ${path} HTTP/1.1\r\nHost: x\r\n\r\n`, 'GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n'], { gapMs, maxMs: gapMs + 3000 });
+export async function headThenNext(port: number, path: string, gapMs = 300, headers = ''): Promise<{ statuses: number[]; head: string; after: string }> {
+  const { text, statuses } = await rawExchange(port, [`HEAD ${path} HTTP/1.1\r\nHost: x\r\n${headers}\r\n`, 'GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n'], { gapMs, maxMs: gapMs + 3000 });
   const headEnd = text.indexOf('\r\n\r\n') + 4;
   return { statuses, head: text.slice(0, headEnd), after: text.slice(headEnd) };
 }

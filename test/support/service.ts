@@ -3,6 +3,8 @@
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { SignJWT } from 'jose';
+import { JWT_AUDIENCE, JWT_ISSUER } from '../../admin/auth.js';
 import { loadConfig } from '../../shared/config.js';
 import { createLogger, type Logger } from '../../shared/log.js';
 import { startService, type RunningService } from '../../server/compose.js';
@@ -106,4 +108,11 @@ export async function createAgent(base: string, session: Session, name = 'agent'
   const res = await api(base, session, 'POST', '/agents', { name, log_outputs: logOutputs });
   if (res.status !== 201) throw new Error(`create agent failed: ${res.status} ${res.text}`);
   return res.json as { id: string; api_key: string; api_key_prefix: string; name: string; log_outputs: string; proxy_url: string };
+}
+
+/** The caller of `token` again, as the service signs a token with `jwtSecret`, expiring `seconds` from now: a test of what happens at expiry need not wait JWT_TTL_SECONDS (at least 60). */
+export async function tokenExpiringIn(token: string, jwtSecret: string, seconds: number): Promise<string> {
+  const claims = JSON.parse(Buffer.from(token.split('.')[1]!, 'base64url').toString('utf8')) as { sub: string; org: string };
+  return new SignJWT({ org: claims.org }).setProtectedHeader({ alg: 'HS256', typ: 'JWT' }).setSubject(claims.sub)
+    .setIssuer(JWT_ISSUER).setAudience(JWT_AUDIENCE).setIssuedAt().setExpirationTime(Math.floor(Date.now() / 1000) + seconds).sign(new TextEncoder().encode(jwtSecret));
 }
