@@ -65,8 +65,8 @@ export function auditSealHandlers(ctx: AdminContext) {
       throw new GuardError('invalid_request', `The window holds ${seals.toLocaleString('en-US')} seals; at most ${VERIFY_MAX_SEALS.toLocaleString('en-US')} are verified at once here. Verify it in narrower windows (since, until), or offline with npm run verify-audit.`, { field: 'since', seals, max_seals: VERIFY_MAX_SEALS });
     }
     const result = await verifications.run(caller.orgId, async () => {
-      const [heads, sealingSince] = await Promise.all([ctx.store.listSealHeads(caller.orgId), ctx.store.sealingSince()]);
-      return verifyAudit(ctx.auditStore, caller.orgId, { ...window, keys, heads, pageRows: VERIFY_PAGE_ROWS, ...(sealingSince === null ? {} : { sealingSince }) });
+      const [heads, sealingSince, orgCreatedAt] = await Promise.all([ctx.store.listSealHeads(caller.orgId), ctx.store.sealingSince(), ctx.store.orgCreatedAt(caller.orgId)]);
+      return verifyAudit(ctx.auditStore, caller.orgId, { ...window, keys, heads, pageRows: VERIFY_PAGE_ROWS, ...(sealingSince === null ? {} : { sealingSince }), ...(orgCreatedAt === null ? {} : { orgCreatedAt }) });
     }, req.signal);
     return json(200, verifyJson(result));
   };

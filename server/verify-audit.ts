@@ -101,7 +101,8 @@ async function main(): Promise<void> {
     for (const orgId of orgs) {
       const heads: ChainHead[] = metadata === null ? [] : await metadata.listSealHeads(orgId);
       const sealingSince = metadata === null ? null : await metadata.sealingSince();
-      const result = await verifyAudit(audit, orgId, { since, until, keys, heads, signatureWorkers: COMMAND_SIGNATURE_WORKERS, ...(sealingSince === null ? {} : { sealingSince }) });
+      const orgCreatedAt = metadata === null ? null : await metadata.orgCreatedAt(orgId);
+      const result = await verifyAudit(audit, orgId, { since, until, keys, heads, signatureWorkers: COMMAND_SIGNATURE_WORKERS, ...(sealingSince === null ? {} : { sealingSince }), ...(orgCreatedAt === null ? {} : { orgCreatedAt }) });
       entries += result.entries;
       if (!result.ok) bad++;
       process.stdout.write(`${JSON.stringify({ org_id: orgId, ...verifyJson(result) })}\n`);

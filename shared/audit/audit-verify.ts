@@ -17,8 +17,8 @@
 //   order is its root (`root_mismatch`: an entry replaced or reordered, or
 //   edited together with its entry_hash).
 // Entries without an entry_hash or a batch id are from before entries were
-// hashed or sealed: accepted (`legacy`) when older than the org's first seal,
-// `entry_added` otherwise.
+// hashed or sealed: accepted (`legacy`) when older than the org's first seal
+// (or when sealing began) and not older than the org, `entry_added` otherwise.
 import type { KeyObject } from 'node:crypto';
 import type { AuditStore, EntryRef, SealChain, VerifyGroup } from '../stores/audit-store.js';
 import { entryHash } from './entry-json.js';
@@ -75,6 +75,8 @@ export interface VerifyOptions {
   heads?: readonly ChainHead[];
   /** When sealing began (the metadata store keeps it): entries older without a batch id are legacy. Default: the org's first seal. */
   sealingSince?: Date;
+  /** When the org was created (the metadata store keeps it): an entry dated earlier is not legacy, the guard did not write it. Default: unknown, no bound. */
+  orgCreatedAt?: Date;
   now?: Date;
   /** Entries younger than this may not be sealed yet. */
   graceMs?: number;
@@ -86,6 +88,9 @@ export interface VerifyOptions {
 
 /** An entry dated this far past the verifier's clock cannot have been written yet. */
 const FUTURE_SKEW_MS = 5 * 60_000;
+
+/** DateTime64's first instant (1900-01-01): no entry is dated earlier. */
+const CLICKHOUSE_FIRST_INSTANT = Date.UTC(1900, 0, 1);
 
 /** Candidate mismatches read back in full per query, at most. */
 const RECHECK_CHUNK = 1000;
@@ -186,6 +191,8 @@ export async function verifyAudit(store: AuditStore, orgId: string, options: Ver
       to: new Date(to),
       since: options.since,
       until: options.until,
+      // Less the clock skew allowed between the admin process that created the org and a proxy.
+      legacyFrom: new Date(options.orgCreatedAt === undefined ? CLICKHOUSE_FIRST_INSTANT : options.orgCreatedAt.getTime() - FUTURE_SKEW_MS),
       legacyBefore: new Date(Number.isFinite(firstSealAt) ? firstSealAt : now.getTime() + 1),
       graceFrom: new Date(now.getTime() - graceMs),
       graceUntil: new Date(now.getTime() + FUTURE_SKEW_MS),
@@ -206,7 +213,7 @@ export async function verifyAudit(store: AuditStore, orgId: string, options: Ver
       entries += g.inWindow;
       legacy += g.legacyInWindow;
       if (g.lateUnhashed !== null) {
-        report({ reason: 'entry_added', auditId: g.lateUnhashed.id, at: g.lateUnhashed.timestamp, detail: 'The entry has no entry_hash but is newer than the first seal.' });
+        report({ reason: 'entry_added', auditId: g.lateUnhashed.id, at: g.lateUnhashed.timestamp, detail: 'The entry has no entry_hash but is dated after sealing began, or before its organization was created.' });
       }
       candidates.push(...g.mismatched);
       const sealsOfBatch = g.batchId === null ? undefined : byBatch.get(g.batchId);

@@ -102,7 +102,8 @@ export interface VerifyScan {
   /** The window verified: [since, until) (inside [from, to)). */
   since: Date;
   until: Date;
-  /** Entries without an entry_hash from here on are not legacy. */
+  /** Entries without an entry_hash are legacy in [legacyFrom, legacyBefore) only: dated earlier than the org, or after sealing began, they are not. */
+  legacyFrom: Date;
   legacyBefore: Date;
   /** Entries inserted (written_at) in [graceFrom, graceUntil) may not be sealed yet. */
   graceFrom: Date;
@@ -132,7 +133,7 @@ export interface VerifyGroup {
   leaves: string[];
   /** Entries in the window from before the org's first seal without an entry_hash or a batch (written before entries were hashed, or sealed). */
   legacyInWindow: number;
-  /** The earliest of those at or after legacyBefore. */
+  /** The earliest entry in the window without an entry_hash outside [legacyFrom, legacyBefore). */
   lateUnhashed: EntryRef | null;
   /** Hashed entries whose fields the store hashed differently than entry_hash (candidates, rechecked). */
   mismatched: string[];

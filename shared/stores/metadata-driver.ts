@@ -239,6 +239,8 @@ export interface MetadataDriver extends ChangeLog {
   /** When this database began to seal audit batches (ISO); null when unknown. */
   sealingStartedAt(): Awaitable<string | null>;
 
+  /** When the org was created (ISO); null for no such org. */
+  orgCreatedAt(orgId: string): Awaitable<string | null>;
   /** One cheap round-trip. */
   ping(): Awaitable<void>;
   /** Idempotent. */

@@ -146,6 +146,8 @@ export interface MetadataStore {
   sealHeadOrgs(): Promise<string[]>;
   /** When this deployment began to seal audit batches: older entries without a batch id are legacy. */
   sealingSince(): Promise<Date | null>;
+  /** When the org was created; null for no such org. An entry dated earlier was not written by the guard. */
+  orgCreatedAt(orgId: string): Promise<Date | null>;
 
   /** Cheap round-trip used by readiness checks; GuardError('unavailable') when it fails. */
   ping(): Promise<void>;
@@ -340,6 +342,10 @@ export function createMetadataStore(driver: MetadataDriver): MetadataStore {
     recordSealHeads: async (heads) => driver.recordSealHeads(heads),
     sealingSince: async () => {
       const at = await driver.sealingStartedAt();
+      return at === null ? null : new Date(at);
+    },
+    orgCreatedAt: async (orgId) => {
+      const at = await driver.orgCreatedAt(orgId.toLowerCase());
       return at === null ? null : new Date(at);
     },
     listSealHeads: async (orgId) => (await driver.sealHeads(orgId)).map((h) => ({ writer: h.writer, seq: h.seq, sealHash: h.seal_hash })),

@@ -123,7 +123,7 @@ t.test('ClickHouse recomputes the entry hash as canonicalEntry does; where its J
   await service.auditStore.insert(records);
   const groups: VerifyGroup[] = [];
   const now = new Date(Date.now() + 60_000);
-  await service.auditStore.verifyGroups(org, { from: new Date(0), to: now, since: new Date(0), until: now, legacyBefore: now, graceFrom: now, graceUntil: now }, (page) => groups.push(...page), 100);
+  await service.auditStore.verifyGroups(org, { from: new Date(0), to: now, since: new Date(0), until: now, legacyFrom: new Date(0), legacyBefore: now, graceFrom: now, graceUntil: now }, (page) => groups.push(...page), 100);
   t.equal(groups.reduce((n, g) => n + g.count, 0), records.length, 'every row, in groups');
   t.equal(groups.reduce((n, g) => n + g.leaves.length, 0), records.length, 'a leaf each');
   const byId = new Map(records.map((r) => [r.id, r]));

@@ -281,7 +281,7 @@ export function auditStoreContract(t: TapTest, openStore: () => Promise<AuditSto
     t.strictSame(await store.listSeals(org, { since: new Date(dayStart(0)), until: new Date(dayStart(-1)) }), [], 'a window it does not meet');
     const groups: VerifyGroup[] = [];
     const now = new Date();
-    await store.verifyGroups(org, { from: new Date(0), to: now, since: new Date(0), until: now, legacyBefore: new Date(0), graceFrom: now, graceUntil: now }, (page) => groups.push(...page));
+    await store.verifyGroups(org, { from: new Date(0), to: now, since: new Date(0), until: now, legacyFrom: new Date(0), legacyBefore: new Date(0), graceFrom: now, graceUntil: now }, (page) => groups.push(...page));
     t.match(groups, [{ batchId: batch, count: 5, inWindow: 5, mismatched: [], legacyInWindow: 0, lateUnhashed: null, oldInWindow: { id: rows[4]!.id } }]);
     const ordered = [...rows].sort((a, b) => (a.timestamp < b.timestamp ? -1 : 1));
     t.equal(merkleRootOfLeaves(groups[0]!.leaves), merkleRoot(ordered.map(entryHash)), 'the leaves, in (timestamp, id) order, give the root');

@@ -35,7 +35,7 @@ const since = new Date(Date.now() - 60_000).toISOString();
 interface Entry { id: string; timestamp: string; entry_hash: string; [k: string]: unknown }
 interface SealJson { id: string; seq: number; batch_id: string; first_at: string; last_at: string; root: string }
 
-const KINDS = ['clean', 'edited', 'removed', 'reordered', 'added', 'seal_removed', 'seal_altered', 'truncated', 'tail_redated', 'added_future_written', 'org_deleted', 'seal_removed_behind_zero', 'number_overflow', 'signature_respelled', 'window_redated'] as const;
+const KINDS = ['clean', 'edited', 'removed', 'reordered', 'added', 'seal_removed', 'seal_altered', 'truncated', 'tail_redated', 'added_future_written', 'org_deleted', 'seal_removed_behind_zero', 'number_overflow', 'signature_respelled', 'window_redated', 'legacy_forged'] as const;
 type Kind = (typeof KINDS)[number];
 const orgs = new Map<Kind, { session: Session; orgId: string; entries: Entry[]; seals: SealJson[] }>();
 
@@ -184,6 +184,15 @@ t.test('tampering through chDB while the service is stopped', async (t) => {
     windowStart.set('window_redated', w2!.first_at);
     windowEnd.set('window_redated', w3!.first_at);
     expected.set('window_redated', { reason: 'seal_altered', seal_id: w2!.id });
+
+    // A forged entry as a version before seals would have written it (no entry_hash,
+    // no batch), dated before sealing began, but also before its org was created.
+    const legacyTemplate = org('legacy_forged').entries[0]!;
+    const backdated = new Date(Date.now() - 2 * 86_400_000).toISOString();
+    const legacyId = randomUUID();
+    await run(`INSERT INTO audit_log SELECT * REPLACE ('${legacyId}' AS id, toDateTime64('${ch(backdated)}', 3, 'UTC') AS timestamp, '' AS entry_hash, '' AS batch_id) FROM (SELECT * FROM audit_log WHERE id = '${legacyTemplate.id}')`);
+    windowStart.set('legacy_forged', new Date(Date.now() - 3 * 86_400_000).toISOString());
+    expected.set('legacy_forged', { reason: 'entry_added', audit_id: legacyId });
 
     // Every row and seal of an org: its chain heads, kept in the metadata store, still name it.
     await run(`ALTER TABLE audit_log DELETE WHERE org_id = '${org('org_deleted').orgId}'`);

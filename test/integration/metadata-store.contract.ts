@@ -610,6 +610,11 @@ export function metadataStoreContract(t: TapTest, name: string, stores: Contract
     t.equal(new Set(orgs).size, orgs.length, 'each once');
     const since = await store.sealingSince();
     t.ok(since instanceof Date && !Number.isNaN(since.getTime()) && since.getTime() <= Date.now(), 'when sealing began is kept');
+    const before = Date.now();
+    const user = await store.createUserWithOrg(uniqueEmail('org-created'), 'hash');
+    const created = await store.orgCreatedAt(user.orgId.toUpperCase());
+    t.ok(created !== null && created.getTime() >= before - 1000 && created.getTime() <= Date.now() + 1000, `when an org was created is kept (${created?.toISOString()}), its id in any case`);
+    t.equal(await store.orgCreatedAt(randomUUID()), null, 'no such org: null');
   });
 
   t.test(`${name}: a store that cannot be reached rejects with StoreUnavailableError, not the driver's error`, async (t) => {

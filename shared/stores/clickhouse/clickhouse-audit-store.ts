@@ -521,6 +521,7 @@ export class ClickHouseAuditStore implements AuditStore {
     const instants = {
       ws: toChDateTime(scan.since),
       wu: toChDateTime(scan.until),
+      legacyFrom: toChDateTime(scan.legacyFrom),
       legacy: toChDateTime(scan.legacyBefore),
       grace: toChDateTime(scan.graceFrom),
       graceUntil: toChDateTime(scan.graceUntil),
@@ -536,9 +537,9 @@ export class ClickHouseAuditStore implements AuditStore {
                 toString(min(timestamp)) AS first_at, argMin(toString(id), (timestamp, toString(id))) AS first_id,
                 toString(max(timestamp)) AS last_at, argMax(toString(id), (timestamp, toString(id))) AS last_id,
                 arrayMap(x -> x.3, arraySort(x -> (x.1, x.2), groupArrayIf((timestamp, toString(id), base64Encode(SHA256(concat(char(0), unhex(entry_hash))))), entry_hash != ''))) AS leaves,
-                countIf((entry_hash = '' OR batch_id = '') AND ${IN_WINDOW} AND timestamp < {legacy:DateTime64(3, 'UTC')}) AS legacy_in_window,
-                minIf((timestamp, toString(id)), entry_hash = '' AND ${IN_WINDOW} AND timestamp >= {legacy:DateTime64(3, 'UTC')}) AS late_unhashed,
-                countIf(entry_hash = '' AND ${IN_WINDOW} AND timestamp >= {legacy:DateTime64(3, 'UTC')}) AS late_unhashed_n,
+                countIf((entry_hash = '' OR batch_id = '') AND ${IN_WINDOW} AND ${IN_LEGACY}) AS legacy_in_window,
+                minIf((timestamp, toString(id)), entry_hash = '' AND ${IN_WINDOW} AND NOT ${IN_LEGACY}) AS late_unhashed,
+                countIf(entry_hash = '' AND ${IN_WINDOW} AND NOT ${IN_LEGACY}) AS late_unhashed_n,
                 groupArrayIf(toString(id), entry_hash != '' AND NOT (${ENTRY_HASH_OK_SQL})) AS mismatched,
                 countIf(entry_hash != '' AND ${IN_WINDOW} AND ${RECENT} AND NOT ${LEGACY_ROW}) AS recent_in_window,
                 minIf((timestamp, toString(id)), ${OLD_UNSEALED}) AS old_in_window,
@@ -920,7 +921,9 @@ interface VerifyGroupRow {
  */
 const VERIFY_PAGE_BATCHES = 5000;
 const IN_WINDOW = "timestamp >= {ws:DateTime64(3, 'UTC')} AND timestamp < {wu:DateTime64(3, 'UTC')}";
-const LEGACY_ROW = "(batch_id = '' AND timestamp < {legacy:DateTime64(3, 'UTC')})";
+/** Dated after the org was created and before sealing began: an entry there may have been written without a hash or a batch. */
+const IN_LEGACY = "(timestamp >= {legacyFrom:DateTime64(3, 'UTC')} AND timestamp < {legacy:DateTime64(3, 'UTC')})";
+const LEGACY_ROW = `(batch_id = '' AND ${IN_LEGACY})`;
 /** Written (written_at, the store's insert time: a long call's timestamp is when it began) within the sealing grace, and not past the verifier's clock. */
 const RECENT = "written_at >= {grace:DateTime64(3, 'UTC')} AND written_at < {graceUntil:DateTime64(3, 'UTC')}";
 /**

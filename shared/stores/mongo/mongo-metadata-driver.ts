@@ -551,6 +551,10 @@ export class MongoMetadataDriver implements MetadataDriver {
     return ((await this.#sealHeads.distinct('org_id')) as string[]).sort();
   }
 
+  async orgCreatedAt(orgId: string): Promise<string | null> {
+    return (await this.#orgs.findOne({ _id: orgId }, { projection: { created_at: 1 } }))?.created_at ?? null;
+  }
+
   /** One conditional update: of two racing retries exactly one matches 'approved'. */
   async useApproval(orgId: string, id: string, now: string): Promise<boolean> {
     const updated = await this.#approvals.updateOne(

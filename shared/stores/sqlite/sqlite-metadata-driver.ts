@@ -354,6 +354,7 @@ function prepareStatements(db: Database.Database) {
     sealHeads: db.prepare<[orgId: string], SealHeadRow>('SELECT org_id, writer, seq, seal_hash, at FROM seal_heads WHERE org_id = ?'),
     sealHeadOrgs: db.prepare<[], { org_id: string }>('SELECT DISTINCT org_id FROM seal_heads ORDER BY org_id'),
     sealingStartedAt: db.prepare<[], { value: string }>("SELECT value FROM audit_meta WHERE key = 'sealing_started_at'"),
+    orgCreatedAt: db.prepare<[string], { created_at: string }>('SELECT created_at FROM orgs WHERE id = ?'),
 
     ping: db.prepare<[], { ok: number }>('SELECT 1 AS ok'),
   };
@@ -624,6 +625,10 @@ export class SqliteMetadataDriver implements MetadataDriver {
 
   sealingStartedAt(): string | null {
     return this.#sql.sealingStartedAt.get()?.value ?? null;
+  }
+
+  orgCreatedAt(orgId: string): string | null {
+    return this.#sql.orgCreatedAt.get(orgId)?.created_at ?? null;
   }
 
   useApproval(orgId: string, id: string, now: string): boolean {
