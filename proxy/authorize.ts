@@ -5,14 +5,19 @@
 // stage (inspect-mcp.ts) reads it and decides; every other policy decides here,
 // and the body streams untouched.
 import { evaluatePolicy, evaluateShadow, type CompiledPolicy, type McpCall, type PolicyDecision } from '../shared/policy/index.js';
-import { NONE, lookupCached, type ProxyCaches } from './caches.js';
+import { NONE, lookupCached, type AgentGone, type ProxyCaches } from './caches.js';
 import type { ProxyExchange, Stage } from './exchange.js';
 
 export function createAuthorize(caches: ProxyCaches): Stage {
+  const decide = (ex: ProxyExchange, policy: CompiledPolicy | AgentGone | typeof NONE): undefined | false => {
+    if (policy === NONE || !('agentGone' in policy)) return decideWith(ex, policy);
+    caches.agents.entries.delete(ex.keyHash); // its deletion, heard early
+    return ex.answerError('invalid_api_key');
+  };
   return (ex) => lookupCached(caches.policies, ex.agent!.id, ex, decide);
 }
 
-function decide(ex: ProxyExchange, policy: CompiledPolicy | typeof NONE): undefined | false {
+function decideWith(ex: ProxyExchange, policy: CompiledPolicy | typeof NONE): undefined | false {
   const compiled = policy === NONE ? null : policy;
   ex.policy = compiled;
   if (compiled !== null && (compiled.usesMcp || compiled.shadowUsesMcp)) return undefined;

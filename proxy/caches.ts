@@ -28,6 +28,9 @@ export interface InjectedCredential {
 
 // Absent entries are cached as NONE so that a miss is not a store round-trip too.
 export const NONE = 0 as const;
+/** The policy lookup's answer for an agent deleted since the agent lookup: its key no longer works. */
+export const AGENT_GONE = Object.freeze({ agentGone: true as const });
+export type AgentGone = typeof AGENT_GONE;
 type Cached<T> = T | typeof NONE;
 
 /** One cache a stage reads through: its entries, its counters, and where absent keys go. */
@@ -95,7 +98,7 @@ function absent<V extends object>(lookup: CachedLookup<V>, key: string): typeof 
 
 export interface ProxyCaches {
   agents: CachedLookup<Agent>;
-  policies: CachedLookup<CompiledPolicy>;
+  policies: CachedLookup<CompiledPolicy | typeof AGENT_GONE>;
   credentials: CachedLookup<InjectedCredential>;
   /** Evicts what a change touches. */
   apply(change: MetadataChange): void;
@@ -126,12 +129,17 @@ export function createProxyCaches(
     fetchMethod: async (keyHash) => (await store.findAgentByKeyHash(keyHash)) ?? NONE,
   });
   const unknownKeys = new LRUCache<string, true>({ ...entryBound(Math.min(options.maxEntries, 10_000)), ttl: options.ttlMs });
-  const policies = new LRUCache<string, Cached<CompiledPolicy>>({
+  const policies = new LRUCache<string, Cached<CompiledPolicy | typeof AGENT_GONE>>({
     ...common,
     dispose: countEvictions('policies'),
     fetchMethod: async (agentId) => {
       const record = await store.getPolicy(agentId);
-      return record ? await compilePolicy(record.rulesYaml, STORED_POLICY_LIMITS) : NONE;
+      if (record) return compilePolicy(record.rulesYaml, STORED_POLICY_LIMITS);
+      // No policy lets every call pass; a deleted agent has none either. Split
+      // mode: a proxy that still holds the agent (its deletion not heard yet)
+      // but no longer its policy (a change evicted it) let the deleted agent
+      // call anything, its deny-all policy gone with it. Asked on a miss only.
+      return (await store.agentExists(agentId)) ? NONE : AGENT_GONE;
     },
   });
   /**

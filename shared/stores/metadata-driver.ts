@@ -180,6 +180,7 @@ export interface MetadataDriver extends ChangeLog {
   agentsByOrg(orgId: string): Awaitable<AgentRow[]>;
   agentInOrg(orgId: string, agentId: string): Awaitable<AgentRow | undefined>;
   agentByKeyHash(keyHash: string): Awaitable<AgentRow | undefined>;
+  agentExists(agentId: string): Awaitable<boolean>;
   /**
    * Deletes the org's agent and its policy and appends `changeOf(its key hash)`, in one
    * transaction. The change it appended, or undefined when the org has no such agent.
@@ -238,9 +239,9 @@ export interface MetadataDriver extends ChangeLog {
   sealHeadOrgs(): Awaitable<string[]>;
   /** When this database began to seal audit batches (ISO); null when unknown. */
   sealingStartedAt(): Awaitable<string | null>;
-
   /** When the org was created (ISO); null for no such org. */
   orgCreatedAt(orgId: string): Awaitable<string | null>;
+
   /** One cheap round-trip. */
   ping(): Awaitable<void>;
   /** Idempotent. */

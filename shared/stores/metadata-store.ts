@@ -84,6 +84,8 @@ export interface MetadataStore {
   getAgent(orgId: string, agentId: string): Promise<Agent | undefined>;
   /** The hot path's key lookup (on a cache miss). */
   findAgentByKeyHash(keyHash: string): Promise<Agent | undefined>;
+  /** Whether the agent exists (the proxy asks when it finds no policy: a deleted agent has none either). */
+  agentExists(agentId: string): Promise<boolean>;
   /** Deletes the agent and its policy; false when not found in that org. */
   deleteAgent(orgId: string, agentId: string): Promise<boolean>;
 
@@ -200,6 +202,7 @@ export function createMetadataStore(driver: MetadataDriver): MetadataStore {
     listAgents: async (orgId) => (await driver.agentsByOrg(orgId)).map(toAgent),
     getAgent: async (orgId, agentId) => mapped(await driver.agentInOrg(orgId, agentId), toAgent),
     findAgentByKeyHash: async (keyHash) => mapped(await driver.agentByKeyHash(keyHash), toAgent),
+    agentExists: async (agentId) => driver.agentExists(agentId),
 
     async deleteAgent(orgId, agentId) {
       const change = await driver.deleteAgentInOrg(orgId, agentId, (keyHash) => ({ kind: 'agent', agentId, keyHash }));

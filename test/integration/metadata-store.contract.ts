@@ -193,11 +193,13 @@ export function metadataStoreContract(t: TapTest, name: string, stores: Contract
     t.same(await store.getAgent(orgA, doomed.id), doomed, 'a refused delete keeps the agent');
     t.same(await store.findAgentByKeyHash(hash), doomed);
     t.equal((await store.getPolicy(doomed.id))?.rulesYaml, 'version: "1"\nrules: []\n', 'and its policy');
+    t.equal(await store.agentExists(doomed.id), true);
 
     t.equal(await store.deleteAgent(orgA, doomed.id), true);
     t.equal(await store.getAgent(orgA, doomed.id), undefined);
     t.equal(await store.findAgentByKeyHash(hash), undefined, 'its key no longer resolves');
     t.equal(await store.getPolicy(doomed.id), undefined, 'its policy went with it');
+    t.equal(await store.agentExists(doomed.id), false, 'it no longer exists (the proxy tells a deleted agent from one without a policy)');
     t.same(await store.listAgents(orgA), [kept]);
     t.equal((await store.getPolicy(kept.id))?.rulesYaml, 'version: "1"\ndefault: deny\nrules: []\n', "others' policies stay");
 

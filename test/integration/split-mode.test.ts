@@ -223,6 +223,26 @@ t.test('a delete or replace reaches every proxy within 1 s', async (t) => {
   t.ok(Date.now() - started <= 1000, `key revoked at proxy B after ${Date.now() - started} ms`);
 });
 
+t.test('an agent deleted before a proxy hears of it is not let through for want of its policy', async (t) => {
+  // A proxy that polls for changes seldom: its window is wide enough to call into.
+  const late = await spawnService('proxy', { ...proxyEnv('late'), CHANGE_POLL_MS: '1500' });
+  t.teardown(() => late.stop());
+  const agent = await createAgent(proxyA.url, owner, 'deleted-deny-all');
+  const denyAll = (rule: string) => api(proxyA.url, owner, 'POST', `/agents/${agent.id}/policy`, { rules_yaml: `version: "1"\ndefault: deny\nrules:\n  - {name: ${rule}, tool: "*", action: DELETE, decision: deny}\n` });
+  t.equal((await denyAll('first')).status, 200);
+  const call = () => fetch(`${late.url}/proxy/${agent.api_key}/${upstream.authority}/json`, { method: 'DELETE' }).then(async (r) => ({ status: r.status, body: await r.text() }));
+  t.equal((await call()).status, 403, 'denied: the late proxy holds the agent and its policy');
+  // The policy replaced: the late proxy drops its copy at its next poll, and keeps the agent.
+  t.equal((await denyAll('second')).status, 200);
+  await new Promise((r) => setTimeout(r, 2500));
+  t.equal((await api(proxyA.url, owner, 'DELETE', `/agents/${agent.id}`)).status, 204);
+  const seen = upstream.seen.length;
+  const after = await call(); // before its next poll: the agent cached, no policy stored any more
+  t.equal(after.status, 401, `the deleted agent's key is refused (${after.body})`);
+  t.match(JSON.parse(after.body), { error: 'invalid_api_key' });
+  t.equal(upstream.seen.length, seen, 'nothing reached the tool');
+});
+
 t.test('a rate limit holds across two proxies under load: together they pass at most N', async (t) => {
   const agent = await createAgent(proxyA.url, owner, 'limited-split');
   const set = await api(proxyA.url, owner, 'POST', `/agents/${agent.id}/policy`, {

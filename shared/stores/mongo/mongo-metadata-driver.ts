@@ -334,6 +334,10 @@ export class MongoMetadataDriver implements MetadataDriver {
     return rowOf(await this.#agents.findOne({ key_hash: keyHash }, { projection: AGENT_PROJECTION }));
   }
 
+  async agentExists(agentId: string): Promise<boolean> {
+    return (await this.#agents.findOne({ _id: agentId }, { projection: { _id: 1 } })) !== null;
+  }
+
   async deleteAgentInOrg(orgId: string, agentId: string, changeOf: (keyHash: string) => MetadataChange): Promise<MetadataChange | undefined> {
     return this.#write<MetadataChange | undefined>(async (session) => {
       // The agent goes first: without a transaction, its key stops resolving before
@@ -547,12 +551,12 @@ export class MongoMetadataDriver implements MetadataDriver {
     return (await this.#sealHeads.find({ org_id: orgId }, { projection: { _id: 0 } }).toArray()) as SealHeadRow[];
   }
 
-  async sealHeadOrgs(): Promise<string[]> {
-    return ((await this.#sealHeads.distinct('org_id')) as string[]).sort();
-  }
-
   async orgCreatedAt(orgId: string): Promise<string | null> {
     return (await this.#orgs.findOne({ _id: orgId }, { projection: { created_at: 1 } }))?.created_at ?? null;
+  }
+
+  async sealHeadOrgs(): Promise<string[]> {
+    return ((await this.#sealHeads.distinct('org_id')) as string[]).sort();
   }
 
   /** One conditional update: of two racing retries exactly one matches 'approved'. */

@@ -263,6 +263,7 @@ function prepareStatements(db: Database.Database) {
     agentByKeyHash: db.prepare<[keyHash: string], AgentRow>(
       `SELECT ${AGENT_COLUMNS} FROM agents WHERE key_hash = ?`,
     ),
+    agentExists: db.prepare<[id: string], { one: number }>('SELECT 1 AS one FROM agents WHERE id = ?'),
     agentKeyHashInOrg: db.prepare<[orgId: string, id: string], { key_hash: string }>(
       'SELECT key_hash FROM agents WHERE org_id = ? AND id = ?',
     ),
@@ -538,6 +539,10 @@ export class SqliteMetadataDriver implements MetadataDriver {
 
   agentByKeyHash(keyHash: string): AgentRow | undefined {
     return this.#sql.agentByKeyHash.get(keyHash);
+  }
+
+  agentExists(agentId: string): boolean {
+    return this.#sql.agentExists.get(agentId) !== undefined;
   }
 
   deleteAgentInOrg(orgId: string, agentId: string, changeOf: (keyHash: string) => MetadataChange): MetadataChange | undefined {
