@@ -80,18 +80,26 @@ export function createHeldCalls(deps: {
     apply(change) {
       if (change.kind === 'approval' && waiting.has(change.approvalId)) void reread(change.orgId, change.approvalId);
       else if (change.kind === 'agent' && size > 0) void recheckAgents(new Set([change.agentId]));
+      else if (change.kind === 'policy' && size > 0) releaseAgent(change.agentId);
     },
-    // The feed lost its place: any decision, or an agent's deletion, may have been missed.
+    // The feed lost its place: any decision, an agent's deletion or a policy's
+    // change may have been missed. A policy's: every held call is answered 202,
+    // its retry decided afresh.
     clear() {
-      const agents = new Set<string>();
-      for (const [id, waiters] of waiting) {
-        const first = waiters.values().next().value;
-        if (first !== undefined) void reread(first.approval.orgId, id);
-        for (const waiter of waiters) agents.add(waiter.ex.agent!.id);
-      }
-      if (agents.size > 0) void recheckAgents(agents);
+      for (const waiters of [...waiting.values()]) for (const waiter of [...waiters]) waiter.ex.holdRelease?.(true);
     },
   });
+
+  /**
+   * The agent's policy changed: its held calls were decided by the old one.
+   * Approved, one was forwarded though the new policy denied it (a retry with
+   * the same approval was refused). Each is answered 202 now, its approval as
+   * it is: the retry is decided by the policy in force, as every retry is. The
+   * feed delivers a change before any decision made after it.
+   */
+  function releaseAgent(agentId: string): void {
+    for (const waiters of [...waiting.values()]) for (const waiter of [...waiters]) if (waiter.ex.agent!.id === agentId) waiter.ex.holdRelease?.(true);
+  }
 
   /**
    * A held call whose agent was deleted meanwhile is answered as a call with an

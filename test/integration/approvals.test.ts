@@ -377,6 +377,26 @@ t.test('a held call whose agent is deleted is answered 401 at once, and an appro
   t.equal(upstream.seen.length, seenBefore, 'the upstream saw nothing');
 });
 
+t.test('a held call whose agent\'s policy changes is answered 202 at once; approved then, its retry is decided by the new policy', async (t) => {
+  const locked = await createAgent(service.url, owner, 'locked-down');
+  t.equal((await api(service.url, owner, 'POST', `/agents/${locked.id}/policy`, { rules_yaml: POLICY })).status, 200);
+  const seenBefore = upstream.seen.length;
+  const held = call(locked.api_key, { body: 'before the lock-down' });
+  const approval = await pendingFor(locked.id);
+  // The operator locks the agent down while its call waits; someone approves from the inbox afterwards.
+  t.equal((await api(service.url, owner, 'POST', `/agents/${locked.id}/policy`, { rules_yaml: 'version: "1"\ndefault: deny\nrules: []\n' })).status, 200);
+  const answer = await held;
+  t.equal(answer.status, 202, `released (${answer.status} after ${answer.ms} ms)`);
+  t.ok(answer.ms < HOLD_S * 1000, 'before its hold ended');
+  t.equal((await api(service.url, owner, 'POST', `/approvals/${approval.id}/approve`)).status, 200);
+  const retry = await call(locked.api_key, { body: 'before the lock-down', approvalId: approval.id });
+  t.equal(retry.status, 403, 'the retry is denied by the policy in force');
+  t.equal(retry.json.error, 'policy_denied');
+  await new Promise((r) => setTimeout(r, 300));
+  t.equal(upstream.seen.length, seenBefore, 'the upstream saw nothing');
+  t.equal((await api(service.url, owner, 'GET', `/approvals/${approval.id}`)).json.status, 'approved', 'the approval forwarded nothing');
+});
+
 t.test('an agent deleted while its call that needs approval still sends its body: the approval given then forwards nothing', async (t) => {
   const doomed = await createAgent(service.url, owner, 'doomed-early');
   t.equal((await api(service.url, owner, 'POST', `/agents/${doomed.id}/policy`, { rules_yaml: POLICY })).status, 200);
