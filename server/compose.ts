@@ -43,6 +43,18 @@ export interface RunningService {
 export const AUDIT_FLUSH_DEADLINE_MS = 10_000;
 
 /** docs/openapi.json from the package root (the source tree or above dist/). */
+/** A store's ping that has not answered in this long fails GET /ready: probes time out at 1 to 5 s, and the ClickHouse client waits 10 s. */
+export const READY_PING_WAIT_MS = 2000;
+
+function withinReadyWait(ping: Promise<void>): Promise<void> {
+  let timer: NodeJS.Timeout | undefined;
+  const late = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new Error('no answer in time')), READY_PING_WAIT_MS);
+  });
+  ping.catch(() => undefined); // a ping rejecting after the wait is not unhandled
+  return Promise.race([ping, late]).finally(() => clearTimeout(timer));
+}
+
 function readOpenApi(): string | null {
   for (const up of ['../docs/openapi.json', '../../docs/openapi.json']) {
     const file = new URL(up, import.meta.url);
@@ -141,8 +153,10 @@ export async function startService(config: Readonly<Config>, log: Logger = creat
       audit_spooled_batches: auditBatcher.spooledBatches,
     }),
     ready: async () => {
+      // A load balancer's probe on a kept-alive connection still reaches a draining process: it takes no more work.
+      if (stopping) return 'the process is shutting down';
       if (auditBatcher.saturated) return 'the audit pipeline is refusing work';
-      const [metadata, audit] = await Promise.allSettled([store.ping(), auditStore.ping()]);
+      const [metadata, audit] = await Promise.allSettled([withinReadyWait(store.ping()), withinReadyWait(auditStore.ping())]);
       if (metadata.status === 'rejected') return 'the metadata store does not answer';
       if (audit.status === 'rejected') return 'the audit store does not answer';
       return null;

@@ -15,7 +15,7 @@ export const DUPLICATE_SIGNAL_MS = 250;
 
 /**
  * The body of every entry point: config validated once, the process started,
- * the first SIGINT/SIGTERM drains and flushes, a second one exits at once
+ * the first SIGINT/SIGTERM/SIGHUP drains and flushes, a second one exits at once
  * (a copy of the first arriving with it is not a second one).
  */
 export async function runMain(role: Role): Promise<void> {
@@ -43,8 +43,13 @@ export async function runMain(role: Role): Promise<void> {
   process.stdout.write(`Tool-Call Guard (${role}) listening on ${service.url} (public URL ${service.publicUrl}, data in ${config.dataDir})\n`);
 
   let first: { signal: NodeJS.Signals; at: number } | null = null;
-  for (const signal of ['SIGINT', 'SIGTERM'] as const) {
+  // SIGHUP (the terminal of `npm start` closed) stops as SIGTERM does: by
+  // default it killed the process without a drain, and a call already at its
+  // tool went unaudited. Its terminal gone, writes to it fail (EIO): the log is
+  // lost, not the process.
+  for (const signal of ['SIGINT', 'SIGTERM', 'SIGHUP'] as const) {
     process.on(signal, () => {
+      if (signal === 'SIGHUP') for (const out of [process.stdout, process.stderr]) out.on('error', () => undefined);
       const now = performance.now();
       if (first !== null) {
         if (signal === first.signal && now - first.at < DUPLICATE_SIGNAL_MS) return; // the group's copy and npm's

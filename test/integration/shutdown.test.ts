@@ -1,6 +1,7 @@
 // Graceful shutdown of a real process: SIGTERM drains in-flight proxied calls,
 // flushes the audit and exits 0; a second signal exits at once.
 import { once } from 'node:events';
+import { Agent, get } from 'node:http';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { connect } from 'node:net';
 import { tmpdir } from 'node:os';
@@ -25,14 +26,31 @@ t.teardown(async () => {
   rmSync(dataDir, { recursive: true, force: true });
 });
 
-t.test('SIGTERM lets an in-flight call finish, writes its audit record and exits 0', async (t) => {
+/** GET /ready on the one kept-alive connection of `agent`. */
+function ready(base: string, agent: Agent): Promise<{ status: number; body: string }> {
+  return new Promise((resolve, reject) => {
+    get(`${base}/ready`, { agent }, (res) => {
+      let body = '';
+      res.setEncoding('utf8').on('data', (c: string) => (body += c)).on('end', () => resolve({ status: res.statusCode!, body }));
+    }).on('error', reject);
+  });
+}
+
+// SIGHUP is what a closed terminal sends `npm start`: it killed the process with no drain, and the call was never audited.
+for (const signal of ['SIGTERM', 'SIGHUP'] as const) t.test(`${signal} lets an in-flight call finish, writes its audit record and exits 0; meanwhile GET /ready is 503`, async (t) => {
   const service = await spawnService('all-in-one', env);
   const owner = await signup(service.url);
   const agent = await createAgent(service.url, owner, 'draining', 'full');
+  const probe = new Agent({ keepAlive: true, maxSockets: 1 });
+  t.teardown(() => probe.destroy());
+  t.equal((await ready(service.url, probe)).status, 200, 'ready before the signal');
   const seenBefore = upstream.seen.length;
   const inFlight = fetch(`${service.url}/proxy/${agent.api_key}/${upstream.authority}/sse`).then(async (r) => ({ status: r.status, text: await r.text() }));
   await reachedUpstream(seenBefore);
-  service.child.kill('SIGTERM');
+  service.child.kill(signal);
+  await new Promise((r) => setTimeout(r, 200));
+  // A load balancer's probe on its kept-alive connection still reaches the draining process.
+  t.match(await ready(service.url, probe), { status: 503, body: /Not ready: the process is shutting down\./ }, 'draining: not ready');
   const res = await inFlight;
   t.equal(res.status, 200);
   const EVENTS = 'data: event 1\n\ndata: event 2\n\ndata: event 3\n\n';

@@ -79,6 +79,21 @@ t.test('ClickHouse down for seconds under a steady stream: every call is audited
   t.equal(await auditedOnceDrained(proxyA, agent.id), calls, 'audit rows equal calls: none lost, none twice');
 });
 
+t.test('GET /ready is 503 within about 2 s while ClickHouse takes connections and answers nothing, and 200 once it answers again', async (t) => {
+  t.equal((await fetch(`${proxyA.url}/ready`)).status, 200);
+  split.pauseClickHouse(true);
+  t.teardown(() => split.pauseClickHouse(false));
+  const started = Date.now();
+  const res = await fetch(`${proxyA.url}/ready`);
+  const ms = Date.now() - started;
+  t.equal(res.status, 503);
+  t.match(await res.text(), /the audit store does not answer/);
+  // A probe times out at 1 to 5 s; the ClickHouse client's own timeout is 10 s.
+  t.ok(ms >= 1500 && ms < 4000, `answered after ${ms} ms`);
+  split.pauseClickHouse(false);
+  await eventually(async () => ((await fetch(`${proxyA.url}/ready`)).status === 200 ? true : undefined), 20_000);
+});
+
 t.test('a proxy killed with SIGKILL replays what it had spooled on its next start', async (t) => {
   const agent = await createAgent(proxyA.url, owner, 'killed');
   await split.stopClickHouse();

@@ -43,6 +43,8 @@ export interface SplitDeployment {
   stopClickHouse(): Promise<void>;
   /** A new ClickHouse server on the same port and data. */
   startClickHouse(): Promise<void>;
+  /** SIGSTOP: the server's socket still takes connections and answers nothing; SIGCONT: it goes on. */
+  pauseClickHouse(paused: boolean): void;
   /** Stops the admin process and ClickHouse (proxies are the test's). */
   close(): Promise<void>;
 }
@@ -68,6 +70,9 @@ export async function startSplitDeployment(root: string, base: Record<string, st
     stopClickHouse: () => clickhouse.kill('SIGTERM'),
     async startClickHouse() {
       clickhouse = await spawnClickHouseHttpServer({ dataDir, port });
+    },
+    pauseClickHouse(paused) {
+      clickhouse.child.kill(paused ? 'SIGSTOP' : 'SIGCONT');
     },
     async close() {
       await admin.stop();
