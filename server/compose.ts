@@ -144,6 +144,7 @@ export async function startService(config: Readonly<Config>, log: Logger = creat
     pipeline,
     admin: passThrough !== null ? passThrough.handle : admin!.handle,
     trustForwardedFor: role === 'admin',
+    exclusivePort: role !== 'proxy',
     closing: () => stopping,
     health: () => ({
       role,

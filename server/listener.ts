@@ -38,6 +38,12 @@ export interface ListenOptions {
   admin: AdminHandler;
   /** Split-mode admin: the client address comes from the proxy's X-Forwarded-For. */
   trustForwardedFor: boolean;
+  /**
+   * Refuse a port another process listens on. uWS listens with SO_REUSEPORT by
+   * default: a second all-in-one on the port started, and the kernel split the
+   * connections between the two. Only split-mode proxies share a port.
+   */
+  exclusivePort: boolean;
   /** True once shutdown began: admin requests are answered 503 with Connection: close. */
   closing: () => boolean;
   health: () => Record<string, unknown>;
@@ -58,6 +64,10 @@ export interface Listener {
   /** From now on a request on a kept-alive connection is not answered: its connection is closed. */
   stopAnswering(): void;
 }
+
+/** uWS's ListenOptions (docs/index.d.ts): libus' flags. */
+const LIBUS_LISTEN_DEFAULT = 0;
+const LIBUS_LISTEN_EXCLUSIVE_PORT = 1;
 
 export function listen(uws: Uws, options: ListenOptions): Promise<Listener> {
   const { pipeline } = options;
@@ -158,9 +168,11 @@ export function listen(uws: Uws, options: ListenOptions): Promise<Listener> {
   });
 
   return new Promise((resolve, reject) => {
-    app.listen(options.host, options.port, (socket: us_listen_socket | false) => {
+    // The build takes listen options after the port (index.d.ts types them only without a host).
+    const listenWithOptions = app.listen as unknown as (host: string, port: number, options: number, cb: (socket: us_listen_socket | false) => void) => void;
+    listenWithOptions.call(app, options.host, options.port, options.exclusivePort ? LIBUS_LISTEN_EXCLUSIVE_PORT : LIBUS_LISTEN_DEFAULT, (socket) => {
       if (!socket) {
-        reject(new Error(`cannot listen on ${options.host}:${options.port}`));
+        reject(new Error(`cannot listen on ${options.host}:${options.port} (the port is in use, or the address is not this machine's${options.exclusivePort ? '; only split-mode proxies share a port' : ''})`));
         return;
       }
       resolve({

@@ -181,6 +181,23 @@ t.test('several proxies may share one port (SO_REUSEPORT)', async (t) => {
   t.equal(await one.stop(), 0);
 });
 
+t.test('only proxies share a port: the admin process refuses one in use, and a proxy cannot take the admin\'s', async (t) => {
+  // uWS listens with SO_REUSEPORT by default: a second all-in-one or admin on a port started, and the kernel split the connections between the two.
+  const refused = async (role: 'proxy' | 'admin', port: number, name: string) => {
+    const err = await spawnService(role, { ...proxyEnv(name), PORT: String(port) }).then(async (s) => {
+      await s.stop();
+      return null;
+    }, (e: Error) => e);
+    t.match(err?.message, /cannot listen on 127\.0\.0\.1:\d+ \(the port is in use/, `${role === 'admin' ? 'an' : 'a'} ${role} on port ${port} is refused`);
+  };
+  await refused('proxy', admin.port, 'on-admin-port');
+  t.equal((await fetch(`${admin.url}/health`)).status, 200, 'the admin process still has its port');
+  const port = await freePort();
+  const proxy = await spawnService('proxy', { ...proxyEnv('first'), PORT: String(port) });
+  t.teardown(() => proxy.stop());
+  await refused('admin', port, 'second-admin');
+});
+
 function freePort(): Promise<number> {
   return new Promise((resolve) => {
     const server = createServer();
