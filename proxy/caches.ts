@@ -8,7 +8,7 @@ import { LRUCache } from 'lru-cache';
 import { entryBound } from '../shared/lru-bound.js';
 import { STORED_POLICY_LIMITS, type CompiledPolicy } from '../shared/policy/index.js';
 import { compilePolicy } from '../shared/policy/policy-reader.js';
-import { credentialAssociatedData, openValue, secretSpellings } from '../shared/secrets.js';
+import { credentialAssociatedData, openValue, secretSpellings, WRONG_SECRET_KEY } from '../shared/secrets.js';
 import type { MetadataStore } from '../shared/stores/metadata-store.js';
 import type { CacheCounters, CacheName } from '../shared/metrics.js';
 import type { Agent, CredType, MetadataChange } from '../shared/types.js';
@@ -166,7 +166,13 @@ export function createProxyCaches(
         else credentialsRead.set(key, reads);
       }
       if (!sealed) return NONE;
-      const value = openValue(encryptionKey, sealed.sealedValue, credentialAssociatedData(orgId, sealed.hostname));
+      let value: string;
+      try {
+        value = openValue(encryptionKey, sealed.sealedValue, credentialAssociatedData(orgId, sealed.hostname));
+      } catch (err) {
+        // Stored by a process with another key (split mode: the admin's differs): logged as such, not as the cipher's words.
+        throw new Error(`the credential for ${sealed.hostname} cannot be opened: ${WRONG_SECRET_KEY}`, { cause: err });
+      }
       const spellings = secretSpellings(value);
       switch (sealed.credType) {
         case 'bearer':

@@ -11,7 +11,7 @@ import { AuditSpool } from '../shared/audit/audit-spool.js';
 import type { Config } from '../shared/config.js';
 import { createLogger, type Logger } from '../shared/log.js';
 import { Metrics, NO_APPROVALS } from '../shared/metrics.js';
-import { loadAuditSigningKey, loadSecrets } from '../shared/secrets.js';
+import { checkSecretKey, loadAuditSigningKey, loadSecrets } from '../shared/secrets.js';
 import { recoverJournal } from '../shared/audit/journal-recovery.js';
 import { Sealer, sealHeadsOf } from '../shared/audit/seal.js';
 import type { AuditStore } from '../shared/stores/audit-store.js';
@@ -73,6 +73,7 @@ export async function startService(config: Readonly<Config>, log: Logger = creat
   const signingKey = loadAuditSigningKey(config, { allowGenerate: role === 'all-in-one' });
   const sealer = new Sealer(signingKey);
   const store = await openMetadataStore(config);
+  checkSecretKey(secrets.encryptionKey, await store.anyCredential());
   const auditStore = await openAuditStoreWhenReachable(config, (err) =>
     log.warn('ClickHouse cannot be reached; audit batches are spooled until it answers', { err }));
   const spool = AuditSpool.open(config.spoolDir!, config.spoolMaxBytes);

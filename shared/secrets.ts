@@ -131,6 +131,24 @@ export function sealValue(key: Buffer, plaintext: string, associated: string): s
   return `${SEALED_VERSION}:${Buffer.concat([iv, cipher.getAuthTag(), body]).toString('base64')}`;
 }
 
+/** What a credential sealed under another SECRET_KEY answers, in the log and at the start. */
+export const WRONG_SECRET_KEY = 'SECRET_KEY does not open the stored credentials: they were sealed with another key. Start every process with the SECRET_KEY they were stored with (DATA_DIR/secrets.json where the service generated it, or the environment of the process that stored them)';
+
+/**
+ * Checks at the start that SECRET_KEY opens a stored credential: a process
+ * started with another key (the environment's over a generated secrets.json,
+ * split-mode processes set apart) was ready and answered every call to a host
+ * with a credential 500, logging only the cipher's "unable to authenticate data".
+ */
+export function checkSecretKey(key: Buffer, sample: { orgId: string; hostname: string; sealedValue: string } | undefined): void {
+  if (sample === undefined) return;
+  try {
+    openValue(key, sample.sealedValue, credentialAssociatedData(sample.orgId, sample.hostname));
+  } catch {
+    throw new Error(WRONG_SECRET_KEY);
+  }
+}
+
 export function openValue(key: Buffer, sealed: string, associated: string): string {
   const [version, payload] = sealed.split(':', 2);
   if (version !== SEALED_VERSION || payload === undefined) throw new Error('unknown sealed value format');

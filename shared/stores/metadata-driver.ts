@@ -192,6 +192,8 @@ export interface MetadataDriver extends ChangeLog {
   /** Oldest first, as agentsByOrg. */
   credentialsByOrg(orgId: string): Awaitable<CredentialRow[]>;
   credentialForHost(orgId: string, hostname: string): Awaitable<SealedCredentialRow | undefined>;
+  /** Any one stored credential (the start checks that SECRET_KEY opens it). */
+  anyCredential(): Awaitable<SealedCredentialRow | undefined>;
   /** As deleteAgentInOrg, with the credential's hostname. */
   deleteCredentialInOrg(orgId: string, credentialId: string, changeOf: (hostname: string) => MetadataChange): Awaitable<MetadataChange | undefined>;
 

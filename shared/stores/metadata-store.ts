@@ -100,6 +100,8 @@ export interface MetadataStore {
    * credential without a port, which matches every port.
    */
   findCredentialForHost(orgId: string, authority: string): Promise<SealedCredential | undefined>;
+  /** Any one stored credential, with its sealed value. */
+  anyCredential(): Promise<SealedCredential | undefined>;
 
   getPolicy(agentId: string): Promise<PolicyRecord | undefined>;
   /** Throws GuardError('not_found') when the agent does not exist (e.g. deleted meanwhile). */
@@ -260,6 +262,11 @@ export function createMetadataStore(driver: MetadataDriver): MetadataStore {
       // portless one, which covers every port.
       const host = hostOfAuthority(authority);
       const row = (await driver.credentialForHost(orgId, withDefaultPort(authority))) ?? (await driver.credentialForHost(orgId, host));
+      return row && { ...toCredential(row), sealedValue: row.sealed_value };
+    },
+
+    async anyCredential() {
+      const row = await driver.anyCredential();
       return row && { ...toCredential(row), sealedValue: row.sealed_value };
     },
 

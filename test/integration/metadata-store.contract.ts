@@ -316,6 +316,8 @@ export function metadataStoreContract(t: TapTest, name: string, stores: Contract
     const portedRecord = await store.createCredential(ported);
 
     t.same(await store.findCredentialForHost(orgA, 'api.example.com'), { ...plainRecord, sealedValue: 'sealed-plain' });
+    const any = await store.anyCredential();
+    t.ok(any !== undefined && typeof any.sealedValue === 'string' && typeof any.orgId === 'string', 'anyCredential: one, with its org and sealed value (the start checks SECRET_KEY on it)');
     t.same(await store.findCredentialForHost(orgA, 'api.example.com:8443'), {
       ...portedRecord,
       sealedValue: 'sealed-ported',

@@ -2,6 +2,7 @@
 // file and a ClickHouse HTTP server (test/support: ClickHouse's HTTP interface
 // over the embedded engine). The audit pipeline's fault tests (ClickHouse down,
 // a proxy killed) are in split-mode-faults.test.ts.
+import { randomBytes } from 'node:crypto';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { createConnection, createServer, type AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
@@ -179,6 +180,26 @@ t.test('several proxies may share one port (SO_REUSEPORT)', async (t) => {
   t.equal(await two.stop(), 0, 'stops cleanly');
   t.equal((await fetch(`${one.url}/health`)).status, 200, 'the other still serves the port');
   t.equal(await one.stop(), 0);
+});
+
+t.test('a proxy whose SECRET_KEY is not the one that sealed the credentials refuses to start; one started before they were stored says so in its log', async (t) => {
+  const otherKey = { SECRET_KEY: randomBytes(32).toString('hex') };
+  // Started while no credential is stored: nothing to check yet.
+  const early = await spawnService('proxy', { ...proxyEnv('other-key-early'), ...otherKey, LOG_LEVEL: 'error' });
+  t.teardown(() => early.stop());
+  const agent = await createAgent(proxyA.url, owner, 'wrong-key');
+  const cred = await api(proxyA.url, owner, 'POST', '/credentials', { name: 'sealed', hostname: upstream.authority, cred_type: 'bearer', value: 'sealed-under-the-admins-key' });
+  t.equal(cred.status, 201);
+  t.teardown(() => api(proxyA.url, owner, 'DELETE', `/credentials/${cred.json.id}`));
+  const err = await spawnService('proxy', { ...proxyEnv('other-key'), ...otherKey }).then(async (s) => {
+    await s.stop();
+    return null;
+  }, (e: Error) => e);
+  t.match(err?.message, /SECRET_KEY does not open the stored credentials/, 'refused at the start, naming the variable');
+  t.notMatch(err?.message, /sealed-under-the-admins-key/, 'without the value');
+  const res = await fetch(`${early.url}/proxy/${agent.api_key}/${upstream.authority}/json`);
+  t.equal(res.status, 500, 'no call goes out without its credential');
+  t.match(await eventually(async () => (/cannot be opened: SECRET_KEY does not open/.test(early.output()) ? early.output() : undefined), 3000), new RegExp(`the credential for ${upstream.authority.replace(/[.]/g, '\\.')}`), 'the log names the host and the variable');
 });
 
 t.test('only proxies share a port: the admin process refuses one in use, and a proxy cannot take the admin\'s', async (t) => {

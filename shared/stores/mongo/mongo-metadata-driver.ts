@@ -377,6 +377,10 @@ export class MongoMetadataDriver implements MetadataDriver {
     return rowOf(await this.#credentials.findOne({ org_id: orgId, hostname }));
   }
 
+  async anyCredential(): Promise<SealedCredentialRow | undefined> {
+    return rowOf(await this.#credentials.findOne({}));
+  }
+
   async deleteCredentialInOrg(orgId: string, credentialId: string, changeOf: (hostname: string) => MetadataChange): Promise<MetadataChange | undefined> {
     return this.#write<MetadataChange | undefined>(async (session) => {
       const doc = await this.#credentials.findOneAndDelete({ _id: credentialId, org_id: orgId }, { projection: { hostname: 1 }, session });

@@ -283,6 +283,7 @@ function prepareStatements(db: Database.Database) {
     credentialForHost: db.prepare<[orgId: string, hostname: string], SealedCredentialRow>(
       `SELECT ${CREDENTIAL_COLUMNS}, sealed_value FROM credentials WHERE org_id = ? AND hostname = ?`,
     ),
+    anyCredential: db.prepare<[], SealedCredentialRow>(`SELECT ${CREDENTIAL_COLUMNS}, sealed_value FROM credentials LIMIT 1`),
     deleteCredential: db.prepare<[id: string]>('DELETE FROM credentials WHERE id = ?'),
 
     policyByAgent: db.prepare<[agentId: string], PolicyRow>(
@@ -563,6 +564,10 @@ export class SqliteMetadataDriver implements MetadataDriver {
 
   credentialForHost(orgId: string, hostname: string): SealedCredentialRow | undefined {
     return this.#sql.credentialForHost.get(orgId, hostname);
+  }
+
+  anyCredential(): SealedCredentialRow | undefined {
+    return this.#sql.anyCredential.get();
   }
 
   deleteCredentialInOrg(orgId: string, credentialId: string, changeOf: (hostname: string) => MetadataChange): MetadataChange | undefined {
