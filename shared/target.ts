@@ -175,35 +175,46 @@ export function canonicalHostname(hostname: string): string {
 }
 
 const ESCAPE = /%([0-9A-Fa-f]{2})/g;
-const UNRESERVED_OR_SLASH = /[A-Za-z0-9\-._~/]/;
+/**
+ * Decoded in a policy path: unreserved characters, '/', and the rest of RFC
+ * 3986's pchar but '*' (sub-delims, ':' and '@'). Servers that route on the
+ * decoded path (Go's URL.Path, WSGI's PATH_INFO, Spring, Rails) read `%40` as
+ * `@` and `%3A` as `:`: a deny rule on `/@acme/**` or `/users/me:delete` was
+ * stepped around with either escaped. '*' is the one left escaped: in a glob it
+ * is the wildcard, `%2A` a literal star.
+ */
+const DECODED_IN_PATH = /[A-Za-z0-9\-._~/!$&'()+,;=:@]/;
 /** An escaped backslash: refused in a target path, as a raw one and '#' are (normalizePolicyPath). */
 const ESCAPED_BACKSLASH = /%5[Cc]/;
 
-/**
- * The path the policy sees: percent-escapes of unreserved characters and of '/'
- * decoded (RFC 3986 §6.2.2.2), so `/%61dmin` and `/admin%2Fx` meet a rule on
- * `/admin/** What normalizePolicyPath refuses, for the answers that say so (the proxy's, the policy check's). */
+/** What normalizePolicyPath refuses, for the answers that say so (the proxy's, the policy check's). */
 export const REFUSED_PATH_PARTS = "dot segments (. or .., also with ';' parameters), a '#' or a backslash";
 
-/**` the way an upstream that decodes them would, characters a client can
- * send only escaped (a space, non-ASCII) escaped as it would (encodePathChars),
- * and runs of '/' collapse (`//admin` is `/admin` to most servers). The upstream still
- * gets the path exactly as sent. Null when a segment is `.` or `..` (raw or
- * encoded, or with `;` parameters after it), or the path holds a `#` or a backslash (raw or `%5C`): such paths
- * mean different things to different servers, so they are refused rather than
- * guessed at. A policy would see `/admin#x` or `/x\..\admin` as a path of its
- * own, while a server that reads URLs as browsers do (WHATWG URL: Node's
- * `new URL`, Deno, Bun, Hono) routes `/admin` (a fragment cut off; a backslash
- * a slash), and some servers decode `%5C` into one.
+/**
+ * The path the policy sees: percent-escapes of pchar characters but '*' and of
+ * '/' decoded (DECODED_IN_PATH; for unreserved ones RFC 3986 §6.2.2.2), so
+ * `/%61dmin` and `/admin%2Fx` meet a rule on `/admin/**` the way an upstream
+ * that decodes them would, characters a client can send only escaped (a space,
+ * non-ASCII) escaped as it would (encodePathChars), and runs of '/' collapse
+ * (`//admin` is `/admin` to most servers). In a call's path (not a glob's) a
+ * raw '*' is `%2A`: one spelling of a literal star. The upstream still gets the
+ * path exactly as sent. Null when a segment is `.` or `..` (raw or encoded, or
+ * with `;` parameters after it), or the path holds a `#` or a backslash (raw or
+ * `%5C`): such paths mean different things to different servers, so they are
+ * refused rather than guessed at. A policy would see `/admin#x` or
+ * `/x\..\admin` as a path of its own, while a server that reads URLs as
+ * browsers do (WHATWG URL: Node's `new URL`, Deno, Bun, Hono) routes `/admin` (a
+ * fragment cut off; a backslash a slash), and some servers decode `%5C` into one.
  */
-export function normalizePolicyPath(path: string): string | null {
+export function normalizePolicyPath(path: string, glob = false): string | null {
   // includes() first: a regular expression on every call cost ~30 ns more.
   if (path.includes('#') || path.includes('\\') || (path.includes('%') && ESCAPED_BACKSLASH.test(path))) return null;
   path = encodePathChars(path);
+  if (!glob && path.includes('*')) path = path.replaceAll('*', '%2A');
   const decoded = path.includes('%')
     ? path.replace(ESCAPE, (escape, hex: string) => {
       const char = String.fromCharCode(parseInt(hex, 16));
-      return UNRESERVED_OR_SLASH.test(char) ? char : escape.toUpperCase();
+      return DECODED_IN_PATH.test(char) ? char : escape.toUpperCase();
     })
     : path;
   const collapsed = decoded.includes('//') ? decoded.replace(/\/{2,}/g, '/') : decoded;

@@ -1004,10 +1004,10 @@ function compilePathGlob(glob: string, where: string): CompiledPathGlob {
   }
   if (/^\*+$/.test(glob)) return { matcher: ANY_PATH, compiled: glob, budgetChars: 0 };
   // As the proxy reads a call's path (normalizePolicyPath): escapes of
-  // unreserved characters and '/' decoded, others upper-cased, characters a
+  // pchar characters but '*' and of '/' decoded, others upper-cased, characters a
   // client must escape escaped, runs of '/' collapsed. `/projects/acme%2Fapp/**`
   // or `/docs/my report.pdf` was a rule no call met.
-  const normalized = normalizePolicyPath(glob);
+  const normalized = normalizePolicyPath(glob, true);
   if (normalized === null) {
     if (compiling.limits.refuseUnmatchable) fail(`${where}: 'path' never matches a call: the proxy refuses paths with ${REFUSED_PATH_PARTS} (${quoted(glob)})`);
   } else {

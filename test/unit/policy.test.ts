@@ -182,7 +182,9 @@ t.test('a rule\'s tool is read as the proxy names a call\'s: canonical hostname,
 t.test('a rule\'s path is read as the proxy reads a call\'s: escapes, raw characters and slashes alike', async (t) => {
   for (const [glob, sent] of <Array<[string, string]>>[
     ['/api/v4/projects/acme%2Fapp/**', '/api/v4/projects/acme%2Fapp/repository'],
-    ['/files/a%3ab', '/files/a%3Ab'], ['/files/a%3Ab', '/files/a%3ab'],
+    ['/files/a%3ab', '/files/a%3Ab'], ['/files/a%3Ab', '/files/a%3ab'], ['/files/a:b', '/files/a%3ab'], ['/files/a%3Ab', '/files/a:b'],
+    ['/@acme/**', '/%40acme/pkg'], ['/%40acme/**', '/@acme/pkg'], ['/v1/users/me:delete', '/v1/users/me%3Adelete'],
+    ['/files/%2A', '/files/*'], ['/files/%2a', '/files/%2A'], ['/files/*', '/files/%2A'],
     ['/%7Euser/**', '/~user/x'], ['/~user/**', '/%7Euser/x'],
     ['/a//b', '/a/b'], ['/a/b', '/a//b'],
     ['/docs/my report.pdf', '/docs/my%20report.pdf'], ['/docs/my%20report.pdf', '/docs/my report.pdf'],

@@ -212,7 +212,12 @@ t.test('parseTarget', async (t) => {
 
 t.test('normalizePolicyPath', async (t) => {
   t.equal(normalizePolicyPath('/%61dmin//x%2Fy'), '/admin/x/y', 'unreserved and slash escapes decoded, slashes collapsed');
-  t.equal(normalizePolicyPath('/a%23b%20c'), '/a%23b%20c', 'other escapes kept, upper-cased');
+  t.equal(normalizePolicyPath('/a%23b%20c%3f'), '/a%23b%20c%3F', 'other escapes kept, upper-cased');
+  // Servers that route on the decoded path read these as the characters: a rule on /@acme/** or /users/me:delete was stepped around.
+  t.equal(normalizePolicyPath("/%40acme/x%3Adelete/%21%24%26%27%28%29%2B%2C%3B%3D"), "/@acme/x:delete/!$&'()+,;=", 'escapes of sub-delims, : and @ decoded');
+  t.equal(normalizePolicyPath('/public/..%3B/admin'), null, 'so an escaped ; after a dot segment is one too');
+  t.equal(normalizePolicyPath('/a/*/b%2a'), '/a/%2A/b%2A', "a call's literal star: one spelling, escaped");
+  t.equal(normalizePolicyPath('/a/*/b%2a', true), '/a/*/b%2A', "a glob's star stays the wildcard, its escaped star a literal one");
   for (const path of ['/x/../admin', '/x/%2E%2e/admin', '/./x', '/x/..']) t.equal(normalizePolicyPath(path), null, `dot segment: ${path}`);
   // A dot segment with `;` parameters is one to a servlet container (Tomcat reads /public/..;/admin as /admin).
   for (const path of ['/public/..;/admin', '/public/..;x=1/admin', '/a/.;/b', '/a/%2e%2e;/b']) t.equal(normalizePolicyPath(path), null, `dot segment with parameters: ${path}`);
