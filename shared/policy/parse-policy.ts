@@ -957,7 +957,7 @@ function toolText(glob: string, where: string): string {
     const namesPort = glob.startsWith('[') ? glob.includes(']:') : !isIPv6(glob) && glob.includes(':');
     const target = namesPort || glob.includes('/')
       ? null
-      : (parseTarget(`${isIPv6(glob) ? `[${glob}]` : glob}/`) ?? parseTarget(`${domainToASCII(glob) || glob}/`));
+      : (parseTarget(`${isIPv6(glob) ? `[${glob}]` : glob}/`) ?? (IDN_CANDIDATE.test(glob) ? parseTarget(`${domainToASCII(glob) || glob}/`) : null));
     if (target !== null) return target.hostname;
     if (compiling.limits.refuseUnmatchable) {
       fail(namesPort
@@ -980,8 +980,21 @@ function toolText(glob: string, where: string): string {
     if (ascii !== '') labels[i] = ascii;
     else if (compiling.limits.refuseUnmatchable) fail(`${where}: 'tool' may not hold a non-ASCII label with a wildcard: write its punycode (xn--) form (${quoted(glob)})`);
   }
-  return labels.join('.');
+  const written = labels.join('.');
+  // A character no hostname has (`{a,b}`, `?`, `%`, a space): the glob never matched a call.
+  if (NOT_IN_TOOL_GLOB.test(written) && compiling.limits.refuseUnmatchable) {
+    fail(`${where}: 'tool' globs hold letters, digits, '-', '_', '.', ':' and '*' only (no braces, '?', '%' or spaces): ${quoted(glob)} matches no hostname`);
+  }
+  return written;
 }
+
+/**
+ * A non-ASCII name to write as its A-label (domainToASCII). Not one holding
+ * what a URL's host parser cuts at or rewrites: `a?.github.com` was read as the
+ * host `a`, `ab%41.x` as `aba.x`, a tab dropped: a rule naming one host matched another.
+ */
+const IDN_CANDIDATE = /^(?=.*[^\x00-\x7f])[^?#/\\%@\s]+$/u;
+const NOT_IN_TOOL_GLOB = /[^a-z0-9\-_.*:]/;
 
 /** A path glob compiled: its matcher, the glob as compiled (normalized), and its characters that count against the policy's budget (MAX_PATTERN_PATH_CHARS). */
 interface CompiledPathGlob {
