@@ -187,6 +187,15 @@ export function secretSpellings(value: string): Buffer[] {
     value.replace(/[&<>"']/g, (c) => HTML_ENTITIES[c]!),
     value.replace(/[&<>"']/g, (c) => `&#${c.charCodeAt(0)};`),
   ]);
+  // A URL holding the value, itself encoded into another URL's parameter: a
+  // login bounce (`/login?next=` + the request's URL encoded) hands the agent
+  // `%252F` for the `%2F` of the query credential it came with.
+  for (const form of [...forms]) {
+    if (form.includes('%') || (form.includes('+') && form !== value)) {
+      forms.add(form.replace(/%/g, '%25'));
+      forms.add(form.replace(/%/g, '%25').replace(/\+/g, '%2B'));
+    }
+  }
   // A header value's outer spaces and tabs are dropped by the upstream's parser
   // (RFC 9110 optional whitespace), which then echoes the value without them.
   const core = value.replace(/^[ \t]+|[ \t]+$/g, '');
