@@ -23,6 +23,7 @@ const MAX_TASK_ID_CHARS = 1024;
 /** Longer session ids are forwarded but not recorded (the MCP spec has them visible ASCII; ours bounds the column). */
 const MAX_MCP_SESSION_ID_CHARS = 256;
 const MAX_REQUEST_ID_CHARS = 200;
+const NON_ASCII = /[^\x00-\x7f]/;
 const PROXY_PREFIX_LENGTH = '/proxy/'.length;
 
 /** A stage: done (undefined), answered the client and stopped (false), or later (a Promise). */
@@ -220,7 +221,10 @@ export class ProxyExchange {
       } else if (name === 'x-http-method-override' || name === 'x-http-method' || name === 'x-method-override') {
         this.methodOverride = name;
       }
-      this.headers.push(name, value);
+      // uWS hands the value decoded from UTF-8, and undici writes a string's
+      // header as Latin-1: `ï` went out as one byte, `日` was a 400. Its UTF-8
+      // bytes as Latin-1 characters go out as the agent sent them.
+      this.headers.push(name, NON_ASCII.test(value) ? Buffer.from(value, 'utf8').toString('latin1') : value);
     } else if (name === 'x-agent-reasoning') {
       this.reasoning = value.length > MAX_REASONING_CHARS ? value.slice(0, MAX_REASONING_CHARS) : value;
     } else if (name === 'x-agent-task-id') {

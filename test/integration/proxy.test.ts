@@ -337,6 +337,24 @@ t.test('hop-by-hop and X-Agent-* headers are removed both ways', async (t) => {
   t.equal(await hop.text(), 'hop');
 });
 
+t.test('a header\'s UTF-8 bytes reach the tool as the agent sent them', async (t) => {
+  const agent = await createAgent(base, owner, 'utf8-headers');
+  // Each character below U+0100 went out as one Latin-1 byte (undici writes a string's header as Latin-1), and any other was a 400.
+  const value = 'x naïve 日本語 résumé x';
+  const res = await rawRequest(service.port, [
+    `GET /proxy/${agent.api_key}/${upstream.authority}/echo HTTP/1.1`, 'Host: x', `X-Custom: ${value}`, `X-Agent-Reasoning: x checking 日本語 x`, '', '',
+  ].join('\r\n'), 500);
+  t.equal(res.status, 200);
+  const seen = upstream.seen[upstream.seen.length - 1]!.headers;
+  // Node's parser reads header bytes as Latin-1: the bytes are the UTF-8 sent.
+  t.equal(Buffer.from(seen['x-custom'] as string, 'latin1').toString('utf8'), value, 'the bytes as sent');
+  const rows = await eventually(async () => {
+    const r = (await api(base, owner, 'GET', `/audit?agent_id=${agent.id}`)).json as any[];
+    return r.length > 0 ? r : undefined;
+  });
+  t.equal(rows[0].reasoning, 'x checking 日本語 x', 'the reasoning recorded as text');
+});
+
 t.test('a tool\'s answer is sandboxed: served from the console\'s origin, it runs no script there and claims no service worker', async (t) => {
   const agent = await createAgent(base, owner, 'same-origin');
   const res = await proxied(agent.api_key, `${upstream.authority}/page.html`);
