@@ -28,6 +28,11 @@ export function auditFilterFromQuery(q: URLSearchParams): AuditFilter {
     const value = q.get(param);
     if (value !== null) filter[field] = value;
   }
+  // An id, as agent_id: its case is not the id's (an id in capitals matched nothing).
+  if (filter.approvalId !== undefined) {
+    if (!isUuid(filter.approvalId)) throw new GuardError('invalid_request', "Query parameter 'approval_id' must be a UUID.", { field: 'approval_id' });
+    filter.approvalId = filter.approvalId.toLowerCase();
+  }
   for (const name of ['since', 'until'] as const) {
     const raw = q.get(name);
     if (raw !== null) filter[name] = isoInstant(raw, name, 'Query parameter');

@@ -162,6 +162,8 @@ t.test('approved during the hold: forwarded at once, the body byte-identical, th
   t.equal((await api(service.url, owner, 'GET', `/approvals/${approval.id}`)).json.status, 'used');
   const [row] = await auditOf(approval.id);
   t.match(row, { decision: 'allowed', status_code: 200, rule_matched: 'payments', approval_id: approval.id });
+  const upper = (await api(service.url, owner, 'GET', `/audit?approval_id=${approval.id.toUpperCase()}`)).json as any[];
+  t.equal(upper.length, 1, 'the approval id in capitals finds the same entry, as agent_id does');
 
   const again = await call(payer.api_key, { body, approvalId: approval.id });
   t.equal(again.status, 409, 'a used approval cannot be used again');
