@@ -54,21 +54,41 @@ function instant(raw: string | undefined, name: string, fallback: Date): Date {
 
 const DAY_MS = 24 * 60 * 60 * 1000;
 
+const USAGE = 'usage: npm run verify-audit -- [--since ISO] [--until ISO] [--org UUID] [--public-key FILE]';
+
+/** The options; a mistyped one is bad usage (exit 2), not a problem found (1). */
+function options() {
+  try {
+    return parseArgs({
+      options: {
+        since: { type: 'string' },
+        until: { type: 'string' },
+        org: { type: 'string' },
+        'public-key': { type: 'string' },
+        help: { type: 'boolean', short: 'h' },
+      },
+      strict: true,
+    }).values;
+  } catch (err) {
+    fail(`${(err as Error).message}\n${USAGE}`);
+  }
+}
+
 async function main(): Promise<void> {
-  const { values } = parseArgs({
-    options: {
-      since: { type: 'string' },
-      until: { type: 'string' },
-      org: { type: 'string' },
-      'public-key': { type: 'string' },
-    },
-    strict: true,
-  });
+  const values = options();
+  if (values.help === true) {
+    process.stdout.write(`${USAGE}\nExits 0 when every org verifies, 1 on a problem, 2 on bad usage or an unreachable store. See docs/api.md, "Offline".\n`);
+    process.exit(0);
+  }
   let config;
   try {
     config = loadConfig();
   } catch (err) {
     fail((err as Error).message);
+  }
+  // Opening the embedded store creates one: a mistyped DATA_DIR verified an empty new store and passed.
+  if (config.clickhouseUrl === null && !existsSync(join(config.dataDir, 'chdb'))) {
+    fail(`no embedded audit store in DATA_DIR (${config.dataDir}): set DATA_DIR to the service's data directory, or CLICKHOUSE_URL`);
   }
   const key = trustedKey(values['public-key'], config);
   const keys = new Map([[publicKeyInfo(key).fingerprint, key]]);
@@ -97,7 +117,12 @@ async function main(): Promise<void> {
   try {
     // Every org of the audit store, and every org with a recorded chain head: one
     // whose rows and seals were all deleted is still checked (and found truncated).
-    const orgs = org !== undefined ? [org] : [...new Set([...(await audit.orgIds()), ...(metadata === null ? [] : await metadata.sealHeadOrgs())])].sort();
+    const known = [...new Set([...(await audit.orgIds()), ...(metadata === null ? [] : await metadata.sealHeadOrgs())])].sort();
+    // An org with neither entries, seals nor a chain head (a mistyped --org) verified as clean.
+    if (org !== undefined && !known.includes(org) && (metadata === null || (await metadata.orgCreatedAt(org)) === null)) {
+      fail(`--org ${org}: no such organization (no audit entries, seals or chain heads)`);
+    }
+    const orgs = org !== undefined ? [org] : known;
     for (const orgId of orgs) {
       const heads: ChainHead[] = metadata === null ? [] : await metadata.listSealHeads(orgId);
       const sealingSince = metadata === null ? null : await metadata.sealingSince();

@@ -5,7 +5,7 @@
 // name each change. The offline `verify-audit` command must agree.
 import { spawn } from 'node:child_process';
 import { createHash, randomUUID } from 'node:crypto';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { existsSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -217,13 +217,13 @@ t.test('GET /audit/verify names each change; the clean org still verifies', asyn
 
 t.test('npm run verify-audit agrees, offline, and exits 1 on a problem', async (t) => {
   t.equal(await service.stop(), 0);
-  const offline = (args: string[]) => new Promise<{ code: number | null; lines: Record<string, unknown>[]; stderr: string }>((resolve) => {
-    const child = spawn(process.execPath, [...process.execArgv, join(ROOT, 'server/verify-audit.ts'), ...args], { env: { PATH: process.env.PATH ?? '', DATA_DIR: dir }, stdio: ['ignore', 'pipe', 'pipe'] });
+  const offline = (args: string[], dataDir = dir) => new Promise<{ code: number | null; lines: Record<string, unknown>[]; stderr: string; stdout: string }>((resolve) => {
+    const child = spawn(process.execPath, [...process.execArgv, join(ROOT, 'server/verify-audit.ts'), ...args], { env: { PATH: process.env.PATH ?? '', DATA_DIR: dataDir }, stdio: ['ignore', 'pipe', 'pipe'] });
     let out = '';
     let err = '';
     child.stdout.setEncoding('utf8').on('data', (c: string) => (out += c));
     child.stderr.setEncoding('utf8').on('data', (c: string) => (err += c));
-    child.on('close', (code) => resolve({ code, lines: out.trim().split('\n').filter(Boolean).map((l) => JSON.parse(l) as Record<string, unknown>), stderr: err }));
+    child.on('close', (code) => resolve({ code, lines: out.startsWith('{') ? out.trim().split('\n').filter(Boolean).map((l) => JSON.parse(l) as Record<string, unknown>) : [], stderr: err, stdout: out }));
   });
   const all = await offline([]);
   t.equal(all.code, 1, `exit 1 (${all.stderr})`);
@@ -240,6 +240,22 @@ t.test('npm run verify-audit agrees, offline, and exits 1 on a problem', async (
     const refused = await offline(args);
     t.equal(refused.code, 2, `${args.join(' ')}: bad usage (${refused.stderr.trim()})`);
   }
+  // Bad usage is exit 2 with one line, not 1 (a problem found) with a stack trace.
+  for (const args of [['--sinse', '2026-01-01'], ['--public-key']]) {
+    const refused = await offline(args);
+    t.equal(refused.code, 2, `${args.join(' ')}: bad usage`);
+    t.match(refused.stderr, /^verify-audit: .*\nusage: npm run verify-audit/, `one line and the usage (${refused.stderr.trim()})`);
+  }
+  const help = await offline(['--help']);
+  t.equal(help.code, 0, '--help exits 0');
+  t.match(help.stdout, /^usage: npm run verify-audit/);
+  // Nothing checked is no pass: a mistyped DATA_DIR, an org that is not there.
+  const mistyped = join(dir, 'no-such-data-dir');
+  const typo = await offline([], mistyped);
+  t.equal(typo.code, 2, `a DATA_DIR without a store: exit 2 (${typo.stderr.trim()})`);
+  t.notOk(existsSync(mistyped), 'and no store is created there');
+  const stranger = await offline(['--org', randomUUID()]);
+  t.equal(stranger.code, 2, `an org with no entries, seals or chain heads: exit 2 (${stranger.stderr.trim()})`);
   const clean = await offline(['--org', orgs.get('clean')!.orgId]);
   t.equal(clean.code, 0, 'a clean org exits 0');
   t.match(clean.lines[0], { ok: true, entries: 9 });
