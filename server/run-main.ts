@@ -27,6 +27,16 @@ export async function runMain(role: Role): Promise<void> {
     process.exit(2);
   }
   const problems = startProblems(config, role);
+  if (role !== 'admin') {
+    // Read here, before the stores are opened and DATA_DIR filled (it was read as
+    // the proxy was built); imported only by roles that proxy.
+    const { createAllowList } = await import('../proxy/ssrf-rules.js');
+    try {
+      createAllowList(config.allowTargets);
+    } catch (err) {
+      problems.push((err as Error).message);
+    }
+  }
   if (problems.length > 0) {
     process.stderr.write(`tool-call-guard: cannot start the ${role} process:\n  ${problems.join('\n  ')}\n`);
     process.exit(2);

@@ -122,7 +122,12 @@ function oneOfBool(raw: string): boolean {
 /** Every variable the service reads (test/unit/docs.test.ts checks that the README's table has each, and no other). */
 export const CONFIG_SPECS: readonly Spec[] = [
   { env: 'PORT', key: 'port', doc: 'public listener port', parse: integer(0, 65535), fallback: 8080 },
-  { env: 'HOST', key: 'host', doc: 'public listener address', parse: text, fallback: '127.0.0.1' },
+  { env: 'HOST', key: 'host', doc: 'public listener address', parse: (r) => {
+    // [::1] as a URL writes it: the listener takes the address bare.
+    const bare = r.startsWith('[') && r.endsWith(']') ? r.slice(1, -1) : r;
+    if (bare.length === 0 || /[\s/[\]]/.test(bare)) throw new ConfigError('must be an IP address or a host name (without a port, a path or spaces)');
+    return bare;
+  }, fallback: '127.0.0.1' },
   { env: 'PUBLIC_URL', key: 'publicUrl', doc: 'origin used in proxy_url', parse: url, fallback: null },
   { env: 'DATA_DIR', key: 'dataDir', doc: 'embedded stores, generated secrets, audit spool', parse: (r) => resolve(r), fallback: resolve('data') },
   { env: 'MONGODB_URL', key: 'mongodbUrl', doc: 'metadata in MongoDB instead of SQLite', parse: (r) => {

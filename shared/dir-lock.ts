@@ -47,7 +47,13 @@ export class DirLock {
     // A short busy wait: two processes starting at once may each hold a shared
     // lock on the way to the exclusive one; SQLite refuses one of them at once
     // (it would deadlock), which closes, and the other then gets it.
-    const db = new Database(join(dir, name), { timeout: BUSY_WAIT_MS });
+    let db: Database.Database;
+    try {
+      db = new Database(join(dir, name), { timeout: BUSY_WAIT_MS });
+    } catch (err) {
+      // A directory this process cannot write: "unable to open database file" named neither.
+      throw new Error(`${what} ${dir}: cannot open its lock file ${name} (${(err as Error).message}): the directory must exist and be writable by this process`, { cause: err });
+    }
     try {
       db.pragma('locking_mode = EXCLUSIVE');
       // The first write takes the exclusive lock; EXCLUSIVE mode keeps it after the commit.

@@ -1,6 +1,6 @@
 // Operability: /metrics, canonical log lines and request ids, /ready, /openapi.json.
 import t from 'tap';
-import { mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { connect as netConnect } from 'node:net';
 import { join } from 'node:path';
@@ -185,6 +185,21 @@ t.test('an open /metrics on a HOST other machines reach: the process refuses to 
   t.match(err?.message ?? '', /METRICS_TOKEN/, 'the message names the ways out');
   t.match(err?.message ?? '', /METRICS_PUBLIC=true/);
   t.strictSame(readdirSync(dir), [], 'no store was opened');
+});
+
+t.test('a malformed GUARD_ALLOW_TARGETS, or a spool directory the process cannot write, is refused naming it, before a store is opened', async (t) => {
+  const dir = mkdtempSync(join(tmpdir(), 'tcg-badallow-'));
+  t.teardown(() => rmSync(dir, { recursive: true, force: true }));
+  // Read as the proxy was built, it came after secrets.json, the signing key, chDB and SQLite were made, and exited 1.
+  const err = await spawnService('all-in-one', { DATA_DIR: dir, PORT: '0', GUARD_ALLOW_TARGETS: '127.0.0.1:8443' }).then(() => null, (e: Error) => e);
+  t.match(err?.message ?? '', /exited with 2 before listening/);
+  t.match(err?.message ?? '', /GUARD_ALLOW_TARGETS/, 'the message names the variable');
+  t.strictSame(readdirSync(dir), [], 'no store was opened');
+  // A lock file SQLite cannot open (as in a directory this user cannot write; root writes any): "unable to open database file" named neither the directory nor what to do.
+  const spoolDir = join(dir, 'spool');
+  mkdirSync(join(spoolDir, 'spool.lockdb'), { recursive: true });
+  const spool = await spawnService('all-in-one', { DATA_DIR: join(dir, 'data'), PORT: '0', SPOOL_DIR: spoolDir }).then(() => null, (e: Error) => e);
+  t.match(spool?.message ?? '', new RegExp(`audit spool ${spoolDir.replace(/[.]/g, '\\.')}: cannot open its lock file`), `the directory is named (${spool?.message.split('\n').find((l) => l.includes('spool'))})`);
 });
 
 t.test('a metrics collector that fails is answered 500 and logged; the process goes on', async (t) => {

@@ -23,6 +23,11 @@ t.test('a blank value is unset: the default, not an empty host or directory', as
   t.match(config.spoolDir, /spool$/, 'SPOOL_DIR=" " is the data directory\'s spool');
 });
 
+t.test('HOST: an address as a URL writes it is taken bare; one with a port, a path or spaces is refused', async (t) => {
+  t.equal(loadConfig({ ...base(), HOST: '[::1]' }).host, '::1', 'the listener could not bind [::1]');
+  for (const host of ['not a host', '127.0.0.1/8', '[::1']) t.match(refusal({ HOST: host }), /HOST/, `${host}: refused`);
+});
+
 t.test('a refused value never shows a secret: tokens and keys as ***, a URL as its scheme and host', async (t) => {
   const token = refusal({ METRICS_TOKEN: 'hunter2-short' });
   t.match(token, /METRICS_TOKEN="?\*\*\*"?/);
