@@ -59,6 +59,8 @@ export function createHeldCalls(deps: {
   store: MetadataStore;
   /** APPROVAL_HOLD_S. */
   holdS: number;
+  /** The agent's policy as the proxy holds it now (the policy cache's entry, not read through). */
+  policyNow: (agentId: string) => unknown;
   /** APPROVAL_MAX_PENDING. */
   maxPending: number;
   /** Null when METRICS_ENABLED is off. */
@@ -79,7 +81,7 @@ export function createHeldCalls(deps: {
   const unsubscribe = store.changes.subscribe({
     apply(change) {
       if (change.kind === 'approval' && waiting.has(change.approvalId)) void reread(change.orgId, change.approvalId);
-      else if (change.kind === 'agent' && size > 0) void recheckAgents(new Set([change.agentId]));
+      else if (change.kind === 'agent' && size > 0) void recheckAgents(change.agentId);
       else if (change.kind === 'policy' && size > 0) releaseAgent(change.agentId);
     },
     // The feed lost its place: any decision, an agent's deletion or a policy's
@@ -98,7 +100,12 @@ export function createHeldCalls(deps: {
    * feed delivers a change before any decision made after it.
    */
   function releaseAgent(agentId: string): void {
-    for (const waiters of [...waiting.values()]) for (const waiter of [...waiters]) if (waiter.ex.agent!.id === agentId) waiter.ex.holdRelease?.(true);
+    for (const waiter of heldOf(agentId)) waiter.ex.holdRelease?.(true);
+  }
+
+  /** The agent's waiting calls (a copy: answering one changes the registry). */
+  function heldOf(agentId: string): Waiter[] {
+    return [...waiting.values()].flatMap((waiters) => [...waiters]).filter((w) => w.ex.agent!.id === agentId);
   }
 
   /**
@@ -106,11 +113,9 @@ export function createHeldCalls(deps: {
    * unknown key would be (401): an approval given later must not forward a call
    * of an agent that no longer exists, with its organization's credential.
    */
-  async function recheckAgents(agentIds: ReadonlySet<string>): Promise<void> {
-    for (const agentId of agentIds) {
-      const held = [...waiting.values()].flatMap((waiters) => [...waiters]).filter((w) => w.ex.agent!.id === agentId);
-      if (held.length > 0 && (await agentGone(held[0]!.ex.agent!.orgId, agentId))) for (const waiter of held) answerAgentGone(waiter);
-    }
+  async function recheckAgents(agentId: string): Promise<void> {
+    const held = heldOf(agentId);
+    if (held.length > 0 && (await agentGone(held[0]!.ex.agent!.orgId, agentId))) for (const waiter of held) answerAgentGone(waiter);
   }
 
   /** The agent is deleted; false when it is there or cannot be read (its calls wait on). */
@@ -180,7 +185,12 @@ export function createHeldCalls(deps: {
   function wait(ex: ProxyExchange, approval: Approval, bytes: number): undefined | false | Promise<undefined | false> {
     const untilExpiry = Date.parse(approval.expiresAt) - Date.now();
     if (untilExpiry <= 0) return settle(ex, { ...approval, status: 'expired' });
-    if (holdS === 0 || closing || heldBytes + bytes > HELD_BODIES_MAX_BYTES) return answerPending(ex, approval);
+    // The policy changed since it decided (while the body came, slowly as the
+    // agent likes, or the approval was made): that change released no held
+    // call, this one was not registered yet. Its retry is decided afresh.
+    // (An entry evicted for age answers 202 too: the retry is held again.)
+    const policyChanged = deps.policyNow(ex.agent!.id) !== ex.policy;
+    if (holdS === 0 || closing || policyChanged || heldBytes + bytes > HELD_BODIES_MAX_BYTES) return answerPending(ex, approval);
     return new Promise((resolve) => {
       const waiter: Waiter = { ex, approval, resolve, bytes, timer: null };
       let waiters = waiting.get(approval.id);

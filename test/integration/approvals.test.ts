@@ -399,6 +399,34 @@ t.test('a held call whose agent\'s policy changes is answered 202 at once; appro
   t.equal((await api(service.url, owner, 'GET', `/approvals/${approval.id}`)).json.status, 'approved', 'the approval forwarded nothing');
 });
 
+t.test('a call whose agent\'s policy changes while its body still arrives is answered 202, not held under the old decision', async (t) => {
+  const slow = await createAgent(service.url, owner, 'slow-body');
+  t.equal((await api(service.url, owner, 'POST', `/agents/${slow.id}/policy`, { rules_yaml: POLICY })).status, 200);
+  let sendRest!: () => void;
+  const rest = new Promise<void>((resolve) => (sendRest = resolve));
+  const body = new ReadableStream<Uint8Array>({
+    async start(controller) {
+      controller.enqueue(new TextEncoder().encode('the first half, '));
+      await rest;
+      controller.enqueue(new TextEncoder().encode('the rest'));
+      controller.close();
+    },
+  });
+  const seenBefore = upstream.seen.length;
+  const answer = fetch(`${service.url}/proxy/${slow.api_key}/${upstream.authority}/echo`, { method: 'POST', body, duplex: 'half' } as RequestInit)
+    .then(async (r) => ({ status: r.status, text: await r.text() }));
+  await new Promise((r) => setTimeout(r, 300)); // decided on its head: approve
+  // Locked down while the body comes (as slowly as the agent likes): no call was held yet for the change to release.
+  t.equal((await api(service.url, owner, 'POST', `/agents/${slow.id}/policy`, { rules_yaml: 'version: "1"\ndefault: deny\nrules: []\n' })).status, 200);
+  sendRest();
+  const approval = await pendingFor(slow.id);
+  await api(service.url, owner, 'POST', `/approvals/${approval.id}/approve`);
+  const res = await answer;
+  t.equal(res.status, 202, `answered 202: its retry is decided by the policy now (${res.text})`);
+  await new Promise((r) => setTimeout(r, 300));
+  t.equal(upstream.seen.length, seenBefore, 'nothing was forwarded');
+});
+
 t.test('an agent deleted while its call that needs approval still sends its body: the approval given then forwards nothing', async (t) => {
   const doomed = await createAgent(service.url, owner, 'doomed-early');
   t.equal((await api(service.url, owner, 'POST', `/agents/${doomed.id}/policy`, { rules_yaml: POLICY })).status, 200);
