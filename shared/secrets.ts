@@ -189,11 +189,15 @@ export function secretSpellings(value: string): Buffer[] {
   ]);
   // A URL holding the value, itself encoded into another URL's parameter: a
   // login bounce (`/login?next=` + the request's URL encoded) hands the agent
-  // `%252F` for the `%2F` of the query credential it came with.
+  // `%252F` for the `%2F` of the query credential it came with. Each escaped
+  // spelling encoded again as encodeURIComponent, strict RFC 3986 encoders
+  // (which also escape !'()*) and URLSearchParams write it.
   for (const form of [...forms]) {
-    if (form.includes('%') || (form.includes('+') && form !== value)) {
-      forms.add(form.replace(/%/g, '%25'));
-      forms.add(form.replace(/%/g, '%25').replace(/\+/g, '%2B'));
+    if (form.includes('%')) {
+      const component = encodeURIComponent(form);
+      forms.add(component);
+      forms.add(component.replace(/[!'()*]/g, (c) => `%${c.charCodeAt(0).toString(16).toUpperCase()}`));
+      forms.add(new URLSearchParams({ v: form }).toString().slice(2));
     }
   }
   // A header value's outer spaces and tabs are dropped by the upstream's parser

@@ -62,16 +62,20 @@ t.test('percent-encoded as other encoders write it (strict RFC 3986, a slash kep
 });
 
 t.test('a URL holding the value, encoded again into another URL (a login bounce\'s next=), is redacted', async (t) => {
-  const value = 'k3y/Ab+Cd=';
-  const spellings = secretSpellings(value);
-  const requestUrl = `/login-bounce?page=2&api_key=${encodeURIComponent(value)}`;
-  for (const [how, body] of <Array<[string, string]>>[
-    ['encodeURIComponent', `/login?next=${encodeURIComponent(requestUrl)}`],
-    ['URLSearchParams', `/login?${new URLSearchParams({ next: `/x?api_key=${new URLSearchParams({ v: value }).toString().slice(2)}` })}`],
-  ]) {
-    const out = redactCapture(Buffer.from(body, 'utf8'), spellings, false).toString('utf8');
-    t.ok(out.includes('[REDACTED]'), `${how}: ${out}`);
-    const decoded = decodeURIComponent(decodeURIComponent(out.replace(/\+/g, ' ')));
-    t.notOk(decoded.includes(value), `${how}: the value is not recovered by decoding twice`);
+  const strict = (s: string) => encodeURIComponent(s).replace(/[!'()*]/g, (c) => `%${c.charCodeAt(0).toString(16).toUpperCase()}`);
+  for (const value of ['k3y/Ab+Cd=', "k3y!x/Ab+Cd='(*)"]) {
+    const spellings = secretSpellings(value);
+    const requestUrl = `/login-bounce?page=2&api_key=${encodeURIComponent(value)}`;
+    for (const [how, body] of <Array<[string, string]>>[
+      ['encodeURIComponent', `/login?next=${encodeURIComponent(requestUrl)}`],
+      ['URLSearchParams', `/login?${new URLSearchParams({ next: `/x?api_key=${new URLSearchParams({ v: value }).toString().slice(2)}` })}`],
+      ['URLSearchParams of encodeURIComponent', `/login?${new URLSearchParams({ next: requestUrl })}`],
+      ['strict RFC 3986, twice', `/login?next=${strict(`/x?api_key=${strict(value)}`)}`],
+    ]) {
+      const out = redactCapture(Buffer.from(body, 'utf8'), spellings, false).toString('utf8');
+      t.ok(out.includes('[REDACTED]'), `${value}, ${how}: ${out}`);
+      const decoded = decodeURIComponent(decodeURIComponent(out.replace(/\+/g, ' ')));
+      t.notOk(decoded.includes(value), `${value}, ${how}: the value is not recovered by decoding twice`);
+    }
   }
 });
