@@ -976,16 +976,25 @@ function toolText(glob: string, where: string): string {
   const labels = glob.toLowerCase().replace(/\.+$/, '').split('.');
   for (let i = 0; i < labels.length; i++) {
     if (!/[^\x00-\x7f]/.test(labels[i]!)) continue;
-    const ascii = labels[i]!.includes('*') ? '' : domainToASCII(labels[i]!);
+    // Not through domainToASCII when it would rewrite the label ('?', '%41', a tab): refused below, never matched.
+    const ascii = labels[i]!.includes('*') || !IDN_CANDIDATE.test(labels[i]!) ? '' : domainToASCII(labels[i]!);
     if (ascii !== '') labels[i] = ascii;
-    else if (compiling.limits.refuseUnmatchable) fail(`${where}: 'tool' may not hold a non-ASCII label with a wildcard: write its punycode (xn--) form (${quoted(glob)})`);
+    else if (compiling.limits.refuseUnmatchable) {
+      fail(labels[i]!.includes('*')
+        ? `${where}: 'tool' may not hold a non-ASCII label with a wildcard: write its punycode (xn--) form (${quoted(glob)})`
+        : notAToolGlob(where, glob));
+    }
   }
   const written = labels.join('.');
   // A character no hostname has (`{a,b}`, `?`, `%`, a space): the glob never matched a call.
   if (NOT_IN_TOOL_GLOB.test(written) && compiling.limits.refuseUnmatchable) {
-    fail(`${where}: 'tool' globs hold letters, digits, '-', '_', '.', ':' and '*' only (no braces, '?', '%' or spaces): ${quoted(glob)} matches no hostname`);
+    fail(notAToolGlob(where, glob));
   }
   return written;
+}
+
+function notAToolGlob(where: string, glob: string): string {
+  return `${where}: 'tool' globs hold letters, digits, '-', '_', '.', ':' and '*' only (no braces, '?', '%' or spaces): ${quoted(glob)} matches no hostname`;
 }
 
 /**
