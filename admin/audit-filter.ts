@@ -28,8 +28,8 @@ export function auditFilterFromQuery(q: URLSearchParams): AuditFilter {
     const value = q.get(param);
     if (value !== null) filter[field] = value;
   }
-  // An id, as agent_id: its case is not the id's (an id in capitals matched nothing).
-  if (filter.approvalId !== undefined) {
+  // An id, as agent_id: its case is not the id's (an id in capitals matched nothing). Empty: the entries without one, as for the other exact filters.
+  if (filter.approvalId !== undefined && filter.approvalId !== '') {
     if (!isUuid(filter.approvalId)) throw new GuardError('invalid_request', "Query parameter 'approval_id' must be a UUID.", { field: 'approval_id' });
     filter.approvalId = filter.approvalId.toLowerCase();
   }

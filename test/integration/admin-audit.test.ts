@@ -198,7 +198,6 @@ t.test('GET /audit: a bad query value is 400 naming the parameter', async (t) =>
     ['?decision=', 'decision'],
     ['?agent_id=not-a-uuid', 'agent_id'],
     ['?approval_id=not-a-uuid', 'approval_id'],
-    ['?approval_id=', 'approval_id'],
     ['?since=yesterday', 'since'],
     ['?since=2024-13-45', 'since'],
     ['?since=2026-02-30', 'since'],
