@@ -42,7 +42,6 @@ export interface RunningService {
 
 export const AUDIT_FLUSH_DEADLINE_MS = 10_000;
 
-/** docs/openapi.json from the package root (the source tree or above dist/). */
 /** A store's ping that has not answered in this long fails GET /ready: probes time out at 1 to 5 s, and the ClickHouse client waits 10 s. */
 export const READY_PING_WAIT_MS = 2000;
 
@@ -55,6 +54,7 @@ function withinReadyWait(ping: Promise<void>): Promise<void> {
   return Promise.race([ping, late]).finally(() => clearTimeout(timer));
 }
 
+/** docs/openapi.json from the package root (the source tree or above dist/). */
 function readOpenApi(): string | null {
   for (const up of ['../docs/openapi.json', '../../docs/openapi.json']) {
     const file = new URL(up, import.meta.url);

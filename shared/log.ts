@@ -30,6 +30,8 @@ export interface Logger {
   warn(msg: string, fields?: Record<string, unknown>): void;
   error(msg: string, fields?: Record<string, unknown>): void;
   isLevelEnabled(level: LogLevel): boolean;
+  /** Writes nothing more (its terminal is gone: a write fails with EIO, and pino's flush at exit retried one for ever). */
+  silence(): void;
 }
 
 /** A logger at `level`; `write` receives each line (tests collect them), stdout by default. */
@@ -51,5 +53,8 @@ export function createLogger(level: LogLevel, write?: (line: string) => void): L
     warn: (msg, fields) => base.warn(fields ?? {}, msg),
     error: (msg, fields) => base.error(fields ?? {}, msg),
     isLevelEnabled: (lvl) => base.isLevelEnabled(lvl),
+    silence: () => {
+      base.level = 'silent';
+    },
   };
 }

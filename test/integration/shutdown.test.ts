@@ -1,11 +1,13 @@
 // Graceful shutdown of a real process: SIGTERM drains in-flight proxied calls,
 // flushes the audit and exits 0; a second signal exits at once.
+import { spawn } from 'node:child_process';
 import { once } from 'node:events';
 import { Agent, get } from 'node:http';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { connect } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
 import t from 'tap';
 import { api, auditTotal, createAgent, login, signup, TLS_DIR } from '../support/service.js';
 import { eventually } from '../support/eventually.js';
@@ -14,6 +16,7 @@ import { startSilentServer } from '../support/raw-socket.js';
 import { spawnService } from '../support/spawn-service.js';
 import { startUpstream } from '../support/upstream.js';
 
+const ROOT = fileURLToPath(new URL('../../', import.meta.url));
 const dataDir = mkdtempSync(join(tmpdir(), 'tcg-shutdown-'));
 const upstream = await startUpstream();
 const env = { DATA_DIR: dataDir, PORT: '0', GUARD_ALLOW_TARGETS: '127.0.0.1', NODE_EXTRA_CA_CERTS: join(TLS_DIR, 'ca.crt'), AUDIT_BATCH_MS: '5000' };
@@ -63,6 +66,42 @@ for (const signal of ['SIGTERM', 'SIGHUP'] as const) t.test(`${signal} lets an i
   t.equal(rows[0].status_code, 200);
   t.equal(rows[0].output, EVENTS, 'the output is the upstream\'s bytes');
   t.equal(await again.stop(), 0);
+});
+
+t.test('the terminal of a service logging to it closes: SIGHUP drains, the call is answered and audited, and the process exits', async (t) => {
+  // `script` gives the service a terminal (its stdout); killing `script` closes it, and the kernel sends the service SIGHUP.
+  const dir = mkdtempSync(join(tmpdir(), 'tcg-tty-'));
+  t.teardown(() => rmSync(dir, { recursive: true, force: true }));
+  const ttyEnv = { ...env, DATA_DIR: dir, LOG_LEVEL: 'info', SHUTDOWN_DRAIN_MS: '3000', HOST: '127.0.0.1', PATH: process.env.PATH ?? '', HOME: process.env.HOME ?? '', SHELL: '/bin/sh' };
+  // exec: the pid printed is the service's, for the teardown should it hang.
+  const command = `echo PID $$; exec ${[process.execPath, ...process.execArgv, join(ROOT, 'server/main.ts')].join(' ')}`;
+  const terminal = spawn('script', ['-qfec', command, '/dev/null'], { env: ttyEnv, stdio: ['pipe', 'pipe', 'pipe'] });
+  let output = '';
+  terminal.stdout.setEncoding('utf8').on('data', (c: string) => (output += c));
+  const url = await eventually(async () => /listening on (http:\/\/\S+)/.exec(output)?.[1], 60_000);
+  const pid = Number(/PID (\d+)/.exec(output)?.[1]);
+  t.teardown(() => {
+    try {
+      process.kill(pid, 'SIGKILL');
+    } catch {
+      // gone, as it should be
+    }
+  });
+  t.ok(url, 'started in a terminal');
+  const owner = await signup(url!);
+  const agent = await createAgent(url!, owner, 'in-a-terminal');
+  const seenBefore = upstream.seen.length;
+  const inFlight = fetch(`${url}/proxy/${agent.api_key}/${upstream.authority}/sse`).then(async (r) => ({ status: r.status, text: await r.text() }), (err: Error) => ({ status: 0, text: String(err.cause ?? err) }));
+  await reachedUpstream(seenBefore);
+  terminal.kill('SIGKILL'); // the terminal window closed
+  const res = await inFlight;
+  t.equal(res.status, 200, `the call in flight is answered (${res.text.slice(0, 80)})`);
+  // The process exits and lets go of its data: with pino's write to the gone terminal retried for ever, it hung holding the locks.
+  const again = await eventually(async () => spawnService('all-in-one', { ...env, DATA_DIR: dir }, 15_000).catch(() => undefined), 30_000);
+  t.ok(again, 'a new process starts on its data directory');
+  const rows = (await api(again!.url, await login(again!.url, owner.email), 'GET', `/audit?agent_id=${agent.id}`)).json as any[];
+  t.equal(rows.length, 1, 'the call is audited');
+  t.equal(await again!.stop(), 0);
 });
 
 t.test('a second signal exits at once', async (t) => {
