@@ -102,7 +102,7 @@ async function main(): Promise<void> {
   if (since.getTime() >= until.getTime()) {
     fail(values.since === undefined ? `--until is before the default --since (${since.toISOString()}, the retention period): give --since too` : '--since must be before --until');
   }
-  const audit = await openAuditStore(config).catch((err: unknown) => fail(`cannot open the audit store: ${(err as Error).message}`));
+  const audit = await openAuditStore(config, true).catch((err: unknown) => fail(`cannot open the audit store: ${(err as Error).message}`));
   let metadata: MetadataStore | null = null;
   if (config.mongodbUrl !== null || existsSync(join(config.dataDir, 'metadata.sqlite'))) {
     metadata = await openMetadataStore(config).catch((err: unknown) => {

@@ -19,8 +19,8 @@ export async function openMetadataStore(config: Readonly<Config>): Promise<Metad
   return createMetadataStore(SqliteMetadataDriver.open(join(config.dataDir, 'metadata.sqlite')));
 }
 
-export function openAuditStore(config: Readonly<Config>): Promise<ClickHouseAuditStore> {
-  return ClickHouseAuditStore.open({ url: config.clickhouseUrl, dataDir: config.dataDir, retentionDays: config.auditRetentionDays, threadNice: config.chdbThreadNice });
+export function openAuditStore(config: Readonly<Config>, existing = false): Promise<ClickHouseAuditStore> {
+  return ClickHouseAuditStore.open({ url: config.clickhouseUrl, dataDir: config.dataDir, retentionDays: config.auditRetentionDays, threadNice: config.chdbThreadNice, existing });
 }
 
 /**

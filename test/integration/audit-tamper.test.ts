@@ -5,7 +5,7 @@
 // name each change. The offline `verify-audit` command must agree.
 import { spawn } from 'node:child_process';
 import { createHash, randomUUID } from 'node:crypto';
-import { existsSync, mkdtempSync, rmSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -217,8 +217,8 @@ t.test('GET /audit/verify names each change; the clean org still verifies', asyn
 
 t.test('npm run verify-audit agrees, offline, and exits 1 on a problem', async (t) => {
   t.equal(await service.stop(), 0);
-  const offline = (args: string[], dataDir = dir) => new Promise<{ code: number | null; lines: Record<string, unknown>[]; stderr: string; stdout: string }>((resolve) => {
-    const child = spawn(process.execPath, [...process.execArgv, join(ROOT, 'server/verify-audit.ts'), ...args], { env: { PATH: process.env.PATH ?? '', DATA_DIR: dataDir }, stdio: ['ignore', 'pipe', 'pipe'] });
+  const offline = (args: string[], dataDir = dir, more: Record<string, string> = {}) => new Promise<{ code: number | null; lines: Record<string, unknown>[]; stderr: string; stdout: string }>((resolve) => {
+    const child = spawn(process.execPath, [...process.execArgv, join(ROOT, 'server/verify-audit.ts'), ...args], { env: { PATH: process.env.PATH ?? '', DATA_DIR: dataDir, ...more }, stdio: ['ignore', 'pipe', 'pipe'] });
     let out = '';
     let err = '';
     child.stdout.setEncoding('utf8').on('data', (c: string) => (out += c));
@@ -254,6 +254,22 @@ t.test('npm run verify-audit agrees, offline, and exits 1 on a problem', async (
   const typo = await offline([], mistyped);
   t.equal(typo.code, 2, `a DATA_DIR without a store: exit 2 (${typo.stderr.trim()})`);
   t.notOk(existsSync(mistyped), 'and no store is created there');
+  const emptyStore = join(dir, 'empty-data-dir');
+  mkdirSync(join(emptyStore, 'chdb'), { recursive: true });
+  const empty = await offline([], emptyStore);
+  t.equal(empty.code, 2, `an embedded store no service wrote to: exit 2 (${empty.stderr.trim()})`);
+  // A mistyped database in CLICKHOUSE_URL: refused, and not created (tables and all) on the server.
+  const server = await spawnClickHouseHttpServer({ dataDir: join(dir, 'chdb') });
+  try {
+    const typoDb = await offline([], mistyped, { CLICKHOUSE_URL: `${server.url}/audti` });
+    t.equal(typoDb.code, 2, `a CLICKHOUSE_URL database that does not exist: exit 2 (${typoDb.stderr.trim()})`);
+    const client = createClient({ url: server.url });
+    const dbs = await (await client.query({ query: "SELECT name FROM system.databases WHERE name = 'audti'", format: 'JSONEachRow' })).json();
+    await client.close();
+    t.strictSame(dbs, [], 'nor is it created');
+  } finally {
+    await server.kill('SIGTERM');
+  }
   const stranger = await offline(['--org', randomUUID()]);
   t.equal(stranger.code, 2, `an org with no entries, seals or chain heads: exit 2 (${stranger.stderr.trim()})`);
   const clean = await offline(['--org', orgs.get('clean')!.orgId]);

@@ -45,6 +45,13 @@ export interface ClickHouseAuditStoreOptions {
   retentionDays: number;
   /** chDB only: the nice value of the engine's threads (CHDB_THREAD_NICE; 0 leaves them). */
   threadNice?: number;
+  /**
+   * Open a store that is there, creating nothing (the offline verifier): a
+   * database or an audit table that is missing is an error, not made. A
+   * mistyped CLICKHOUSE_URL database was created, tables and all, and verified
+   * clean.
+   */
+  existing?: boolean;
 }
 
 /** Newest first, in the table's key order read backwards (no full sort). Ties on the
@@ -87,10 +94,11 @@ export class ClickHouseAuditStore implements AuditStore {
     retentionDaysLiteral(opts.retentionDays);
     try {
       const store = opts.url !== null
-        ? new ClickHouseAuditStore({ client: await openHttpClient(opts.url), chdb: null }, 'http')
+        ? new ClickHouseAuditStore({ client: await openHttpClient(opts.url, opts.existing !== true), chdb: null }, 'http')
         : new ClickHouseAuditStore(await openChdbClient(join(opts.dataDir, 'chdb'), join(opts.dataDir, 'chdb-inserts'), opts.threadNice ?? 0), 'chdb');
       try {
-        await migrate(store.#client, opts.retentionDays);
+        if (opts.existing === true) await mustHaveAuditTable(store.#client);
+        else await migrate(store.#client, opts.retentionDays);
         store.#chdb?.niceThreads(); // the threads its tables started
       } catch (err) {
         await store.close();
@@ -834,7 +842,7 @@ const CLIENT_LOG = { level: ClickHouseLogLevel.OFF };
 /** A slow server must not hold the audit batcher's single in-flight insert for long: past this the batch is spooled. */
 const HTTP_REQUEST_TIMEOUT_MS = 10_000;
 
-async function openHttpClient(url: string): Promise<ClickHouseClient> {
+async function openHttpClient(url: string, create = true): Promise<ClickHouseClient> {
   const parsed = new URL(url);
   const database = decodeURIComponent(parsed.pathname.replace(/^\/+|\/+$/g, ''));
   if (database !== '' && database !== 'default') {
@@ -850,6 +858,7 @@ async function openHttpClient(url: string): Promise<ClickHouseClient> {
         format: 'JSONEachRow',
       })).json<{ n: number | string }>();
       if (Number(found[0]?.n ?? 0) === 0) {
+        if (!create) throw new Error(`ClickHouse has no database ${database}`);
         await bootstrap.command({ query: `CREATE DATABASE IF NOT EXISTS ${quoteIdentifier(database)}` });
       }
     } finally {
@@ -857,6 +866,11 @@ async function openHttpClient(url: string): Promise<ClickHouseClient> {
     }
   }
   return createClient({ url, clickhouse_settings: HTTP_SETTINGS, log: CLIENT_LOG, request_timeout: HTTP_REQUEST_TIMEOUT_MS });
+}
+
+async function mustHaveAuditTable(client: ClickHouseClient): Promise<void> {
+  const found = await (await client.query({ query: `EXISTS TABLE ${AUDIT_TABLE}`, format: 'JSONEachRow' })).json<{ result: number | string }>();
+  if (Number(found[0]?.result ?? 0) !== 1) throw new Error(`the store has no ${AUDIT_TABLE} table: no service has written to it`);
 }
 
 /**
