@@ -10,7 +10,10 @@ import type { ProxyExchange, Stage } from './exchange.js';
 
 export function createAuthorize(caches: ProxyCaches): Stage {
   const decide = (ex: ProxyExchange, policy: CompiledPolicy | AgentGone | typeof NONE): undefined | false => {
-    if (policy === NONE || !('agentGone' in policy)) return decideWith(ex, policy);
+    if (policy === NONE || !('agentGone' in policy)) {
+      ex.policyEpoch = caches.policyChanges; // as the decision is made (hold.ts: not held under a policy changed since)
+      return decideWith(ex, policy);
+    }
     caches.agents.entries.delete(ex.keyHash); // its deletion, heard early
     return ex.answerError('invalid_api_key');
   };

@@ -100,6 +100,8 @@ export interface ProxyCaches {
   agents: CachedLookup<Agent>;
   policies: CachedLookup<CompiledPolicy | typeof AGENT_GONE>;
   credentials: CachedLookup<InjectedCredential>;
+  /** Changes of any agent's policy (or an agent's deletion, or a reset of the feed) heard so far. */
+  readonly policyChanges: number;
   /** Evicts what a change touches. */
   apply(change: MetadataChange): void;
   /** Evicts everything (a change feed that lost its place). */
@@ -187,14 +189,18 @@ export function createProxyCaches(
     },
   });
 
+  let policyChanges = 0;
+
   function apply(change: MetadataChange): void {
     switch (change.kind) {
       case 'agent':
         agents.delete(change.keyHash);
         policies.delete(change.agentId);
+        policyChanges++;
         break;
       case 'policy':
         policies.delete(change.agentId);
+        policyChanges++;
         break;
       case 'credential': {
         const key = credentialCacheKey(change.orgId, change.hostname);
@@ -214,6 +220,7 @@ export function createProxyCaches(
   }
 
   function clear(): void {
+    policyChanges++;
     agents.clear();
     unknownKeys.clear();
     policies.clear();
@@ -225,6 +232,9 @@ export function createProxyCaches(
     agents: { entries: agents, counters: stats.agents, absent: unknownKeys },
     policies: { entries: policies, counters: stats.policies, absent: null },
     credentials: { entries: credentials, counters: stats.credentials, absent: null },
+    get policyChanges() {
+      return policyChanges;
+    },
     apply,
     clear,
     close: unsubscribe,

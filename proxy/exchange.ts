@@ -86,6 +86,8 @@ export class ProxyExchange {
   decision: PolicyDecision | null = null;
   /** The agent's compiled policy (null: none set), for the limit stage. */
   policy: CompiledPolicy | null = null;
+  /** The caches' count of policy changes when the policy decided (caches.ts policyChanges): a held call decided before a change is not held under it. */
+  policyEpoch = 0;
   /** The first matching `mode: shadow` rule, recorded and never deciding. */
   shadowRule: CompiledRule | null = null;
   /** Request headers an MCP-aware policy checks (null: absent). */

@@ -59,8 +59,8 @@ export function createHeldCalls(deps: {
   store: MetadataStore;
   /** APPROVAL_HOLD_S. */
   holdS: number;
-  /** The agent's policy as the proxy holds it now (the policy cache's entry, not read through). */
-  policyNow: (agentId: string) => unknown;
+  /** Policy changes heard so far (caches.ts policyChanges). */
+  policyChanges: () => number;
   /** APPROVAL_MAX_PENDING. */
   maxPending: number;
   /** Null when METRICS_ENABLED is off. */
@@ -185,11 +185,12 @@ export function createHeldCalls(deps: {
   function wait(ex: ProxyExchange, approval: Approval, bytes: number): undefined | false | Promise<undefined | false> {
     const untilExpiry = Date.parse(approval.expiresAt) - Date.now();
     if (untilExpiry <= 0) return settle(ex, { ...approval, status: 'expired' });
-    // The policy changed since it decided (while the body came, slowly as the
-    // agent likes, or the approval was made): that change released no held
-    // call, this one was not registered yet. Its retry is decided afresh.
-    // (An entry evicted for age answers 202 too: the retry is held again.)
-    const policyChanged = deps.policyNow(ex.agent!.id) !== ex.policy;
+    // A policy changed since this one decided (while the body came, slowly as
+    // the agent likes, or the approval was made): that change released no held
+    // call, this one was not registered yet. Its retry is decided afresh. Any
+    // agent's change counts (they are rare; a cache entry's age or refetch does
+    // not): the window is the call's way from its decision to here.
+    const policyChanged = deps.policyChanges() !== ex.policyEpoch;
     if (holdS === 0 || closing || policyChanged || heldBytes + bytes > HELD_BODIES_MAX_BYTES) return answerPending(ex, approval);
     return new Promise((resolve) => {
       const waiter: Waiter = { ex, approval, resolve, bytes, timer: null };

@@ -81,7 +81,7 @@ export function createProxyPipeline(deps: {
   const webhook = config.approvalWebhookUrl !== null && config.approvalWebhookSecret !== null
     ? new ApprovalWebhook({ url: config.approvalWebhookUrl, secret: config.approvalWebhookSecret, publicUrl: deps.publicUrl, log })
     : null;
-  const { hold, claim, ended: holdEnded, held } = createHeldCalls({ store: deps.store, holdS: config.approvalHoldS, policyNow: (agentId) => caches.policies.entries.peek(agentId), maxPending: config.approvalMaxPending, metrics: config.metricsEnabled ? metrics : null, publicUrl: deps.publicUrl, webhook, log });
+  const { hold, claim, ended: holdEnded, held } = createHeldCalls({ store: deps.store, holdS: config.approvalHoldS, policyChanges: () => caches.policyChanges, maxPending: config.approvalMaxPending, metrics: config.metricsEnabled ? metrics : null, publicUrl: deps.publicUrl, webhook, log });
 
   /** The approval's claim; an approved retry it refuses never goes upstream, so the limits take it back. */
   function claimOrRefund(ex: ProxyExchange): StageResult {

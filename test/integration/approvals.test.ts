@@ -49,6 +49,8 @@ const env = {
   NODE_EXTRA_CA_CERTS: join(TLS_DIR, 'ca.crt'),
   AUDIT_BATCH_MS: '20',
   APPROVAL_HOLD_S: String(HOLD_S),
+  // Cache entries expire between a call's decision and its hold: that is no policy change (a call must still be held).
+  CACHE_TTL_MS: '1',
   APPROVAL_MAX_PENDING: '20',
   APPROVAL_WEBHOOK_URL: `http://127.0.0.1:${(receiver.address() as AddressInfo).port}/hooks/${randomBytes(8).toString('hex')}`,
   APPROVAL_WEBHOOK_SECRET: WEBHOOK_SECRET,

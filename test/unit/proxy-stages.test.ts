@@ -430,7 +430,7 @@ t.test('held calls: a claim that wins as its call ends, or after its approval wa
       return won;
     },
   };
-  const { claim, ended } = createHeldCalls({ store: remote, holdS: 0, policyNow: () => null, maxPending: 10, metrics: null, publicUrl: () => 'http://guard.test', webhook: null, log: createLogger('error') });
+  const { claim, ended } = createHeldCalls({ store: remote, holdS: 0, policyChanges: () => 0, maxPending: 10, metrics: null, publicUrl: () => 'http://guard.test', webhook: null, log: createLogger('error') });
   const retry = (approval: Awaited<ReturnType<typeof approved>>) => {
     const made = exchange({ method: 'POST' });
     Object.assign(made.ex, { approved: true, approval, approvalId: approval.id });
