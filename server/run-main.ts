@@ -55,15 +55,11 @@ export async function runMain(role: Role): Promise<void> {
   let first: { signal: NodeJS.Signals; at: number } | null = null;
   // SIGHUP (the terminal of `npm start` closed) stops as SIGTERM does: by
   // default it killed the process without a drain, and a call already at its
-  // tool went unaudited. When the log goes to that terminal, writes to it fail
-  // (EIO): an uncaught error, then pino retrying its write at exit for ever,
-  // the process hung with its locks held. It logs nothing more instead.
+  // tool went unaudited. Writes to that terminal now fail (EIO): the log mutes
+  // itself (shared/log.ts), and so does anything else written there.
   for (const signal of ['SIGINT', 'SIGTERM', 'SIGHUP'] as const) {
     process.on(signal, () => {
-      if (signal === 'SIGHUP' && process.stdout.isTTY) {
-        log.silence();
-        for (const out of [process.stdout, process.stderr]) out.on('error', () => undefined);
-      }
+      if (signal === 'SIGHUP') for (const out of [process.stdout, process.stderr]) out.on('error', () => undefined);
       const now = performance.now();
       if (first !== null) {
         if (signal === first.signal && now - first.at < DUPLICATE_SIGNAL_MS) return; // the group's copy and npm's

@@ -30,13 +30,28 @@ export interface Logger {
   warn(msg: string, fields?: Record<string, unknown>): void;
   error(msg: string, fields?: Record<string, unknown>): void;
   isLevelEnabled(level: LogLevel): boolean;
-  /** Writes nothing more (its terminal is gone: a write fails with EIO, and pino's flush at exit retried one for ever). */
-  silence(): void;
+}
+
+/**
+ * Standard output as pino's own default (SonicBoom on fd 1, flushed at exit),
+ * muted when it breaks. pino mutes it on EPIPE only: a terminal that closed
+ * (SIGHUP) fails every write with EIO, which became an uncaught error, and
+ * pino's flush at exit retried the failed write for ever, the process hung
+ * with its locks held and its calls in flight unanswered.
+ */
+function stdoutDestination(): DestinationStream {
+  const stream = pino.destination({ dest: process.stdout.fd ?? 1 });
+  stream.on('error', (err: NodeJS.ErrnoException) => {
+    if (err.code !== 'EIO' && err.code !== 'EPIPE') throw err;
+    const noop = (): void => undefined;
+    Object.assign(stream, { write: noop, end: noop, flushSync: noop, destroy: noop });
+  });
+  return stream;
 }
 
 /** A logger at `level`; `write` receives each line (tests collect them), stdout by default. */
 export function createLogger(level: LogLevel, write?: (line: string) => void): Logger {
-  const destination: DestinationStream | undefined = write !== undefined ? { write } : undefined;
+  const destination: DestinationStream = write !== undefined ? { write } : stdoutDestination();
   const base = pino(
     {
       level,
@@ -53,8 +68,5 @@ export function createLogger(level: LogLevel, write?: (line: string) => void): L
     warn: (msg, fields) => base.warn(fields ?? {}, msg),
     error: (msg, fields) => base.error(fields ?? {}, msg),
     isLevelEnabled: (lvl) => base.isLevelEnabled(lvl),
-    silence: () => {
-      base.level = 'silent';
-    },
   };
 }
