@@ -868,9 +868,17 @@ async function openHttpClient(url: string, create = true): Promise<ClickHouseCli
   return createClient({ url, clickhouse_settings: HTTP_SETTINGS, log: CLIENT_LOG, request_timeout: HTTP_REQUEST_TIMEOUT_MS });
 }
 
+/** The tables and columns this version reads, there and whole (a store a service of this version has opened). */
 async function mustHaveAuditTable(client: ClickHouseClient): Promise<void> {
-  const found = await (await client.query({ query: `EXISTS TABLE ${AUDIT_TABLE}`, format: 'JSONEachRow' })).json<{ result: number | string }>();
-  if (Number(found[0]?.result ?? 0) !== 1) throw new Error(`the store has no ${AUDIT_TABLE} table: no service has written to it`);
+  const rows = await (await client.query({
+    query: 'SELECT table, name FROM system.columns WHERE database = currentDatabase() AND table IN ({tables:Array(String)})',
+    query_params: { tables: [AUDIT_TABLE, SEALS_TABLE] },
+    format: 'JSONEachRow',
+  })).json<{ table: string; name: string }>();
+  if (!rows.some((r) => r.table === AUDIT_TABLE)) throw new Error(`the store has no ${AUDIT_TABLE} table: no service has written to it`);
+  const has = new Set(rows.map((r) => `${r.table}.${r.name}`));
+  const missing = [...AUDIT_COLUMNS.map((c) => `${AUDIT_TABLE}.${c.name}`), ...SEAL_COLUMNS.map(([name]) => `${SEALS_TABLE}.${name}`)].filter((c) => !has.has(c));
+  if (missing.length > 0) throw new Error(`the store was made by an older version (no ${missing.slice(0, 3).join(', ')}${missing.length > 3 ? ', ...' : ''}): start the service on it once to bring it up to date`);
 }
 
 /**
