@@ -193,7 +193,7 @@ export function secretSpellings(value: string): Buffer[] {
   // spelling encoded again as encodeURIComponent, strict RFC 3986 encoders
   // (which also escape !'()*) and URLSearchParams write it.
   for (const form of [...forms]) {
-    if (form.includes('%')) {
+    if (form.includes('%') || (form.includes('+') && form !== value)) {
       const component = encodeURIComponent(form);
       forms.add(component);
       forms.add(component.replace(/[!'()*]/g, (c) => `%${c.charCodeAt(0).toString(16).toUpperCase()}`));

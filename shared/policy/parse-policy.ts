@@ -977,7 +977,9 @@ function toolText(glob: string, where: string): string {
   for (let i = 0; i < labels.length; i++) {
     if (!/[^\x00-\x7f]/.test(labels[i]!)) continue;
     // Not through domainToASCII when it would rewrite the label ('?', '%41', a tab): refused below, never matched.
-    const ascii = labels[i]!.includes('*') || !IDN_CANDIDATE.test(labels[i]!) ? '' : domainToASCII(labels[i]!);
+    let ascii = labels[i]!.includes('*') || !IDN_CANDIDATE.test(labels[i]!) ? '' : domainToASCII(labels[i]!);
+    // A full-width '＊' comes out of it a '*': a wildcard nobody wrote.
+    if (!/^[a-z0-9\-_]*$/.test(ascii)) ascii = '';
     if (ascii !== '') labels[i] = ascii;
     else if (compiling.limits.refuseUnmatchable) {
       fail(labels[i]!.includes('*')
