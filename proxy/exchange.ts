@@ -225,8 +225,9 @@ export class ProxyExchange {
       }
       // uWS hands the value decoded from UTF-8, and undici writes a string's
       // header as Latin-1: `ï` went out as one byte, `日` was a 400. Its UTF-8
-      // bytes as Latin-1 characters go out as the agent sent them.
-      this.headers.push(name, NON_ASCII.test(value) ? Buffer.from(value, 'utf8').toString('latin1') : value);
+      // bytes as Latin-1 characters go out as the agent sent them. Bytes that
+      // were no UTF-8 (obs-text: uWS made them U+FFFD) stay refused (400).
+      this.headers.push(name, NON_ASCII.test(value) && !value.includes('\uFFFD') ? Buffer.from(value, 'utf8').toString('latin1') : value);
     } else if (name === 'x-agent-reasoning') {
       this.reasoning = value.length > MAX_REASONING_CHARS ? value.slice(0, MAX_REASONING_CHARS) : value;
     } else if (name === 'x-agent-task-id') {
