@@ -88,7 +88,7 @@ export function createHeldCalls(deps: {
     // change may have been missed. A policy's: every held call is answered 202,
     // its retry decided afresh.
     clear() {
-      for (const waiters of [...waiting.values()]) for (const waiter of [...waiters]) waiter.ex.holdRelease?.(true);
+      release(everyWaiting());
     },
   });
 
@@ -100,12 +100,22 @@ export function createHeldCalls(deps: {
    * feed delivers a change before any decision made after it.
    */
   function releaseAgent(agentId: string): void {
-    for (const waiter of heldOf(agentId)) waiter.ex.holdRelease?.(true);
+    release(heldOf(agentId));
   }
 
-  /** The agent's waiting calls (a copy: answering one changes the registry). */
+  /** Each call answered 202 now, its approval as it is (its retry decides). */
+  function release(waiters: readonly Waiter[]): void {
+    for (const waiter of waiters) waiter.ex.holdRelease?.(true);
+  }
+
+  /** The waiting calls (a copy: answering one changes the registry). */
+  function everyWaiting(): Waiter[] {
+    return [...waiting.values()].flatMap((waiters) => [...waiters]);
+  }
+
+  /** The agent's waiting calls. */
   function heldOf(agentId: string): Waiter[] {
-    return [...waiting.values()].flatMap((waiters) => [...waiters]).filter((w) => w.ex.agent!.id === agentId);
+    return everyWaiting().filter((w) => w.ex.agent!.id === agentId);
   }
 
   /**
@@ -343,7 +353,7 @@ export function createHeldCalls(deps: {
       },
       releaseAll() {
         closing = true;
-        for (const waiters of [...waiting.values()]) for (const waiter of [...waiters]) waiter.ex.holdRelease?.(true);
+        release(everyWaiting());
       },
       close: unsubscribe,
     },

@@ -196,7 +196,7 @@ export function secretSpellings(value: string): Buffer[] {
     if (form.includes('%') || (form.includes('+') && form !== value)) {
       const component = encodeURIComponent(form);
       forms.add(component);
-      forms.add(component.replace(/[!'()*]/g, (c) => `%${c.charCodeAt(0).toString(16).toUpperCase()}`));
+      forms.add(strictEscape(component));
       forms.add(new URLSearchParams({ v: form }).toString().slice(2));
     }
   }
@@ -210,6 +210,11 @@ export function secretSpellings(value: string): Buffer[] {
 
 const HTML_ENTITIES: Record<string, string> = { '&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;', "'": '&#39;' };
 
+/** encodeURIComponent's output as strict RFC 3986 encoders write it: !'()* escaped too. */
+function strictEscape(component: string): string {
+  return component.replace(/[!'()*]/g, (c) => `%${c.charCodeAt(0).toString(16).toUpperCase()}`);
+}
+
 /**
  * The value percent-encoded as other encoders write it: RFC 3986's strict set
  * (PHP's rawurlencode, Python's quote with safe=''), which also escapes
@@ -218,7 +223,7 @@ const HTML_ENTITIES: Record<string, string> = { '&': '&amp;', '<': '&lt;', '>': 
  */
 function percentForms(value: string): string[] {
   const component = encodeURIComponent(value);
-  const strict = component.replace(/[!'()*]/g, (c) => `%${c.charCodeAt(0).toString(16).toUpperCase()}`);
+  const strict = strictEscape(component);
   const slashKept = strict.replace(/%2F/g, '/');
   const lower = (s: string) => s.replace(/%[0-9A-F]{2}/g, (p) => p.toLowerCase());
   // .NET keeps !()* and writes a space as '+', but escapes '.

@@ -11,7 +11,7 @@ import { connect, createServer as createNetServer, type AddressInfo } from 'node
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import Database from 'better-sqlite3';
-import t from 'tap';
+import t, { type Test } from 'tap';
 import { api, createAgent, eventually, login, signup, TLS_DIR, type Session } from '../support/service.js';
 import { headThenNext } from '../support/raw-socket.js';
 import { spawnService, type SpawnedService } from '../support/spawn-service.js';
@@ -111,6 +111,13 @@ async function call(key: string, init: { method?: string; authority?: string; pa
   });
   const text = await res.text();
   return { status: res.status, headers: res.headers, json: text.length > 0 && res.headers.get('content-type')?.includes('json') ? JSON.parse(text) : text, ms: Date.now() - started };
+}
+
+/** A new agent of the owner's whose calls POLICY holds for approval. */
+async function agentWithPolicy(t: Test, name: string) {
+  const agent = await createAgent(service.url, owner, name);
+  t.equal((await api(service.url, owner, 'POST', `/agents/${agent.id}/policy`, { rules_yaml: POLICY })).status, 200);
+  return agent;
 }
 
 /** Ids of the approvals listed so far: pendingFor waits for one that is not among them. */
@@ -366,8 +373,7 @@ t.test('two retries racing with one approval: exactly one is forwarded', async (
 });
 
 t.test('a held call whose agent is deleted is answered 401 at once, and an approval given then forwards nothing', async (t) => {
-  const doomed = await createAgent(service.url, owner, 'doomed');
-  t.equal((await api(service.url, owner, 'POST', `/agents/${doomed.id}/policy`, { rules_yaml: POLICY })).status, 200);
+  const doomed = await agentWithPolicy(t, 'doomed');
   const seenBefore = upstream.seen.length;
   const held = call(doomed.api_key, { body: 'after the agent is gone' });
   const approval = await pendingFor(doomed.id);
@@ -382,8 +388,7 @@ t.test('a held call whose agent is deleted is answered 401 at once, and an appro
 });
 
 t.test('a held call whose agent\'s policy changes is answered 202 at once; approved then, its retry is decided by the new policy', async (t) => {
-  const locked = await createAgent(service.url, owner, 'locked-down');
-  t.equal((await api(service.url, owner, 'POST', `/agents/${locked.id}/policy`, { rules_yaml: POLICY })).status, 200);
+  const locked = await agentWithPolicy(t, 'locked-down');
   const seenBefore = upstream.seen.length;
   const held = call(locked.api_key, { body: 'before the lock-down' });
   const approval = await pendingFor(locked.id);
@@ -402,8 +407,7 @@ t.test('a held call whose agent\'s policy changes is answered 202 at once; appro
 });
 
 t.test('a call whose agent\'s policy changes while its body still arrives is answered 202, not held under the old decision', async (t) => {
-  const slow = await createAgent(service.url, owner, 'slow-body');
-  t.equal((await api(service.url, owner, 'POST', `/agents/${slow.id}/policy`, { rules_yaml: POLICY })).status, 200);
+  const slow = await agentWithPolicy(t, 'slow-body');
   let sendRest!: () => void;
   const rest = new Promise<void>((resolve) => (sendRest = resolve));
   const body = new ReadableStream<Uint8Array>({
@@ -430,8 +434,7 @@ t.test('a call whose agent\'s policy changes while its body still arrives is ans
 });
 
 t.test('an agent deleted while its call that needs approval still sends its body: the approval given then forwards nothing', async (t) => {
-  const doomed = await createAgent(service.url, owner, 'doomed-early');
-  t.equal((await api(service.url, owner, 'POST', `/agents/${doomed.id}/policy`, { rules_yaml: POLICY })).status, 200);
+  const doomed = await agentWithPolicy(t, 'doomed-early');
   const seenBefore = upstream.seen.length;
   const socket = connect(Number(new URL(service.url).port), '127.0.0.1');
   await new Promise((resolve) => socket.once('connect', resolve));
@@ -492,8 +495,7 @@ t.test('an approved retry whose claim cannot be written (the store busy) gives i
 });
 
 t.test('a call that needs approval whose client leaves while its body arrives is audited denied (499), not allowed', async (t) => {
-  const leaver = await createAgent(service.url, owner, 'leaves-mid-body');
-  t.equal((await api(service.url, owner, 'POST', `/agents/${leaver.id}/policy`, { rules_yaml: POLICY })).status, 200);
+  const leaver = await agentWithPolicy(t, 'leaves-mid-body');
   const socket = connect(Number(new URL(service.url).port), '127.0.0.1');
   await new Promise((resolve) => socket.once('connect', resolve));
   socket.write(`POST /proxy/${leaver.api_key}/${upstream.authority}/echo HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n${'x'.repeat(10)}`);

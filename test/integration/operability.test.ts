@@ -5,7 +5,7 @@ import { tmpdir } from 'node:os';
 import { connect as netConnect } from 'node:net';
 import { join } from 'node:path';
 import { api, createAgent, eventually, signup, startTestService } from '../support/service.js';
-import { spawnService, spawnServiceInTempDir } from '../support/spawn-service.js';
+import { spawnServiceInTempDir, startRefused } from '../support/spawn-service.js';
 import { startUpstream } from '../support/upstream.js';
 
 const METRICS_TOKEN = 'metrics-token-0123456789';
@@ -180,7 +180,7 @@ t.test('an open /metrics on a HOST other machines reach: the process refuses to 
   const dir = mkdtempSync(join(tmpdir(), 'tcg-openmetrics-'));
   t.teardown(() => rmSync(dir, { recursive: true, force: true }));
   // Refused before listening: nothing is bound to 0.0.0.0.
-  const err = await spawnService('all-in-one', { DATA_DIR: dir, PORT: '0', HOST: '0.0.0.0' }).then(() => null, (e: Error) => e);
+  const err = await startRefused('all-in-one', { DATA_DIR: dir, PORT: '0', HOST: '0.0.0.0' });
   t.match(err?.message ?? '', /exited with 2 before listening/);
   t.match(err?.message ?? '', /METRICS_TOKEN/, 'the message names the ways out');
   t.match(err?.message ?? '', /METRICS_PUBLIC=true/);
@@ -191,14 +191,14 @@ t.test('a malformed GUARD_ALLOW_TARGETS, or a spool directory the process cannot
   const dir = mkdtempSync(join(tmpdir(), 'tcg-badallow-'));
   t.teardown(() => rmSync(dir, { recursive: true, force: true }));
   // Read as the proxy was built, it came after secrets.json, the signing key, chDB and SQLite were made, and exited 1.
-  const err = await spawnService('all-in-one', { DATA_DIR: dir, PORT: '0', GUARD_ALLOW_TARGETS: '127.0.0.1:8443' }).then(() => null, (e: Error) => e);
+  const err = await startRefused('all-in-one', { DATA_DIR: dir, PORT: '0', GUARD_ALLOW_TARGETS: '127.0.0.1:8443' });
   t.match(err?.message ?? '', /exited with 2 before listening/);
   t.match(err?.message ?? '', /GUARD_ALLOW_TARGETS/, 'the message names the variable');
   t.strictSame(readdirSync(dir), [], 'no store was opened');
   // A lock file SQLite cannot open (as in a directory this user cannot write; root writes any): "unable to open database file" named neither the directory nor what to do.
   const spoolDir = join(dir, 'spool');
   mkdirSync(join(spoolDir, 'spool.lockdb'), { recursive: true });
-  const spool = await spawnService('all-in-one', { DATA_DIR: join(dir, 'data'), PORT: '0', SPOOL_DIR: spoolDir }).then(() => null, (e: Error) => e);
+  const spool = await startRefused('all-in-one', { DATA_DIR: join(dir, 'data'), PORT: '0', SPOOL_DIR: spoolDir });
   t.match(spool?.message ?? '', new RegExp(`audit spool ${spoolDir.replace(/[.]/g, '\\.')}: cannot open its lock file`), `the directory is named (${spool?.message.split('\n').find((l) => l.includes('spool'))})`);
 });
 

@@ -10,7 +10,7 @@ import { fileURLToPath } from 'node:url';
 import { join } from 'node:path';
 import t from 'tap';
 import { api, auditTotal, createAgent, eventually, signup, TLS_DIR, type Session } from '../support/service.js';
-import { spawnService, type SpawnedService } from '../support/spawn-service.js';
+import { spawnService, startRefused, type SpawnedService } from '../support/spawn-service.js';
 import { startSplitDeployment } from '../support/split-mode.js';
 import { startUpstream } from '../support/upstream.js';
 
@@ -44,7 +44,7 @@ t.test('split mode refuses to start without shared secrets, CLICKHOUSE_URL and A
     ['CLICKHOUSE_URL', { ...proxyEnv('x'), CLICKHOUSE_URL: '' }],
     ['ADMIN_URL', { ...proxyEnv('x'), ADMIN_URL: '' }],
   ] as const) {
-    const err = await spawnService('proxy', env, 15_000).then(() => null, (e: Error) => e);
+    const err = await startRefused('proxy', env, 15_000);
     t.ok(err, `refused without ${missing}`);
     t.match(err?.message ?? '', new RegExp(missing));
   }
@@ -191,10 +191,7 @@ t.test('a proxy whose SECRET_KEY is not the one that sealed the credentials refu
   const cred = await api(proxyA.url, owner, 'POST', '/credentials', { name: 'sealed', hostname: upstream.authority, cred_type: 'bearer', value: 'sealed-under-the-admins-key' });
   t.equal(cred.status, 201);
   t.teardown(() => api(proxyA.url, owner, 'DELETE', `/credentials/${cred.json.id}`));
-  const err = await spawnService('proxy', { ...proxyEnv('other-key'), ...otherKey }).then(async (s) => {
-    await s.stop();
-    return null;
-  }, (e: Error) => e);
+  const err = await startRefused('proxy', { ...proxyEnv('other-key'), ...otherKey });
   t.match(err?.message, /SECRET_KEY does not open the stored credentials/, 'refused at the start, naming the variable');
   t.notMatch(err?.message, /sealed-under-the-admins-key/, 'without the value');
   const res = await fetch(`${early.url}/proxy/${agent.api_key}/${upstream.authority}/json`);
@@ -205,10 +202,7 @@ t.test('a proxy whose SECRET_KEY is not the one that sealed the credentials refu
 t.test('only proxies share a port: the admin process refuses one in use, and a proxy cannot take the admin\'s', async (t) => {
   // uWS listens with SO_REUSEPORT by default: a second all-in-one or admin on a port started, and the kernel split the connections between the two.
   const refused = async (role: 'proxy' | 'admin', port: number, name: string) => {
-    const err = await spawnService(role, { ...proxyEnv(name), PORT: String(port) }).then(async (s) => {
-      await s.stop();
-      return null;
-    }, (e: Error) => e);
+    const err = await startRefused(role, { ...proxyEnv(name), PORT: String(port) });
     t.match(err?.message, /cannot listen on 127\.0\.0\.1:\d+ \(the port is in use/, `${role === 'admin' ? 'an' : 'a'} ${role} on port ${port} is refused`);
   };
   await refused('proxy', admin.port, 'on-admin-port');

@@ -48,6 +48,14 @@ export async function spawnServiceInTempDir(t: Test, prefix: string, role: keyof
   return service;
 }
 
+/** A process expected to refuse to start: its error (with its output), or null when it started after all (then stopped). */
+export function startRefused(role: keyof typeof ENTRY, env: Record<string, string>, startTimeoutMs?: number): Promise<Error | null> {
+  return spawnService(role, env, startTimeoutMs).then(async (service) => {
+    await service.stop();
+    return null;
+  }, (err: Error) => err);
+}
+
 /**
  * `npm start` (or start:proxy, start:admin) in a process group of its own, as a
  * terminal or a supervisor runs it: `child` is npm, and `-child.pid` the group.
